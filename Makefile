@@ -1,0 +1,46 @@
+# tailtap: two commands do all set-up on a fresh machine.
+#   make demo   venv + install + analyze a bundled lab sample + print the report
+#   make test   system packages the tests use (apt-get, when root) + venv + lint + the whole suite
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SAMPLE ?= samples/loss_burst/capture.pcap
+DEMO_STORE ?= out/demo-store
+APT_PACKAGES := tshark tcpdump iproute2 procps
+
+.PHONY: demo test venv system-deps lint bench clean
+
+$(BIN)/tailtap: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(BIN)/tailtap
+
+demo: venv
+	$(BIN)/tailtap analyze $(SAMPLE) --out $(DEMO_STORE) --force
+	@if $(BIN)/tailtap report --help >/dev/null 2>&1; then $(BIN)/tailtap report --store $(DEMO_STORE); fi
+
+# Installs tshark/tcpdump with apt-get when they are missing and we are root; otherwise
+# the tests that need them say what is missing and skip.
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "installing:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "not root: cannot install$$missing (tests needing them will skip)"; fi; \
+	fi
+
+lint: venv
+	$(BIN)/ruff check parsers telemetry tests bench
+
+test: system-deps venv lint
+	$(BIN)/pytest -q -ra
+
+bench: venv
+	$(BIN)/python bench/bench_pipeline.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,18 @@
+-- What kind of connections carried the traffic, and how healthy was TCP on them?
+-- Per application protocol: connections, requests, retransmissions, loss bursts,
+-- out-of-order segments, zero windows, and the median capture-point RTT floors.
+-- depends_on: connections
+SELECT
+    protocol,
+    count(*) AS connections,
+    sum(requests) AS requests,
+    sum(retransmissions_to_server + retransmissions_to_client) AS retransmissions,
+    sum(loss_bursts_to_server + loss_bursts_to_client) AS loss_bursts,
+    sum(out_of_order_to_server + out_of_order_to_client) AS out_of_order,
+    sum(zero_windows_to_server + zero_windows_to_client) AS zero_windows,
+    median(rtt_min_ms_to_server) AS rtt_floor_server_ms,
+    median(rtt_min_ms_to_client) AS rtt_floor_client_ms
+FROM connections
+WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)
+GROUP BY protocol
+ORDER BY connections DESC, protocol

@@ -1,0 +1,25 @@
+-- Per gRPC method / HTTP path: how many requests and errors, and how are latency,
+-- time-to-first-token and the inter-message (token) gap distributed (p50/p90/p99/max)?
+-- Times are at the capture point; see requests.ttft_client_est_ms for the client side.
+-- depends_on: requests_in_range
+SELECT
+    method_label AS method,
+    count(*) AS requests,
+    count(*) FILTER (WHERE is_error) AS errors,
+    quantile_cont(latency_ms, 0.50) AS latency_p50_ms,
+    quantile_cont(latency_ms, 0.90) AS latency_p90_ms,
+    quantile_cont(latency_ms, 0.99) AS latency_p99_ms,
+    max(latency_ms) AS latency_max_ms,
+    quantile_cont(ttft_ms, 0.50) AS ttft_p50_ms,
+    quantile_cont(ttft_ms, 0.90) AS ttft_p90_ms,
+    quantile_cont(ttft_ms, 0.99) AS ttft_p99_ms,
+    max(ttft_ms) AS ttft_max_ms,
+    quantile_cont(gap_p50_ms, 0.50) AS gap_p50_ms,
+    quantile_cont(gap_p99_ms, 0.90) AS gap_p90_ms,
+    quantile_cont(gap_p99_ms, 0.99) AS gap_p99_ms,
+    max(max_gap_ms) AS gap_max_ms,
+    sum(response_messages) AS response_messages,
+    count(*) FILTER (WHERE NOT headers_known) AS headers_unknown
+FROM requests_in_range
+GROUP BY method_label
+ORDER BY requests DESC, method

@@ -1,0 +1,19 @@
+-- Which requests does this analysis look at? The requests table restricted to the
+-- --since/--until range (variables since_ns/until_ns, null = open) and to the captures
+-- in the variable capture_ids (null = all), with a label for the
+-- method (gRPC service/method or HTTP path) and an error flag. Every report model reads
+-- requests through this view.
+-- depends_on: requests
+SELECT
+    r.*,
+    coalesce(r.path, '(headers unknown)') AS method_label,
+    coalesce(r.grpc_status, 0) <> 0
+        OR (r.grpc_status IS NULL AND r.http_status >= 400)
+        OR r.reset_code IS NOT NULL AS is_error,
+    coalesce(r.request_start, r.response_headers, r.first_message, r."end") AS seen_at
+FROM requests AS r
+WHERE (getvariable('since_ns') IS NULL
+       OR epoch_ns(coalesce(r.request_start, r.response_headers, r.first_message, r."end")) >= getvariable('since_ns'))
+  AND (getvariable('until_ns') IS NULL
+       OR epoch_ns(coalesce(r.request_start, r.response_headers, r.first_message, r."end")) < getvariable('until_ns'))
+  AND (getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), r.capture_id))

@@ -1,0 +1,253 @@
+"""The `tailtap` command line.
+
+Exit codes (stable, for scripts):
+  0  success (warnings about the input may have been printed)
+  1  an input could not be read at all (not a capture, empty, missing) or a query failed
+  2  usage error (unknown option, bad value)
+  3  the store cannot be used (not writable, missing for a query)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from telemetry import __version__
+
+EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
+
+app = typer.Typer(
+    name="tailtap",
+    help=(
+        "Passive tail-latency telemetry for gRPC / HTTP/2 inference traffic.\n\n"
+        "Reads packet captures (pcap, pcapng, gzip), reassembles TCP, decodes HTTP/2 and gRPC, "
+        "stores per-request, per-message and network tables as Parquet, and tells why p99 went bad.\n\n"
+        "Exit codes: 0 ok, 1 unreadable input or failed query, 2 usage error, 3 store unusable."
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+class SqlFormat(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class CaptureSide(str, Enum):
+    auto = "auto"
+    server = "server"
+    client = "client"
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"tailtap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+def _ingest_one(args: tuple[str, str, tuple[int, ...], str, bool]):
+    """Worker for parallel ingest (one capture file per process)."""
+    from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.store import Store
+
+    path, store_dir, ports, side, force = args
+    return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force))
+
+
+@app.command()
+def analyze(
+    captures: Annotated[list[Path], typer.Argument(help="Capture files: pcap or pcapng, optionally gzip-compressed.", show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Store folder (Parquet tables, created if missing).")] = Path("store"),
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Report format.")] = Format.table,
+    h2_port: Annotated[list[int] | None, typer.Option("--h2-port", help="Force HTTP/2 decoding on this TCP port (repeatable). Normally detected by itself.")] = None,
+    capture_side: Annotated[CaptureSide, typer.Option("--capture-side", help="Where the capture point sits (auto: from the RTT floors).")] = CaptureSide.auto,
+    force: Annotated[bool, typer.Option("--force", help="Re-ingest captures already in the store (their rows are replaced).")] = False,
+    jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Capture files ingested in parallel.")] = 1,
+    report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
+) -> None:
+    """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
+
+    Re-running on the same file does not duplicate rows (the file's content hash is the key).
+    """
+    from telemetry.ingest import IngestOptions, IngestResult, ingest_file
+    from telemetry.store import Store, StoreError, clean_staging
+
+    store = Store(out)
+    clean_staging(out)
+    ports = tuple(h2_port or ())
+    results: list[IngestResult] = []
+    try:
+        if jobs > 1 and len(captures) > 1:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
+                results = list(pool.map(_ingest_one, args))
+        else:
+            options = IngestOptions(frozenset(ports), capture_side.value, force)
+            total = sum(p.stat().st_size for p in captures if p.is_file())
+            with _progress(total) as progress:
+                task = progress.add_task("reading", total=total or None, packets=0)
+                done = 0
+                for path in captures:
+                    def tick(pos: int, packets: int, base: int = done) -> None:
+                        progress.update(task, completed=base + pos, packets=packets)
+
+                    results.append(ingest_file(path, store, options, tick))
+                    done += path.stat().st_size if path.is_file() else 0
+    except StoreError as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_STORE) from None
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted:[/yellow] nothing of the unfinished capture was stored")
+        raise typer.Exit(130) from None
+
+    failed = 0
+    for r in results:
+        if r.error:
+            failed += 1
+            err.print(f"[red]error:[/red] {r.error}")
+            continue
+        for issue in r.issues:
+            where = f"packet {issue.frame_no}" if issue.frame_no else "file"
+            if issue.byte_offset >= 0:
+                where += f", byte {issue.byte_offset}"
+            err.print(f"[yellow]warning:[/yellow] {r.path}: {where}: {issue.message}")
+        if r.skipped:
+            err.print(f"{r.path}: already in the store (capture {r.capture_id[:12]}), skipped; --force re-ingests")
+        else:
+            err.print(
+                f"{r.path}: {r.packets:,} packets, {r.connections} connections, {r.requests} requests "
+                f"in {r.seconds:.2f} s -> {out}"
+            )
+    if report and failed < len(results):
+        from telemetry.report import analyze_report
+
+        analyze_report(store, fmt.value, console, capture_ids=[r.capture_id for r in results if not r.error])
+    if failed:
+        raise typer.Exit(EXIT_INPUT)
+
+
+def _progress(total: int) -> Progress:
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[packets]:,} packets"),
+        TimeRemainingColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal or total < (8 << 20),
+    )
+
+
+@app.command()
+def sql(
+    query: Annotated[str | None, typer.Argument(help="SQL to run; omitted: an interactive DuckDB prompt with the views defined.")] = None,
+    store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
+    fmt: Annotated[SqlFormat, typer.Option("--format", "-f", help="Output format.")] = SqlFormat.table,
+) -> None:
+    """Run SQL against the store, with every table and every queries/ model defined as a view."""
+    from telemetry import render
+    from telemetry.db import connect
+    from telemetry.store import Store
+
+    if not store_dir.is_dir():
+        err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+        raise typer.Exit(EXIT_STORE)
+    con = connect(Store(store_dir))
+    if query is None:
+        _shell(con)
+        return
+    try:
+        rows = render.rows_of(con, query)
+    except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
+        err.print(f"[red]error:[/red] {str(exc).splitlines()[0]}")
+        raise typer.Exit(EXIT_INPUT) from None
+    render.emit(console, fmt.value, {"result": rows})
+
+
+def _shell(con) -> None:
+    from telemetry import render
+
+    err.print("tailtap SQL shell: views " + ", ".join(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()))
+    err.print("End statements with ';'. Ctrl-D quits.")
+    buf = ""
+    while True:
+        try:
+            line = input("tailtap> " if not buf else "    ...> ")
+        except EOFError:
+            print()
+            return
+        buf += line + "\n"
+        if buf.strip().endswith(";"):
+            try:
+                render.print_tables(console, {"result": render.rows_of(con, buf.strip().rstrip(";"))})
+            except Exception as exc:
+                err.print(f"[red]error:[/red] {str(exc).splitlines()[0]}")
+            buf = ""
+
+
+@app.command()
+def schema(
+    table: Annotated[str | None, typer.Argument(help="Table name; omitted: all tables.")] = None,
+) -> None:
+    """Print the documented columns of the store's tables."""
+    from telemetry.schema import TABLES, describe
+
+    names = [table] if table else list(TABLES)
+    for name in names:
+        if name not in TABLES:
+            err.print(f"[red]error:[/red] unknown table {name!r}; tables: {', '.join(TABLES)}")
+            raise typer.Exit(EXIT_USAGE)
+        console.rule(f"[bold]{name}")
+        for col, typ, doc in describe(name):
+            console.print(f"  [bold]{col}[/bold] ({typ}): {doc}")
+
+
+def _mount_optional() -> None:
+    """Sub-commands whose modules may be absent in a trimmed install."""
+    try:
+        from telemetry.lab.cli import lab_app
+    except ImportError:
+        return
+    app.add_typer(lab_app, name="lab", help="The impairment lab: labelled captures from real gRPC traffic (needs root).")
+
+
+_mount_optional()
+
+
+def main() -> None:
+    try:
+        app()
+    except BrokenPipeError:  # `tailtap ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,121 @@
+"""DuckDB over the Parquet store: base views per table, then the SQL models in queries/.
+
+Each file ``queries/<name>.sql`` is one model: a header comment saying what question it
+answers, an optional ``-- depends_on: a, b`` line naming the views it reads, and one
+SELECT. It becomes the view ``<name>``. Parameters are DuckDB variables read in SQL with
+``getvariable('name')``; :func:`connect` sets them. Python only loads, parameterises and
+renders: the analysis lives in the SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from telemetry.schema import TABLES
+from telemetry.store import Store
+
+QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
+_DEPENDS = re.compile(r"^--\s*depends_on:\s*(.*)$", re.MULTILINE)
+
+# Defaults for the SQL variables (getvariable) the models read.
+DEFAULT_PARAMS: dict[str, object] = {
+    "window_s": 10.0,  # window length for timelines and spikes
+    "baseline_windows": 6,  # trailing windows forming a spike's baseline
+    "spike_factor": 2.0,  # p99 above factor x baseline p99 ...
+    "spike_min_delta_ms": 50.0,  # ... and at least this many ms above it
+    "min_window_requests": 5,  # windows with fewer requests do not make spikes
+    "slo_ttft_ms": None,  # user SLOs (null: p99-based)
+    "slo_latency_ms": None,
+    "slo_gap_ms": None,
+    "since_ns": None,
+    "until_ns": None,
+    "slowest_n": 10,
+    "capture_ids": None,  # list of capture ids the report is limited to (null: all)
+}
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    path: Path
+    sql: str
+    depends_on: tuple[str, ...]
+    doc: str
+
+
+def load_models(folder: Path = QUERIES_DIR) -> list[Model]:
+    """All SQL models, in dependency order."""
+    models: dict[str, Model] = {}
+    for path in sorted(folder.glob("*.sql")):
+        text = path.read_text()
+        deps: list[str] = []
+        for m in _DEPENDS.finditer(text):
+            deps += [d.strip() for d in m.group(1).split(",") if d.strip()]
+        doc_lines = []
+        for line in text.splitlines():
+            if not line.startswith("--"):
+                break
+            if not _DEPENDS.match(line):
+                doc_lines.append(line[2:].strip())
+        body = text.strip().rstrip(";")
+        models[path.stem] = Model(path.stem, path, body, tuple(deps), " ".join(doc_lines).strip())
+    ordered: list[Model] = []
+    seen: set[str] = set()
+
+    def visit(name: str, stack: tuple[str, ...]) -> None:
+        if name in seen or name in TABLES:
+            return
+        if name in stack:
+            raise ValueError(f"queries: dependency cycle {' -> '.join(stack + (name,))}")
+        model = models.get(name)
+        if model is None:
+            raise ValueError(f"queries: {stack[-1]}.sql depends on unknown view {name!r}")
+        for dep in model.depends_on:
+            visit(dep, stack + (name,))
+        seen.add(name)
+        ordered.append(model)
+
+    for name in models:
+        visit(name, ())
+    return ordered
+
+
+def _sql_literal(value: object) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_sql_literal(v) for v in value) + "]"
+    return "'" + str(value).replace("'", "''") + "'"
+
+
+def connect(store: Store, params: dict[str, object] | None = None, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every store table and every model defined as a view."""
+    con = duckdb.connect(database)
+    con.execute("SET TimeZone = 'UTC'")
+    for table, schema in TABLES.items():
+        if store.table_files(table):
+            con.execute(
+                f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date, hour) FROM read_parquet("
+                f"{_sql_literal(store.table_glob(table))}, hive_partitioning = true, union_by_name = true)"
+            )
+        else:  # an empty table of the right types, so every query still runs
+            con.register(f"_empty_{table}", schema.empty_table())
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
+    merged = dict(DEFAULT_PARAMS)
+    merged.update(params or {})
+    for name, value in merged.items():
+        con.execute(f"SET VARIABLE {name} = {_sql_literal(value)}")
+    for model in load_models():
+        try:
+            con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {model.sql}")
+        except duckdb.Error as exc:
+            raise RuntimeError(f"queries/{model.path.name}: {exc}") from exc
+    return con

@@ -1,0 +1,586 @@
+"""Ingest: capture file -> parsers -> Arrow tables -> Parquet store.
+
+This is the only module that opens capture files. It streams a file in chunks through
+the sans-I/O parsers (capture container -> bulk TCP decode -> TCP reassembly/analysis
+-> HTTP/2 / gRPC sessions), joins what they produce (ACK times of response messages,
+client-side estimates, inter-message gaps) and hands Arrow tables to the store. Memory
+stays bounded: rows are drained from the parsers after every batch and written in
+row groups; per-connection state lives only while the connection is open.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from parsers.session import AppSession
+
+from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments, format_addr
+from parsers.records import (
+    DIRECTION_NAMES,
+    MESSAGE_DIRECTION_NAMES,
+    TO_CLIENT,
+    TO_SERVER,
+    ConnectionSummary,
+    DecodeIssue,
+    DecodeStats,
+    H2Event,
+    MessageRecord,
+    PacketBatch,
+    RequestRecord,
+    RttSample,
+    TcpEvent,
+)
+from parsers.tcp import TcpAnalyzer
+from telemetry import __version__
+from telemetry.store import CaptureWriter, Store, table_from_columns
+
+CHUNK_BYTES = 4 << 20
+# Connections idle this long are closed and their rows written (bounded memory).
+IDLE_CLOSE_NS = 120 * 1_000_000_000
+GZIP_MAGIC = b"\x1f\x8b"
+APP_THROTTLE_HTTP = (429, 503)
+APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE
+
+
+@dataclass
+class IngestOptions:
+    h2_ports: frozenset[int] = frozenset()
+    capture_side: str = "auto"  # auto | server | client
+    force: bool = False  # re-ingest even when the capture is already in the store
+
+
+@dataclass
+class IngestResult:
+    path: str
+    capture_id: str = ""
+    skipped: bool = False  # already in the store
+    error: str | None = None  # nothing could be read
+    packets: int = 0
+    bytes: int = 0
+    connections: int = 0
+    requests: int = 0
+    issues: list[DecodeIssue] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class InputError(Exception):
+    """The file cannot be read as a capture; the message names the file and the place."""
+
+
+def capture_id_of(path: Path) -> str:
+    """Content hash of the file as stored on disk (the idempotency key)."""
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _open(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rb"), True
+    return open(path, "rb"), False
+
+
+ProgressFn = Callable[[int, int], None]  # (bytes read of the file on disk, packets)
+
+
+def ingest_file(
+    path: str | os.PathLike[str],
+    store: Store,
+    options: IngestOptions | None = None,
+    progress: ProgressFn | None = None,
+) -> IngestResult:
+    options = options or IngestOptions()
+    path = Path(path)
+    result = IngestResult(path=str(path))
+    started = time.perf_counter()
+    if not path.exists():
+        result.error = f"{path}: no such file"
+        return result
+    if path.is_dir():
+        result.error = f"{path}: is a folder, not a capture file"
+        return result
+    if path.stat().st_size == 0:
+        result.error = f"{path}: empty file, not a capture"
+        return result
+    result.capture_id = capture_id_of(path)
+    if store.has_capture(result.capture_id) and not options.force:
+        result.skipped = True
+        return result
+    writer = store.writer(result.capture_id)
+    try:
+        pipeline = CapturePipeline(result.capture_id, writer, options)
+        _stream(path, pipeline, result, progress)
+        if result.error:
+            writer.abort()
+            return result
+        pipeline.finish()
+        result.packets = pipeline.stats.packets
+        result.bytes = pipeline.stats.bytes
+        result.connections = pipeline.connections_written
+        result.requests = pipeline.requests_written
+        result.issues = pipeline.issues
+        writer.commit(pipeline.capture_row(path, result))
+    except BaseException:
+        writer.abort()
+        raise
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> None:
+    fh, compressed = _open(path)
+    pipeline.compressed = compressed
+    decoder = pipeline.decoder
+    raw = fh.fileobj if compressed else fh  # on-disk position for progress
+    try:
+        while True:
+            try:
+                chunk = fh.read(CHUNK_BYTES)
+            except (OSError, EOFError) as exc:  # corrupt or truncated gzip stream
+                pipeline.issues.append(
+                    DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
+                )
+                break
+            if not chunk:
+                break
+            try:
+                batches = decoder.feed(chunk)
+            except CaptureFormatError as exc:
+                result.error = f"{path}: {exc}"
+                return
+            for batch in batches:
+                pipeline.process(batch)
+            if progress is not None:
+                progress(raw.tell(), decoder.packets_read)
+        try:
+            for batch in decoder.close():
+                pipeline.process(batch)
+        except CaptureFormatError as exc:
+            result.error = f"{path}: {exc}"
+            return
+    finally:
+        fh.close()
+    if decoder.packets_read == 0 and not result.error:
+        fatal = [i for i in decoder.issues if i.fatal]
+        reason = fatal[0].message if fatal else "no packets"
+        result.error = f"{path}: nothing could be read ({reason})"
+
+
+@dataclass
+class _PendingMessage:
+    record: MessageRecord
+    gap_ms: float | None
+    acked_ts: int | None = None
+
+
+@dataclass
+class _ConnRows:
+    """Rows of one connection not yet handed to the writer."""
+
+    tcp_events: list[TcpEvent] = field(default_factory=list)
+    rtt: list[RttSample] = field(default_factory=list)
+    h2: list[H2Event] = field(default_factory=list)
+    messages: list[_PendingMessage] = field(default_factory=list)
+    requests: list[tuple] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tcp_events) + len(self.rtt) + len(self.h2) + len(self.messages) + len(self.requests)
+
+
+@dataclass
+class _Conn:
+    key: int
+    session: AppSession | None = None
+    rows: _ConnRows = field(default_factory=_ConnRows)
+    # per session-oriented direction: messages waiting for the ACK that covers them
+    pending: tuple[list[_PendingMessage], list[_PendingMessage]] = field(default_factory=lambda: ([], []))
+    pending_requests: list[RequestRecord] = field(default_factory=list)
+    response_times: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
+    last_msg_ts: dict[tuple[int, int], int] = field(default_factory=dict)
+    # RTT sample values per TCP direction (for the connection's min/p50/p99)
+    rtt_values: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    requests: int = 0
+
+    @property
+    def flip(self) -> int:
+        return int(self.session.flipped) if self.session is not None else 0
+
+    def rtt_floor_ms(self, tcp_direction: int) -> float | None:
+        vals = self.rtt_values[tcp_direction]
+        return min(vals) if vals else None
+
+
+FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+
+
+class CapturePipeline:
+    """Drives the parsers for one capture and hands rows to the writer."""
+
+    def __init__(self, capture_id: str, writer: CaptureWriter, options: IngestOptions) -> None:
+        self.capture_id = capture_id
+        self.writer = writer
+        self.options = options
+        self.decoder = CaptureDecoder()
+        self.stats = DecodeStats()
+        self.issues: list[DecodeIssue] = []
+        self.tcp = TcpAnalyzer()
+        self.conns: dict[int, _Conn] = {}
+        self.compressed = False
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+        self.connections_written = 0
+        self.requests_written = 0
+
+    def _conn(self, key: int) -> _Conn:
+        conn = self.conns.get(key)
+        if conn is None:
+            conn = self.conns[key] = _Conn(key)
+        return conn
+
+    # -- per batch -------------------------------------------------------------------
+    def process(self, batch: PacketBatch) -> None:
+        if len(batch) == 0:
+            return
+        if self.first_ts is None:
+            self.first_ts = int(batch.ts_ns[0])
+        self.last_ts = int(batch.ts_ns[-1])
+        segments = decode_segments(batch, self.stats, self.issues)
+        for chunk in self.tcp.feed(segments):
+            conn = self._conn(chunk.conn_key)
+            if conn.session is None:
+                client_port, server_port = self.tcp.connection_info(chunk.conn_key)
+                force = bool(self.options.h2_ports & {client_port, server_port})
+                conn.session = AppSession(chunk.conn_key, client_port, server_port, force_h2=force)
+            conn.session.feed(chunk)
+        events, samples = self.tcp.take_events()
+        for ev in events:
+            self._conn(ev.conn_key).rows.tcp_events.append(ev)
+        for s in samples:
+            conn = self._conn(s.conn_key)
+            conn.rows.rtt.append(s)
+            conn.rtt_values[s.direction].append(s.rtt_ms)
+        for conn in self.conns.values():
+            if conn.session is not None:
+                requests, messages, h2_events = conn.session.take_records()
+                self._take(conn, requests, messages, h2_events)
+                self._resolve_acks(conn, None)
+        for summary in self.tcp.take_closed(IDLE_CLOSE_NS):
+            self._close(summary)
+
+    def _take(self, conn: _Conn, requests, messages, h2_events) -> None:
+        conn.rows.h2.extend(h2_events)
+        for m in messages:
+            stream_dir = (m.stream_id, m.direction)
+            prev = conn.last_msg_ts.get(stream_dir)
+            conn.last_msg_ts[stream_dir] = m.ts_ns
+            gap = None if prev is None else (m.ts_ns - prev) / 1e6
+            conn.pending[m.direction].append(_PendingMessage(m, gap))
+            if m.direction == TO_CLIENT:
+                conn.response_times[m.stream_id].append(m.ts_ns)
+        conn.pending_requests.extend(requests)
+
+    # -- ACK times ---------------------------------------------------------------------
+    def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
+        """(ts, acked offset) of the far end's ACKs for one session-oriented direction."""
+        tcp_dir = session_dir ^ conn.flip
+        if summary is not None:
+            return summary.ack_progress[tcp_dir] if summary.ack_progress is not None else None
+        return self.tcp.ack_progress(conn.key, tcp_dir)
+
+    def _resolve_acks(self, conn: _Conn, summary: ConnectionSummary | None) -> None:
+        """Give messages their ACK time; hand over those resolved (all, at close)."""
+        final = summary is not None
+        for session_dir in (TO_SERVER, TO_CLIENT):
+            pending = conn.pending[session_dir]
+            if not pending:
+                continue
+            arrays = self._ack_arrays(conn, session_dir, summary)
+            if arrays is not None and len(arrays[0]):
+                ack_ts, ack_off = arrays
+                offsets = np.fromiter((p.record.end_offset for p in pending), dtype=np.int64, count=len(pending))
+                idx = np.searchsorted(ack_off, offsets, side="left")
+                for p, i in zip(pending, idx.tolist(), strict=True):
+                    if i < len(ack_ts):
+                        p.acked_ts = int(ack_ts[i])
+            if final:
+                conn.rows.messages.extend(pending)
+                conn.pending[session_dir].clear()
+                continue
+            # messages complete in offset order: the resolved ones form a prefix
+            n_done = 0
+            while n_done < len(pending) and pending[n_done].acked_ts is not None:
+                n_done += 1
+            if n_done:
+                conn.rows.messages.extend(pending[:n_done])
+                del pending[:n_done]
+                below = pending[0].record.end_offset if pending else conn.rows.messages[-1].record.end_offset
+                self.tcp.prune_acks(conn.key, session_dir ^ conn.flip, below)
+        ready, waiting = [], []
+        for r in conn.pending_requests:
+            (ready if final or self._acked_through(conn, r.end_offset) else waiting).append(r)
+        conn.pending_requests = waiting
+        for r in ready:
+            times = conn.response_times.pop(r.stream_id, [])
+            first_acked = self._acked_at(conn, r.first_message_end_offset, summary)
+            end_acked = self._acked_at(conn, r.end_offset, summary)
+            floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip)
+            conn.rows.requests.append((r, times, first_acked, end_acked, floor))
+            conn.requests += 1
+
+    def _acked_through(self, conn: _Conn, offset: int | None) -> bool:
+        if offset is None:
+            return True
+        arrays = self._ack_arrays(conn, TO_CLIENT, None)
+        return arrays is not None and len(arrays[1]) > 0 and int(arrays[1][-1]) >= offset
+
+    def _acked_at(self, conn: _Conn, offset: int | None, summary: ConnectionSummary | None) -> int | None:
+        if offset is None:
+            return None
+        arrays = self._ack_arrays(conn, TO_CLIENT, summary)
+        if arrays is None or not len(arrays[0]):
+            return None
+        i = int(np.searchsorted(arrays[1], offset, side="left"))
+        return int(arrays[0][i]) if i < len(arrays[0]) else None
+
+    # -- connection end ----------------------------------------------------------------
+    def _close(self, summary: ConnectionSummary) -> None:
+        conn = self.conns.pop(summary.conn_key, None) or _Conn(summary.conn_key)
+        protocol = "unknown"
+        if conn.session is not None:
+            result = conn.session.finish(summary.end_ns)
+            protocol = result.protocol
+            self.issues.extend(result.issues)
+            self._take(conn, result.requests, result.messages, result.h2_events)
+        self._resolve_acks(conn, summary)
+        if conn.flip:
+            summary = flip_summary(summary)
+        self._write_rows(conn, summary)
+        self._write_connection(conn, summary, protocol)
+
+    def finish(self) -> None:
+        for summary in self.tcp.finish():
+            self._close(summary)
+        self.issues.extend(self.decoder.issues)
+        if self.stats.ip_fragments:
+            self.issues.append(
+                DecodeIssue("ip_fragment", 0, f"{self.stats.ip_fragments} IP fragments seen (counted, not reassembled)")
+            )
+
+    # -- rows ---------------------------------------------------------------------------
+    def _write_rows(self, conn: _Conn, summary: ConnectionSummary) -> None:
+        rows, cid, flip = conn.rows, summary.conn_id, conn.flip
+
+        def base(count: int) -> dict[str, list]:
+            return {"capture_id": [self.capture_id] * count, "conn_id": [cid] * count}
+
+        if rows.tcp_events:
+            ev = rows.tcp_events
+            self.writer.append("tcp_events", table_from_columns("tcp_events", {
+                **base(len(ev)),
+                "ts": [e.ts_ns for e in ev],
+                "direction": [DIRECTION_NAMES[e.direction ^ flip] for e in ev],
+                "kind": [e.kind for e in ev],
+                "seq": [e.seq for e in ev],
+                "bytes": [e.bytes for e in ev],
+                "frame_no": [e.frame_no for e in ev],
+                "recovery_ms": [e.recovery_ms for e in ev],
+                "burst_id": [e.burst_id for e in ev],
+            }))
+        if rows.rtt:
+            rs = rows.rtt
+            self.writer.append("rtt_samples", table_from_columns("rtt_samples", {
+                **base(len(rs)),
+                "ts": [s.ts_ns for s in rs],
+                "direction": [DIRECTION_NAMES[s.direction ^ flip] for s in rs],
+                "rtt_ms": [s.rtt_ms for s in rs],
+                "source": [s.source for s in rs],
+            }))
+        if rows.h2:
+            h2 = rows.h2
+            self.writer.append("h2_events", table_from_columns("h2_events", {
+                **base(len(h2)),
+                "ts": [e.ts_ns for e in h2],
+                "stream_id": [e.stream_id for e in h2],
+                "direction": [DIRECTION_NAMES[e.direction] for e in h2],
+                "kind": [e.kind for e in h2],
+                "value": [e.value for e in h2],
+                "detail": [e.detail for e in h2],
+                "duration_ms": [e.duration_ms for e in h2],
+            }))
+        if rows.messages:
+            ms = rows.messages
+            self.writer.append("messages", table_from_columns("messages", {
+                **base(len(ms)),
+                "stream_id": [p.record.stream_id for p in ms],
+                "direction": [MESSAGE_DIRECTION_NAMES[p.record.direction] for p in ms],
+                "index": [p.record.index for p in ms],
+                "ts": [p.record.ts_ns for p in ms],
+                "acked_ts": [p.acked_ts for p in ms],
+                "size": [p.record.size for p in ms],
+                "compressed": [p.record.compressed for p in ms],
+                "gap_ms": [p.gap_ms for p in ms],
+            }))
+        if rows.requests:
+            self.writer.append("requests", self._requests_table(summary, rows.requests))
+            self.requests_written += len(rows.requests)
+        conn.rows = _ConnRows()
+
+    def _requests_table(self, summary: ConnectionSummary, rows: list) -> pa.Table:
+        cols: dict[str, list] = defaultdict(list)
+        for r, times, first_acked, end_acked, floor_ms in rows:
+            for name in _REQUEST_PASSTHROUGH:
+                cols[name].append(getattr(r, name))
+            cols["app_throttled"].append(
+                (r.http_status in APP_THROTTLE_HTTP) or (r.grpc_status in APP_THROTTLE_GRPC)
+            )
+            start = r.request_start
+            ttft_from = r.request_end if r.request_end is not None else start
+            last = r.end if r.end is not None else r.last_message
+            cols["ttft_ms"].append(_ms(ttft_from, r.first_message))
+            cols["latency_ms"].append(_ms(start, last))
+            gaps = np.diff(np.asarray(times, dtype=np.int64)) / 1e6 if len(times) > 1 else None
+            cols["gap_p50_ms"].append(float(np.percentile(gaps, 50)) if gaps is not None else None)
+            cols["gap_p99_ms"].append(float(np.percentile(gaps, 99)) if gaps is not None else None)
+            cols["max_gap_ms"].append(float(gaps.max()) if gaps is not None else None)
+            cols["first_message_acked"].append(first_acked)
+            cols["end_acked"].append(end_acked)
+            # Client-side estimates. The client sent the request half an RTT (capture point
+            # <-> client, at its floor) before the capture saw it, and received each response
+            # half an RTT before its ACK reached the capture point: the two shifts cancel in
+            # (ACK time - request time). Without an ACK the response is assumed to reach the
+            # client half an RTT after the capture point: + one RTT floor in all.
+            floor = floor_ms or 0.0
+            cols["ttft_client_est_ms"].append(_client_est(ttft_from, r.first_message, first_acked, floor))
+            cols["latency_client_est_ms"].append(_client_est(start, last, end_acked, floor))
+        n = len(rows)
+        cols.update(
+            capture_id=[self.capture_id] * n,
+            conn_id=[summary.conn_id] * n,
+            client_addr=[summary.client_addr] * n,
+            client_port=[summary.client_port] * n,
+            server_addr=[summary.server_addr] * n,
+            server_port=[summary.server_port] * n,
+        )
+        return table_from_columns("requests", cols)
+
+    def _write_connection(self, conn: _Conn, s: ConnectionSummary, protocol: str) -> None:
+        cols: dict[str, list] = {
+            "capture_id": [self.capture_id],
+            "conn_id": [s.conn_id],
+            "client_addr": [s.client_addr],
+            "client_port": [s.client_port],
+            "server_addr": [s.server_addr],
+            "server_port": [s.server_port],
+            "client_known": [s.client_known],
+            "ip_version": [s.ip_version],
+            "start": [s.start_ns],
+            "end": [s.end_ns],
+            "duration_ms": [(s.end_ns - s.start_ns) / 1e6],
+            "packets_to_server": [s.packets[0]],
+            "packets_to_client": [s.packets[1]],
+            "bytes_to_server": [s.bytes[0]],
+            "bytes_to_client": [s.bytes[1]],
+            "syn_seen": [s.syn_seen],
+            "handshake_rtt_ms": [s.handshake_rtt_ms],
+            "retransmissions_to_server": [s.retransmissions[0]],
+            "retransmissions_to_client": [s.retransmissions[1]],
+            "loss_bursts_to_server": [s.loss_bursts[0]],
+            "loss_bursts_to_client": [s.loss_bursts[1]],
+            "longest_loss_burst": [s.longest_loss_burst],
+            "out_of_order_to_server": [s.out_of_order[0]],
+            "out_of_order_to_client": [s.out_of_order[1]],
+            "zero_windows_to_server": [s.zero_windows[0]],
+            "zero_windows_to_client": [s.zero_windows[1]],
+            "capture_loss_bytes": [sum(s.capture_loss_bytes)],
+            "protocol": [protocol],
+            "requests": [conn.requests],
+            "history": [s.history],
+        }
+        floors = {}
+        for tcp_dir in (TO_SERVER, TO_CLIENT):
+            name = DIRECTION_NAMES[tcp_dir ^ conn.flip]
+            vals = np.asarray(conn.rtt_values[tcp_dir], dtype=float)
+            for stat, q in (("min", 0), ("p50", 50), ("p99", 99)):
+                cols[f"rtt_{stat}_ms_{name}"] = [float(np.percentile(vals, q)) if len(vals) else None]
+            floors[name] = float(vals.min()) if len(vals) else None
+        cols["capture_side"] = [capture_side(floors["to_server"], floors["to_client"])]
+        self.writer.append("connections", table_from_columns("connections", cols))
+        self.connections_written += 1
+
+    def capture_row(self, path: Path, result: IngestResult) -> pa.Table:
+        st = self.stats
+        return table_from_columns("captures", {
+            "capture_id": [self.capture_id],
+            "path": [str(path)],
+            "format": [self.decoder.format],
+            "compressed": [self.compressed],
+            "link_types": [",".join(f"{k}:{v}" for k, v in sorted(st.linktypes.items()))],
+            "packets": [st.packets],
+            "bytes": [st.bytes],
+            "tcp_packets": [st.tcp],
+            "ip_fragments": [st.ip_fragments],
+            "truncated_packets": [st.truncated],
+            "undecodable_packets": [st.unknown_linktype + st.malformed],
+            "first_ts": [self.first_ts],
+            "last_ts": [self.last_ts],
+            "kernel_drops": [getattr(self.decoder, "kernel_drops", None)],
+            "issues": [len(self.issues)],
+            "connections": [self.connections_written],
+            "requests": [self.requests_written],
+            "parser_version": [__version__],
+            "ingest_time": [time.time_ns()],
+        })
+
+
+_REQUEST_PASSTHROUGH = (
+    "stream_id", "protocol", "method", "path", "authority", "content_type", "user_agent", "kind",
+    "request_start", "request_end", "response_headers", "first_message", "last_message", "end",
+    "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
+    "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
+    "headers_known",
+)
+
+
+def _client_est(start: int | None, seen: int | None, acked: int | None, floor_ms: float) -> float | None:
+    if acked is not None:
+        return _ms(start, acked)
+    base = _ms(start, seen)
+    return None if base is None else base + floor_ms
+
+
+def _ms(a: int | None, b: int | None) -> float | None:
+    if a is None or b is None:
+        return None
+    return (b - a) / 1e6
+
+
+def capture_side(floor_to_server_ms: float | None, floor_to_client_ms: float | None) -> str:
+    """Which end the capture point sits near, from the two RTT floors."""
+    if floor_to_server_ms is None or floor_to_client_ms is None:
+        return "unknown"
+    lo, hi = sorted((floor_to_server_ms, floor_to_client_ms))
+    if hi <= 0 or lo > 0.25 * hi:
+        return "middle"
+    return "server" if floor_to_server_ms < floor_to_client_ms else "client"
+
+
+def flip_summary(s: ConnectionSummary) -> ConnectionSummary:
+    from parsers.tcp import flip_summary as _flip
+
+    return _flip(s)
+
+
+__all__ = ["IngestOptions", "IngestResult", "InputError", "ingest_file", "capture_side", "format_addr"]

@@ -1,0 +1,115 @@
+"""Rendering query results for people (terminal tables, Markdown) and scripts (JSON, CSV).
+
+Knows nothing of what the rows mean: it formats named sections of rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+Rows = list[dict[str, Any]]
+FORMATS = ("table", "json", "markdown", "csv")
+
+
+def rows_of(con, sql: str, params: Sequence[object] | None = None) -> Rows:
+    cur = con.execute(sql, params or [])
+    names = [d[0] for d in cur.description]
+    return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dt.datetime):
+        return value.astimezone(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+    if isinstance(value, float):
+        return None if math.isnan(value) else round(value, 3)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _cell(value: Any) -> str:
+    value = _plain(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.1f}" if abs(value) >= 100 else f"{value:.2f}"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def to_json(sections: dict[str, Any]) -> str:
+    return json.dumps(_plain(sections), indent=2, default=str)
+
+
+def to_markdown(sections: dict[str, Rows | str], title: str | None = None) -> str:
+    out = io.StringIO()
+    if title:
+        out.write(f"# {title}\n\n")
+    for name, rows in sections.items():
+        out.write(f"## {name.replace('_', ' ')}\n\n")
+        if isinstance(rows, str):
+            out.write(rows + "\n\n")
+            continue
+        if not rows:
+            out.write("(none)\n\n")
+            continue
+        cols = list(rows[0])
+        out.write("| " + " | ".join(cols) + " |\n")
+        out.write("|" + "---|" * len(cols) + "\n")
+        for row in rows:
+            out.write("| " + " | ".join(_cell(row[c]).replace("|", "\\|") for c in cols) + " |\n")
+        out.write("\n")
+    return out.getvalue()
+
+
+def to_csv(rows: Rows) -> str:
+    out = io.StringIO()
+    if rows:
+        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: _plain(v) for k, v in row.items()})
+    return out.getvalue()
+
+
+def print_tables(console: Console, sections: dict[str, Rows | str], title: str | None = None) -> None:
+    if title:
+        console.rule(f"[bold]{title}")
+    for name, rows in sections.items():
+        if isinstance(rows, str):
+            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {rows}")
+            continue
+        table = Table(title=name.replace("_", " "), title_justify="left", show_lines=False)
+        if not rows:
+            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: (none)")
+            continue
+        for col in rows[0]:
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(v) for v in row.values()))
+        console.print(table)
+
+
+def emit(console: Console, fmt: str, sections: dict[str, Rows | str], title: str | None = None) -> None:
+    if fmt == "json":
+        console.print_json(to_json(sections)) if console.is_terminal else print(to_json(sections))
+    elif fmt == "markdown":
+        print(to_markdown(sections, title))
+    elif fmt == "csv":
+        for rows in sections.values():
+            if not isinstance(rows, str):
+                print(to_csv(rows), end="")
+    else:
+        print_tables(console, sections, title)

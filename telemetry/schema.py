@@ -1,0 +1,230 @@
+"""The tables of the tailtap store: every column of every table, documented here.
+
+This is the one schema module (Zeek-style logs): the store writes exactly these
+columns, the DuckDB views read them, and `tailtap schema` prints this documentation.
+
+Conventions
+-----------
+* Times are ``timestamp[ns, UTC]`` (null when the event was not seen in the capture).
+* Durations carry their unit in the name (``ttft_ms``, ``recovery_ms``) and are float ms.
+* Directions: ``to_server`` / ``to_client`` for TCP-level rows, ``request`` / ``response``
+  for messages; the client is whoever opened the connection (SYN sender), or the HTTP/2
+  preface sender when the SYN was not captured (``client_known`` says which).
+* Every table carries ``capture_id`` (the content hash of the capture file it came from,
+  the idempotency key) and the Hive partition columns ``date`` (YYYY-MM-DD, UTC) and
+  ``hour`` (00-23) taken from the row's main time column (``PARTITION_TIME``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+TS = pa.timestamp("ns", tz="UTC")
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+
+
+def _table(*cols: Column) -> pa.Schema:
+    return pa.schema(
+        [pa.field(c.name, c.type, metadata={"doc": c.doc}) for c in cols]
+    )
+
+
+C = Column
+_CAPTURE_ID = C("capture_id", pa.string(), "Content hash (blake2b-128 hex) of the capture file the row came from.")
+_CONN_ID = C("conn_id", pa.string(), "Stable connection id: 'C' + hash of the 4-tuple and first packet time.")
+
+CAPTURES = _table(
+    _CAPTURE_ID,
+    C("path", pa.string(), "Path of the capture file as given to `tailtap analyze`."),
+    C("format", pa.string(), "Container format: pcap or pcapng (gzip-compressed files are unwrapped first)."),
+    C("compressed", pa.bool_(), "True when the file was gzip-compressed."),
+    C("link_types", pa.string(), "Link types seen, as 'LINKTYPE:packets' pairs separated by commas."),
+    C("packets", pa.int64(), "Packets read."),
+    C("bytes", pa.int64(), "Captured bytes of those packets."),
+    C("tcp_packets", pa.int64(), "Packets that decoded as TCP."),
+    C("ip_fragments", pa.int64(), "IP fragments seen (counted, not reassembled)."),
+    C("truncated_packets", pa.int64(), "Packets cut by the snaplen inside their headers."),
+    C("undecodable_packets", pa.int64(), "Packets of unknown link types or malformed headers."),
+    C("first_ts", TS, "Time of the first packet."),
+    C("last_ts", TS, "Time of the last packet."),
+    C("kernel_drops", pa.int64(), "Packets the capturing kernel reported dropped (pcapng ISB), null when unknown."),
+    C("issues", pa.int64(), "Problems found in the file (truncated record, bad block, resyncs...); see the warnings printed."),
+    C("connections", pa.int64(), "TCP connections found."),
+    C("requests", pa.int64(), "HTTP requests (HTTP/2 streams and HTTP/1.1 exchanges) found."),
+    C("parser_version", pa.string(), "tailtap version that wrote the rows."),
+    C("ingest_time", TS, "When the capture was ingested."),
+)
+
+CONNECTIONS = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("client_addr", pa.string(), "Client IP address (opened the connection or sent the HTTP/2 preface)."),
+    C("client_port", pa.int32(), "Client TCP port."),
+    C("server_addr", pa.string(), "Server IP address."),
+    C("server_port", pa.int32(), "Server TCP port."),
+    C("client_known", pa.bool_(), "True when the SYN or the HTTP/2 preface showed who the client is; false when guessed from ports."),
+    C("ip_version", pa.int8(), "4 or 6."),
+    C("start", TS, "First packet of the connection in the capture."),
+    C("end", TS, "Last packet of the connection in the capture."),
+    C("duration_ms", pa.float64(), "end - start in ms."),
+    C("packets_to_server", pa.int64(), "Packets client -> server."),
+    C("packets_to_client", pa.int64(), "Packets server -> client."),
+    C("bytes_to_server", pa.int64(), "TCP payload bytes client -> server (each byte once)."),
+    C("bytes_to_client", pa.int64(), "TCP payload bytes server -> client (each byte once)."),
+    C("syn_seen", pa.bool_(), "The three-way handshake was captured."),
+    C("handshake_rtt_ms", pa.float64(), "SYN -> ACK of the handshake, ms (null without handshake)."),
+    C("rtt_min_ms_to_server", pa.float64(), "Min RTT of samples on client->server data (capture point <-> server path), ms."),
+    C("rtt_p50_ms_to_server", pa.float64(), "Median of those samples, ms."),
+    C("rtt_p99_ms_to_server", pa.float64(), "99th percentile of those samples, ms."),
+    C("rtt_min_ms_to_client", pa.float64(), "Min RTT of samples on server->client data (capture point <-> client path), ms."),
+    C("rtt_p50_ms_to_client", pa.float64(), "Median of those samples, ms."),
+    C("rtt_p99_ms_to_client", pa.float64(), "99th percentile of those samples, ms."),
+    C("capture_side", pa.string(), "Which end the capture point is near: 'server', 'client' or 'middle'/'unknown' (from the two RTT floors)."),
+    C("retransmissions_to_server", pa.int64(), "Retransmitted segments client -> server."),
+    C("retransmissions_to_client", pa.int64(), "Retransmitted segments server -> client."),
+    C("loss_bursts_to_server", pa.int64(), "Loss bursts (runs of consecutive lost segments) client -> server."),
+    C("loss_bursts_to_client", pa.int64(), "Loss bursts server -> client."),
+    C("longest_loss_burst", pa.int64(), "Segments in the longest loss burst, either direction."),
+    C("out_of_order_to_server", pa.int64(), "Segments that arrived late without being retransmissions, client -> server."),
+    C("out_of_order_to_client", pa.int64(), "Same, server -> client."),
+    C("zero_windows_to_server", pa.int64(), "Zero-window advertisements by the server (client -> server data blocked)."),
+    C("zero_windows_to_client", pa.int64(), "Zero-window advertisements by the client (server -> client data blocked)."),
+    C("capture_loss_bytes", pa.int64(), "Bytes the peers acknowledged that the capture never saw (capture loss, not network loss)."),
+    C("protocol", pa.string(), "Application protocol: h2c, h2-tls, http1, tls or unknown."),
+    C("requests", pa.int64(), "Requests (HTTP/2 streams / HTTP/1.1 exchanges) on the connection."),
+    C("history", pa.string(), "Compact history of what happened (Zeek-like letters, upper case = client; see parsers.tcp)."),
+)
+
+REQUESTS = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("stream_id", pa.int64(), "HTTP/2 stream id (HTTP/1.1: exchange index on the connection, from 1)."),
+    C("client_addr", pa.string(), "Client IP address."),
+    C("client_port", pa.int32(), "Client TCP port."),
+    C("server_addr", pa.string(), "Server IP address."),
+    C("server_port", pa.int32(), "Server TCP port."),
+    C("protocol", pa.string(), "h2 or http1."),
+    C("method", pa.string(), ":method (null when HPACK context was missing)."),
+    C("path", pa.string(), ":path; for gRPC /package.Service/Method."),
+    C("authority", pa.string(), ":authority (or Host)."),
+    C("content_type", pa.string(), "Request content-type."),
+    C("user_agent", pa.string(), "Request user-agent."),
+    C("kind", pa.string(), "unary, server_stream, client_stream, bidi (gRPC, from what was observed), sse, http, or unknown."),
+    C("request_start", TS, "First client HEADERS frame (HTTP/1.1: request head)."),
+    C("request_end", TS, "Client END_STREAM (last request byte)."),
+    C("response_headers", TS, "Server response HEADERS."),
+    C("first_message", TS, "First response message (gRPC message / SSE event / DATA frame): time-to-first-token point."),
+    C("last_message", TS, "Last response message."),
+    C("end", TS, "Server END_STREAM (trailers) or RST_STREAM."),
+    C("http_status", pa.int32(), ":status."),
+    C("grpc_status", pa.int32(), "grpc-status from trailers (or Trailers-Only)."),
+    C("grpc_message", pa.string(), "grpc-message."),
+    C("grpc_encoding", pa.string(), "grpc-encoding of the response."),
+    C("request_messages", pa.int64(), "Request messages (gRPC) / DATA frames."),
+    C("response_messages", pa.int64(), "Response messages: gRPC messages, SSE events, or DATA frames for plain HTTP."),
+    C("request_bytes", pa.int64(), "Request body bytes (DATA payload, padding excluded)."),
+    C("response_bytes", pa.int64(), "Response body bytes."),
+    C("reset_code", pa.int64(), "RST_STREAM error code when the stream was reset."),
+    C("trailers_only", pa.bool_(), "The response was a gRPC Trailers-Only response."),
+    C("headers_known", pa.bool_(), "False when HPACK context was missing (capture started mid-connection): some header values are unknown, timings are intact."),
+    C("app_throttled", pa.bool_(), "HTTP 429/503 or grpc-status RESOURCE_EXHAUSTED (8) / UNAVAILABLE (14)."),
+    C("ttft_ms", pa.float64(), "Time to first token: request_end (or request_start) -> first_message, ms, at the capture point."),
+    C("latency_ms", pa.float64(), "request_start -> end (or last seen response byte when end is missing), ms."),
+    C("gap_p50_ms", pa.float64(), "Median gap between consecutive response messages, ms."),
+    C("gap_p99_ms", pa.float64(), "99th percentile of those gaps, ms."),
+    C("max_gap_ms", pa.float64(), "Largest gap between consecutive response messages, ms."),
+    C("first_message_acked", TS, "When the client's ACK covering the first response message's last byte was seen."),
+    C("end_acked", TS, "When the client's ACK covering the response's last byte was seen."),
+    C("ttft_client_est_ms", pa.float64(), "Client-side TTFT estimate: from ACK times, corrected by the capture-point-to-client half RTT floor, ms."),
+    C("latency_client_est_ms", pa.float64(), "Client-side latency estimate (same method), ms."),
+)
+
+MESSAGES = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("stream_id", pa.int64(), "HTTP/2 stream id."),
+    C("direction", pa.string(), "request (client -> server) or response."),
+    C("index", pa.int64(), "0-based message index within the stream and direction."),
+    C("ts", TS, "Capture time of the packet that completed the message (its last byte)."),
+    C("acked_ts", TS, "When the receiver's ACK covering its last byte was seen (null if never)."),
+    C("size", pa.int64(), "Message payload bytes (without the 5-byte gRPC prefix)."),
+    C("compressed", pa.bool_(), "gRPC compressed flag."),
+    C("gap_ms", pa.float64(), "Time since the previous message of the same stream and direction, ms (null for the first)."),
+)
+
+TCP_EVENTS = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("ts", TS, "Capture time of the packet that showed the event."),
+    C("direction", pa.string(), "to_server or to_client: direction of the data concerned (for ACK-side events such as dup_ack, the data being acknowledged)."),
+    C("kind", pa.string(), "retransmission, fast_retransmission, rto_retransmission, spurious_retransmission, out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss."),
+    C("seq", pa.int64(), "Relative sequence number (0 = first payload byte of that direction)."),
+    C("bytes", pa.int64(), "Payload bytes concerned."),
+    C("frame_no", pa.int64(), "Packet number in the capture file (1-based), to find it in Wireshark."),
+    C("recovery_ms", pa.float64(), "For loss events: time from the hole first seen (or original send) to the segment that filled it, ms."),
+    C("burst_id", pa.int64(), "Loss burst the event belongs to (consecutive lost segments of one direction)."),
+)
+
+RTT_SAMPLES = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("ts", TS, "Time of the packet that completed the sample (the ACK / echo)."),
+    C("direction", pa.string(), "Direction of the data whose acknowledgement gave the sample: to_server samples measure capture point <-> server, to_client capture point <-> client."),
+    C("rtt_ms", pa.float64(), "Round-trip time, ms."),
+    C("source", pa.string(), "handshake, data_ack (Karn's rule) or tsecr (TCP timestamp echo)."),
+)
+
+H2_EVENTS = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("ts", TS, "Capture time of the frame."),
+    C("stream_id", pa.int64(), "Stream id (0 for the connection)."),
+    C("direction", pa.string(), "to_server or to_client: who sent the frame."),
+    C("kind", pa.string(), "settings, window_update, rst_stream, goaway, ping, flow_control_blocked, headers_unknown, max_concurrent_streams, resync, push_promise, priority."),
+    C("value", pa.int64(), "Kind-specific value: increment, error code, stream id, bytes skipped..."),
+    C("detail", pa.string(), "Kind-specific text (settings values, GOAWAY last stream id...)."),
+    C("duration_ms", pa.float64(), "For flow_control_blocked: how long the sender stayed blocked, ms."),
+)
+
+TABLES: dict[str, pa.Schema] = {
+    "captures": CAPTURES,
+    "connections": CONNECTIONS,
+    "requests": REQUESTS,
+    "messages": MESSAGES,
+    "tcp_events": TCP_EVENTS,
+    "rtt_samples": RTT_SAMPLES,
+    "h2_events": H2_EVENTS,
+}
+
+# The time column each table is Hive-partitioned by (date=YYYY-MM-DD/hour=HH).
+PARTITION_TIME: dict[str, str] = {
+    "captures": "first_ts",
+    "connections": "start",
+    "requests": "request_start",
+    "messages": "ts",
+    "tcp_events": "ts",
+    "rtt_samples": "ts",
+    "h2_events": "ts",
+}
+
+# Rows whose partition time is null (e.g. a request whose HEADERS were never seen)
+# fall back to these columns, in order.
+PARTITION_FALLBACK: dict[str, tuple[str, ...]] = {
+    "requests": ("response_headers", "first_message", "end"),
+    "connections": ("end",),
+    "captures": ("ingest_time",),
+}
+
+
+def describe(table: str) -> list[tuple[str, str, str]]:
+    """(column, type, doc) rows of a table, for `tailtap schema` and the README."""
+    schema = TABLES[table]
+    return [(f.name, str(f.type), (f.metadata or {}).get(b"doc", b"").decode()) for f in schema]

@@ -1,0 +1,189 @@
+"""The Parquet store: Hive-partitioned (date=/hour=), zstd, idempotent, atomic.
+
+Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet``.
+The store knows tables and their schemas (telemetry.schema), nothing of protocols.
+
+* Idempotent: every file is named by the capture's content hash; re-ingesting a capture
+  first removes that capture's files, so rows are never duplicated.
+* Atomic: a capture's files are written into ``ROOT/.staging/<capture_id>/`` (invisible to
+  readers, which glob ``<table>/**/*.parquet``) and moved into place only when the whole
+  capture was ingested; the ``captures`` row is moved last and marks the capture complete.
+  An interrupted run leaves only the staging folder, removed by the next run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
+
+NS_PER_HOUR = 3_600_000_000_000
+STAGING = ".staging"
+
+
+class StoreError(Exception):
+    """A store problem the user can act on (unwritable folder, not a store...)."""
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root)
+
+    def table_dir(self, table: str) -> Path:
+        return self.root / table
+
+    def table_glob(self, table: str) -> str:
+        return str(self.root / table / "**" / "*.parquet")
+
+    def table_files(self, table: str) -> list[Path]:
+        return sorted(self.table_dir(table).glob("**/*.parquet"))
+
+    def has_capture(self, capture_id: str) -> bool:
+        return any(self.table_dir("captures").glob(f"**/{capture_id}-*.parquet"))
+
+    def remove_capture(self, capture_id: str) -> int:
+        """Delete every file of a capture in every table; returns how many."""
+        removed = 0
+        for table in TABLES:
+            for path in self.table_dir(table).glob(f"**/{capture_id}-*.parquet"):
+                path.unlink()
+                removed += 1
+        return removed
+
+    def writer(self, capture_id: str, flush_rows: int = 250_000) -> CaptureWriter:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create store folder {self.root}: {exc.strerror}") from exc
+        if not os.access(self.root, os.W_OK):
+            raise StoreError(f"store folder {self.root} is not writable")
+        return CaptureWriter(self, capture_id, flush_rows)
+
+
+def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
+    """Hour bucket (ns // 1h) of each row from its partition time column (with fallbacks)."""
+    ts = data.column(PARTITION_TIME[table]).cast(pa.int64()).to_numpy(zero_copy_only=False)
+    ts = np.asarray(ts, dtype="float64")  # nulls -> nan
+    for name in PARTITION_FALLBACK.get(table, ()):
+        missing = np.isnan(ts)
+        if not missing.any():
+            break
+        alt = np.asarray(
+            data.column(name).cast(pa.int64()).to_numpy(zero_copy_only=False), dtype="float64"
+        )
+        ts[missing] = alt[missing]
+    ts[np.isnan(ts)] = 0  # no time at all: epoch partition, still stored, never dropped
+    return (ts // NS_PER_HOUR).astype(np.int64)
+
+
+def _partition_path(hour_bucket: int) -> str:
+    day = np.datetime64(int(hour_bucket) * NS_PER_HOUR, "ns").astype("datetime64[h]")
+    text = str(day)  # 'YYYY-MM-DDTHH'
+    return f"date={text[:10]}/hour={text[11:13]}"
+
+
+class CaptureWriter:
+    """Buffers a capture's rows per table and writes them into the staging folder."""
+
+    def __init__(self, store: Store, capture_id: str, flush_rows: int) -> None:
+        self.store = store
+        self.capture_id = capture_id
+        self.flush_rows = flush_rows
+        self.staging = store.root / STAGING / capture_id
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True)
+        self._buffers: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
+        self._buffered: dict[str, int] = dict.fromkeys(TABLES, 0)
+        self._seq = 0
+        self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
+
+    def append(self, table: str, data: pa.Table) -> None:
+        if data.num_rows == 0:
+            return
+        if data.schema != TABLES[table]:
+            data = data.select(TABLES[table].names).cast(TABLES[table])
+        self._buffers[table].append(data)
+        self._buffered[table] += data.num_rows
+        if self._buffered[table] >= self.flush_rows:
+            self._flush(table)
+
+    def _flush(self, table: str) -> None:
+        parts = self._buffers[table]
+        if not parts:
+            return
+        data = pa.concat_tables(parts)
+        self._buffers[table] = []
+        self._buffered[table] = 0
+        keys = _partition_keys(table, data)
+        for bucket in np.unique(keys):
+            rows = data.filter(pa.array(keys == bucket)) if len(np.unique(keys)) > 1 else data
+            folder = self.staging / table / _partition_path(int(bucket))
+            folder.mkdir(parents=True, exist_ok=True)
+            self._seq += 1
+            name = f"{self.capture_id}-{self._seq:05d}.parquet"
+            tmp = folder / f".{name}.tmp"
+            pq.write_table(rows, tmp, compression="zstd")
+            os.replace(tmp, folder / name)
+            self.rows_written[table] += rows.num_rows
+
+    def commit(self, capture_row: pa.Table) -> None:
+        """Flush everything, then move the capture's files into the store, captures last."""
+        for table in TABLES:
+            if table != "captures":
+                self._flush(table)
+        self.append("captures", capture_row)
+        self._flush("captures")
+        self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
+        order = [t for t in TABLES if t != "captures"] + ["captures"]
+        for table in order:
+            for src in sorted((self.staging / table).glob("**/*.parquet")):
+                dst = self.store.root / src.relative_to(self.staging)
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(src, dst)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        _remove_empty_dirs(self.store.root / STAGING)
+
+    def abort(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+        _remove_empty_dirs(self.store.root / STAGING)
+
+
+def _remove_empty_dirs(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def clean_staging(root: str | os.PathLike[str]) -> None:
+    """Remove what an interrupted run left behind."""
+    shutil.rmtree(Path(root) / STAGING, ignore_errors=True)
+
+
+def empty_table(table: str) -> pa.Table:
+    return TABLES[table].empty_table()
+
+
+def table_from_columns(table: str, columns: dict[str, Iterable[object]]) -> pa.Table:
+    """Build a table of the given schema from column lists (missing columns are null)."""
+    schema = TABLES[table]
+    n = None
+    arrays = []
+    for f in schema:
+        values = columns.get(f.name)
+        if values is None:
+            arrays.append(None)
+            continue
+        arr = pa.array(values, type=f.type) if not isinstance(values, pa.Array) else values
+        n = len(arr)
+        arrays.append(arr)
+    n = n or 0
+    arrays = [a if a is not None else pa.nulls(n, type=f.type) for a, f in zip(arrays, schema, strict=True)]
+    return pa.Table.from_arrays(arrays, schema=schema)
