@@ -71,7 +71,7 @@ CONNECTIONS = _table(
     C("server_addr", pa.string(), "Server IP address."),
     C("server_port", pa.int32(), "Server TCP port."),
     C("client_known", pa.bool_(), "True when the SYN or the HTTP/2 preface showed who the client is; false when guessed from ports."),
-    C("ip_version", pa.int8(), "4 or 6."),
+    C("ip_version", pa.int8(), "IP version of the connection: 4 or 6."),
     C("start", TS, "First packet of the connection in the capture."),
     C("end", TS, "Last packet of the connection in the capture."),
     C("duration_ms", pa.float64(), "end - start in ms."),

@@ -1,0 +1,108 @@
+"""The Parquet store: schema documentation, Hive partitions, idempotency, atomicity."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from telemetry.db import connect, load_models
+from telemetry.schema import PARTITION_TIME, TABLES, describe
+from telemetry.store import Store, clean_staging, table_from_columns
+
+HOUR = 3_600_000_000_000
+T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z
+
+
+def test_every_column_is_documented():
+    for table, schema in TABLES.items():
+        assert PARTITION_TIME[table] in schema.names
+        for name, _typ, doc in describe(table):
+            assert len(doc) > 10, f"{table}.{name} lacks documentation"
+
+
+def test_design_column_names_kept():
+    required = {
+        "requests": "conn_id stream_id client_addr client_port server_addr server_port method path authority kind "
+        "request_start request_end response_headers first_message last_message end http_status grpc_status "
+        "response_messages ttft_ms latency_ms max_gap_ms headers_known first_message_acked end_acked "
+        "ttft_client_est_ms latency_client_est_ms",
+        "messages": "conn_id stream_id direction index ts acked_ts size",
+        "tcp_events": "ts conn_id direction kind seq bytes recovery_ms",
+        "rtt_samples": "ts conn_id direction rtt_ms source",
+    }
+    for table, names in required.items():
+        missing = set(names.split()) - set(TABLES[table].names)
+        assert not missing, f"{table} lacks {missing}"
+
+
+def _rtt_rows(capture_id: str, times: list[int]):
+    return table_from_columns("rtt_samples", {
+        "capture_id": [capture_id] * len(times),
+        "conn_id": ["Cx"] * len(times),
+        "ts": times,
+        "direction": ["to_client"] * len(times),
+        "rtt_ms": [1.5] * len(times),
+        "source": ["data_ack"] * len(times),
+    })
+
+
+def _capture_row(capture_id: str):
+    return table_from_columns("captures", {"capture_id": [capture_id], "path": ["x.pcap"], "first_ts": [T0]})
+
+
+def test_hive_partitions_and_idempotent_rewrite(tmp_path):
+    store = Store(tmp_path)
+    for _ in range(2):  # the second ingest of the same capture replaces the first
+        w = store.writer("abc")
+        w.append("rtt_samples", _rtt_rows("abc", [T0, T0 + 1, T0 + HOUR]))
+        w.commit(_capture_row("abc"))
+    files = store.table_files("rtt_samples")
+    parts = sorted(str(f.parent.relative_to(tmp_path)) for f in files)
+    assert parts == ["rtt_samples/date=2023-11-14/hour=22", "rtt_samples/date=2023-11-14/hour=23"]
+    assert all(pq.read_metadata(f).row_group(0).column(0).compression == "ZSTD" for f in files)
+    con = connect(store)
+    assert con.execute("SELECT count(*) FROM rtt_samples").fetchone()[0] == 3
+    assert con.execute("SELECT count(*) FROM captures").fetchone()[0] == 1
+    assert store.has_capture("abc")
+
+
+def test_interrupted_write_is_invisible(tmp_path):
+    store = Store(tmp_path)
+    w = store.writer("def")
+    w.flush_rows = 1  # force files into staging before the crash
+    w.append("rtt_samples", _rtt_rows("def", [T0, T0 + 5]))
+    # the process dies here: no commit, no abort
+    assert list((tmp_path / ".staging").rglob("*.parquet"))
+    assert store.table_files("rtt_samples") == []
+    assert not store.has_capture("def")
+    assert connect(store).execute("SELECT count(*) FROM rtt_samples").fetchone()[0] == 0
+    clean_staging(tmp_path)
+    assert not (tmp_path / ".staging").exists()
+
+
+def test_null_partition_time_is_kept(tmp_path):
+    """A request whose HEADERS were never seen is partitioned by a later time, not dropped."""
+    store = Store(tmp_path)
+    w = store.writer("ghi")
+    w.append("requests", table_from_columns("requests", {
+        "capture_id": ["ghi", "ghi"], "conn_id": ["C1", "C1"], "stream_id": [1, 3],
+        "request_start": [None, T0], "first_message": [T0 + HOUR, None], "headers_known": [False, True],
+    }))
+    w.commit(_capture_row("ghi"))
+    con = connect(store)
+    assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
+
+
+def test_all_models_run_on_an_empty_store(tmp_path):
+    con = connect(Store(tmp_path))
+    models = load_models()
+    assert {"method_summary", "slowest_requests", "requests_in_range"} <= {m.name for m in models}
+    for model in models:
+        assert model.doc, f"queries/{model.name}.sql has no header comment"
+        con.execute(f"SELECT * FROM {model.name}").fetchall()
+
+
+def test_model_dependency_errors_are_named(tmp_path):
+    (tmp_path / "a.sql").write_text("-- a\n-- depends_on: nope\nSELECT 1")
+    with pytest.raises(ValueError, match="unknown view 'nope'"):
+        load_models(tmp_path)
