@@ -124,7 +124,7 @@ REQUESTS = _table(
     C("first_message", TS, "First response message (gRPC message / SSE event / DATA frame): time-to-first-token point."),
     C("last_message", TS, "Last response message."),
     C("end", TS, "Server END_STREAM (trailers) or RST_STREAM."),
-    C("http_status", pa.int32(), ":status."),
+    C("http_status", pa.int32(), "HTTP response status (:status, or the HTTP/1.1 status line)."),
     C("grpc_status", pa.int32(), "grpc-status from trailers (or Trailers-Only)."),
     C("grpc_message", pa.string(), "grpc-message."),
     C("grpc_encoding", pa.string(), "grpc-encoding of the response."),
