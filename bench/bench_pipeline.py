@@ -1,0 +1,92 @@
+"""Benchmark: tailtap's packet rate and peak memory next to tshark's, on the same file, in
+the same run.
+
+It generates a large synthetic gRPC token-streaming capture (bench/gen_grpc_capture.py),
+then runs, each as its own process so peak RSS is its own:
+  * tailtap analyze FILE --no-report  (full pipeline: decode, TCP, HTTP/2, gRPC, Parquet)
+  * tshark -d tcp.port==50051,http2 -Y grpc -T fields ...   (the reference decoder)
+and tailtap again on a quarter of the file, to show memory does not grow with the file.
+Prints a table and writes bench/out/bench_pipeline.json. Speed goals are ratios.
+
+Usage: python bench/bench_pipeline.py [--packets 1000000] [--skip-tshark]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gen_grpc_capture import SERVER_PORT, write_capture  # noqa: E402
+
+
+def run_measured(cmd: list[str]) -> dict[str, float]:
+    """Run a command; return wall seconds and its own peak RSS (MiB) via wait4."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - start
+    stderr = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{stderr[-2000:]}")
+    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--packets", type=int, default=1_000_000)
+    ap.add_argument("--skip-tshark", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the generated captures")
+    args = ap.parse_args()
+    out_dir = HERE / "out"
+    out_dir.mkdir(exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tailtap-bench-"))
+    try:
+        big, small = work / "grpc_big.pcap", work / "grpc_quarter.pcap"
+        t = time.perf_counter()
+        n_big = write_capture(str(big), args.packets)
+        n_small = write_capture(str(small), args.packets // 4)
+        print(f"generated {n_big:,} + {n_small:,} packets in {time.perf_counter() - t:.1f} s")
+        tailtap = [sys.executable, "-m", "telemetry.cli", "analyze", "--no-report", "--force"]
+        results: dict[str, dict[str, float]] = {}
+        results["tailtap"] = run_measured(tailtap + [str(big), "--out", str(work / "store")])
+        results["tailtap_quarter"] = run_measured(tailtap + [str(small), "--out", str(work / "store_q")])
+        if not args.skip_tshark and shutil.which("tshark"):
+            results["tshark"] = run_measured([
+                "tshark", "-r", str(big), "-d", f"tcp.port=={SERVER_PORT},http2", "-Y", "grpc",
+                "-T", "fields", "-e", "frame.number", "-e", "http2.streamid", "-e", "grpc.message_length",
+            ])
+        for name, r in results.items():
+            packets = n_small if name == "tailtap_quarter" else n_big
+            r["packets"] = packets
+            r["packets_per_s"] = packets / r["seconds"]
+        summary = {
+            "packets": n_big,
+            "results": results,
+            "memory_growth_full_over_quarter": results["tailtap"]["peak_rss_mib"] / results["tailtap_quarter"]["peak_rss_mib"],
+        }
+        if "tshark" in results:
+            summary["speed_ratio_vs_tshark"] = results["tailtap"]["packets_per_s"] / results["tshark"]["packets_per_s"]
+            summary["memory_ratio_vs_tshark"] = results["tailtap"]["peak_rss_mib"] / results["tshark"]["peak_rss_mib"]
+        print(f"{'tool':18} {'packets':>10} {'seconds':>8} {'pkt/s':>10} {'peak MiB':>9}")
+        for name, r in results.items():
+            print(f"{name:18} {r['packets']:>10,} {r['seconds']:>8.1f} {r['packets_per_s']:>10,.0f} {r['peak_rss_mib']:>9.0f}")
+        for key in ("speed_ratio_vs_tshark", "memory_ratio_vs_tshark", "memory_growth_full_over_quarter"):
+            if key in summary:
+                print(f"{key}: {summary[key]:.2f}")
+        (out_dir / "bench_pipeline.json").write_text(json.dumps(summary, indent=2))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
