@@ -23,7 +23,8 @@ _DEPENDS = re.compile(r"^--\s*depends_on:\s*(.*)$", re.MULTILINE)
 
 # Defaults for the SQL variables (getvariable) the models read.
 DEFAULT_PARAMS: dict[str, object] = {
-    "window_s": 10.0,  # window length for timelines and spikes
+    "window_s": 10.0,
+    "bucket_s": 1.0,  # bucket of the per-connection time view (conn_timeline)  # window length for timelines and spikes
     "baseline_windows": 6,  # trailing windows forming a spike's baseline
     "spike_factor": 2.0,  # p99 above factor x baseline p99 ...
     "spike_min_delta_ms": 50.0,  # ... and at least this many ms above it
