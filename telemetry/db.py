@@ -35,6 +35,7 @@ DEFAULT_PARAMS: dict[str, object] = {
     "since_ns": None,
     "until_ns": None,
     "slowest_n": 10,
+    "queue_min_ms": 5.0,  # RTT inflation that counts as queueing (and >= half the floor)
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
 }
 

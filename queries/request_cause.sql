@@ -1,0 +1,87 @@
+-- Why was each slow request slow? One row per cause of a slow request (a request may
+-- have several), with the delay in ms each cause explains and the evidence:
+--   loss_burst   retransmissions / lost segments on its connection while in flight;
+--                delay = head-of-line stall until each burst's hole was filled
+--   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
+--   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= half the
+--                floor); delay = inflation x one round trip
+--   throttling   kind receive_window (zero window / window full), h2_flow_control
+--                (sender blocked on WINDOW_UPDATE), application (429/503,
+--                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (throttle_evidence)
+--   server       the network explains less than half of the excess (or nothing):
+--                delay = the excess it does not explain
+--   unknown      the capture cannot tell (one direction only, no RTT at all)
+-- depends_on: slow_requests, request_evidence, throttle_evidence
+WITH s AS (
+    SELECT
+        e.*,
+        sr.slow_metrics,
+        sr.excess_ms,
+        t.throttle_kind,
+        t.throttle_detail,
+        t.throttle_delay_ms
+    FROM slow_requests AS sr
+    JOIN request_evidence AS e USING (conn_id, stream_id)
+    LEFT JOIN throttle_evidence AS t USING (conn_id, stream_id)
+),
+net AS (
+    SELECT
+        *,
+        queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * path_floor_ms) AS queued,
+        loss_events > 0 AND throttle_kind IS DISTINCT FROM 'policer' AS lossy,
+        reorder_events > 0 AS reordered
+    FROM s
+),
+causes AS (
+    SELECT conn_id, stream_id, 'loss_burst' AS cause, NULL AS kind, loss_stall_ms AS delay_ms,
+        format('{} lost segment(s) in {} burst(s) (longest {}), {}, stall {:.1f} ms',
+               loss_events, loss_bursts, longest_burst, loss_directions, loss_stall_ms) AS evidence
+    FROM net WHERE lossy
+    UNION ALL
+    SELECT conn_id, stream_id, 'reordering', NULL, reorder_wait_ms,
+        format('{} out-of-order/spurious-retransmission event(s), {} dup ACK(s), {:.1f} ms late',
+               reorder_events, dup_acks, reorder_wait_ms)
+    FROM net WHERE reordered
+    UNION ALL
+    SELECT conn_id, stream_id, 'queueing', NULL, queue_inflation_ms,
+        format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
+               queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
+    FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'
+    UNION ALL
+    SELECT conn_id, stream_id, 'throttling', 'receive_window', window_wait_ms,
+        format('{} zero-window / window-full event(s), {:.1f} ms waiting', window_events, window_wait_ms)
+    FROM net WHERE window_events > 0
+    UNION ALL
+    SELECT conn_id, stream_id, 'throttling', 'h2_flow_control', flow_control_blocked_ms,
+        format('HTTP/2 sender blocked {} time(s) for {:.1f} ms', flow_control_blocks, flow_control_blocked_ms)
+    FROM net WHERE flow_control_blocks > 0
+    UNION ALL
+    SELECT conn_id, stream_id, 'throttling', 'application', excess_ms,
+        format('status: grpc {} / http {}', coalesce(CAST(grpc_status AS VARCHAR), '-'), coalesce(CAST(http_status AS VARCHAR), '-'))
+    FROM net WHERE app_throttled
+    UNION ALL
+    SELECT conn_id, stream_id, 'throttling', throttle_kind, throttle_delay_ms, throttle_detail
+    FROM net WHERE throttle_kind IS NOT NULL
+),
+explained AS (
+    SELECT conn_id, stream_id, sum(delay_ms) AS network_ms FROM causes GROUP BY ALL
+)
+SELECT conn_id, stream_id, cause, kind, round(delay_ms, 3) AS delay_ms, evidence FROM causes
+UNION ALL
+SELECT n.conn_id, n.stream_id, 'server', NULL,
+    round(greatest(n.excess_ms - coalesce(x.network_ms, 0), 0), 3),
+    format('{} high with {}; network explains {:.1f} of {:.1f} ms excess',
+           array_to_string(n.slow_metrics, '/'),
+           CASE WHEN x.network_ms IS NULL THEN 'a clean network (no loss, reordering, queueing or stalls)' ELSE 'some network delay' END,
+           coalesce(x.network_ms, 0), n.excess_ms)
+FROM net AS n
+LEFT JOIN explained AS x USING (conn_id, stream_id)
+WHERE NOT n.one_sided AND NOT n.no_rtt
+  AND (x.network_ms IS NULL OR x.network_ms < 0.5 * n.excess_ms)
+UNION ALL
+SELECT n.conn_id, n.stream_id, 'unknown', NULL, round(n.excess_ms, 3),
+    CASE WHEN n.one_sided THEN 'the capture saw only one direction of the connection'
+         ELSE 'no RTT sample on the connection: queueing cannot be judged' END
+FROM net AS n
+LEFT JOIN explained AS x USING (conn_id, stream_id)
+WHERE (n.one_sided OR n.no_rtt) AND x.network_ms IS NULL

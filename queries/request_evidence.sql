@@ -1,0 +1,98 @@
+-- What happened on each request's connection while it was in flight? For every request
+-- (request_metrics), the network and HTTP/2 evidence between its start and its finish
+-- (client ACK of its last byte when seen), both directions: loss events and bursts with
+-- the head-of-line stall they caused, reordering (out-of-order arrivals, spurious
+-- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
+-- flow-control blocked time on its stream or the connection, RTT inflation over the
+-- path floor (25th percentile of the samples in flight: robust to delayed ACKs), and
+-- whether the capture saw both directions.
+-- depends_on: request_metrics, tcp_events, rtt_floor, h2_events, connections
+WITH ev AS (
+    SELECT m.conn_id, m.stream_id, e.*
+    FROM request_metrics AS m
+    JOIN tcp_events AS e
+      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.started_at AND m.finished_at
+),
+loss_bursts AS (
+    SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
+        count(*) AS segments,
+        max(coalesce(recovery_ms, 0)) AS stall_ms
+    FROM ev
+    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment')
+    GROUP BY ALL
+),
+loss AS (
+    SELECT conn_id, stream_id,
+        sum(segments) AS loss_events,
+        count(*) AS loss_bursts,
+        max(segments) AS longest_burst,
+        sum(stall_ms) AS loss_stall_ms,
+        string_agg(DISTINCT direction, ',') AS loss_directions
+    FROM loss_bursts GROUP BY ALL
+),
+other AS (
+    SELECT conn_id, stream_id,
+        count(*) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_events,
+        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_wait_ms,
+        count(*) FILTER (WHERE kind = 'dup_ack') AS dup_acks,
+        count(*) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_events,
+        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_wait_ms,
+        count(*) FILTER (WHERE kind = 'capture_loss') AS capture_loss_events
+    FROM ev GROUP BY ALL
+),
+flow AS (
+    SELECT m.conn_id, m.stream_id,
+        count(*) AS flow_control_blocks,
+        sum(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms
+    FROM request_metrics AS m
+    JOIN h2_events AS h
+      ON h.conn_id = m.conn_id AND h.kind = 'flow_control_blocked'
+     AND h.stream_id IN (0, m.stream_id)
+     AND h.ts BETWEEN m.started_at AND m.finished_at
+    GROUP BY ALL
+),
+rtt_dir AS (
+    SELECT m.conn_id, m.stream_id, f.direction,
+        count(*) AS samples,
+        quantile_cont(f.inflation_ms, 0.25) AS inflation_p25_ms,
+        median(f.floor_ms) AS floor_ms
+    FROM request_metrics AS m
+    JOIN rtt_floor AS f
+      ON f.conn_id = m.conn_id AND f.ts BETWEEN m.started_at AND m.finished_at
+    GROUP BY ALL
+),
+rtt AS (
+    SELECT conn_id, stream_id,
+        sum(samples) AS rtt_samples,
+        max(inflation_p25_ms) AS queue_inflation_ms,
+        arg_max(direction, inflation_p25_ms) AS queue_direction,
+        sum(floor_ms) AS path_floor_ms
+    FROM rtt_dir GROUP BY ALL
+)
+SELECT
+    m.*,
+    coalesce(loss.loss_events, 0) AS loss_events,
+    coalesce(loss.loss_bursts, 0) AS loss_bursts,
+    coalesce(loss.longest_burst, 0) AS longest_burst,
+    coalesce(loss.loss_stall_ms, 0) AS loss_stall_ms,
+    loss.loss_directions,
+    coalesce(other.reorder_events, 0) AS reorder_events,
+    coalesce(other.reorder_wait_ms, 0) AS reorder_wait_ms,
+    coalesce(other.dup_acks, 0) AS dup_acks,
+    coalesce(other.window_events, 0) AS window_events,
+    coalesce(other.window_wait_ms, 0) AS window_wait_ms,
+    coalesce(other.capture_loss_events, 0) AS capture_loss_events,
+    coalesce(flow.flow_control_blocks, 0) AS flow_control_blocks,
+    coalesce(flow.flow_control_blocked_ms, 0) AS flow_control_blocked_ms,
+    coalesce(rtt.rtt_samples, 0) AS rtt_samples,
+    coalesce(rtt.queue_inflation_ms, 0) AS queue_inflation_ms,
+    rtt.queue_direction,
+    coalesce(rtt.path_floor_ms, c.rtt_min_ms_to_client + c.rtt_min_ms_to_server, c.handshake_rtt_ms, 0) AS path_floor_ms,
+    c.packets_to_client = 0 OR c.packets_to_server = 0 AS one_sided,
+    c.rtt_min_ms_to_client IS NULL AND c.rtt_min_ms_to_server IS NULL AS no_rtt
+FROM request_metrics AS m
+JOIN connections AS c USING (conn_id)
+LEFT JOIN loss USING (conn_id, stream_id)
+LEFT JOIN other USING (conn_id, stream_id)
+LEFT JOIN flow USING (conn_id, stream_id)
+LEFT JOIN rtt USING (conn_id, stream_id)

@@ -1,0 +1,44 @@
+-- What does each request look like from the client, and which window is it in? The
+-- metrics attribution judges a request by: client-side estimates where the ACKs gave
+-- them (a server-side capture point sees responses leave, not arrive), else the
+-- capture-point values; the client-side largest token gap from the ACK times of its
+-- messages; when it started and finished; its window (variable window_s).
+-- depends_on: requests_in_range, messages
+WITH acked_gaps AS (
+    SELECT conn_id, stream_id,
+        max(gap_ms) AS max_gap_client_est_ms
+    FROM (
+        SELECT conn_id, stream_id,
+            (epoch_ns(coalesce(acked_ts, ts))
+             - lag(epoch_ns(coalesce(acked_ts, ts))) OVER (PARTITION BY conn_id, stream_id ORDER BY "index")) / 1e6 AS gap_ms
+        FROM messages
+        WHERE direction = 'response'
+    )
+    GROUP BY conn_id, stream_id
+)
+SELECT
+    r.capture_id,
+    r.conn_id,
+    r.stream_id,
+    r.method_label AS method,
+    r.client_addr,
+    r.server_addr,
+    r.kind,
+    r.grpc_status,
+    r.http_status,
+    r.app_throttled,
+    r.response_messages,
+    r.response_bytes,
+    r.seen_at AS started_at,
+    coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) AS finished_at,
+    r.latency_ms,
+    r.ttft_ms,
+    r.max_gap_ms,
+    coalesce(r.latency_client_est_ms, r.latency_ms) AS latency_eff_ms,
+    coalesce(r.ttft_client_est_ms, r.ttft_ms) AS ttft_eff_ms,
+    coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
+    r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
+    CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
+FROM requests_in_range AS r
+LEFT JOIN acked_gaps AS g USING (conn_id, stream_id)
+WHERE r.seen_at IS NOT NULL
