@@ -1,0 +1,818 @@
+"""Sans-I/O decoding of capture containers (classic pcap and pcapng) into PacketBatch.
+
+The caller feeds the (decompressed) file bytes in any chunking; the decoder keeps the
+unconsumed tail, walks the record/block chain and hands back batches of packets whose
+bytes are copied once into one uint8 buffer.
+
+Speed: the record chain is inherently sequential, so a tight loop only finds where each
+record starts (one ``unpack_from`` per record); every header field is then read for all
+records at once with numpy, and the structural checks (caplen limits, pcapng trailing
+block length) are vectorised too. State-changing pcapng blocks (SHB, IDB) and rare packet
+blocks (SPB, obsolete PB) stop the fast loop and go through a careful per-block path.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from parsers.records import DecodeIssue, PacketBatch
+
+from . import _linktypes
+from ._gather import take_rows, take_struct
+
+# Any larger caplen / block is taken as corruption rather than waited for.
+MAX_CAPLEN = 16 << 20
+MAX_BLOCK = 64 << 20
+# Zero bytes after the last packet of a batch buffer, so bulk header reads never need
+# a bounds copy for short packets at the very end.
+BUF_PAD = 64
+
+_NS = 1_000_000_000
+
+# pcap magic (as the 4 file bytes) -> (byte order, ns per fraction unit, record header size)
+_PCAP_MAGICS: dict[bytes, tuple[str, int, int]] = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1000, 16),  # microseconds
+    b"\xa1\xb2\xc3\xd4": (">", 1000, 16),
+    b"\x4d\x3c\xb2\xa1": ("<", 1, 16),  # nanoseconds
+    b"\xa1\xb2\x3c\x4d": (">", 1, 16),
+    b"\x34\xcd\xb2\xa1": ("<", 1000, 24),  # Kuznetzov's modified pcap (extra 8 bytes)
+    b"\xa1\xb2\xcd\x34": (">", 1000, 24),
+}
+PCAP_HEADER_LEN = 24
+
+SHB_TYPE = 0x0A0D0D0A  # palindrome: readable in either byte order
+_BOM_LE = b"\x4d\x3c\x2b\x1a"
+_BOM_BE = b"\x1a\x2b\x3c\x4d"
+IDB_TYPE, PB_TYPE, SPB_TYPE, NRB_TYPE, ISB_TYPE, EPB_TYPE = 1, 2, 3, 4, 5, 6
+# Non-packet blocks skipped without a word: name resolution, interface statistics,
+# systemd journal, decryption secrets, custom blocks, and a few rare/newer ones.
+_KNOWN_SKIPPED = {NRB_TYPE, ISB_TYPE, 7, 8, 9, 0x0A, 0xBAD, 0x40000BAD}
+
+_U32LE = struct.Struct("<I")
+
+
+class CaptureFormatError(Exception):
+    """The input is not a capture at all, or its file/section header is unreadable."""
+
+    def __init__(self, message: str, byte_offset: int = 0) -> None:
+        super().__init__(message)
+        self.byte_offset = byte_offset
+
+
+@dataclass(slots=True)
+class _Rows:
+    """Decoded packet records not yet handed out (absolute file offsets)."""
+
+    frame_no: np.ndarray
+    ts_ns: np.ndarray
+    linktype: np.ndarray
+    caplen: np.ndarray
+    origlen: np.ndarray
+    data_off: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.frame_no.shape[0])
+
+    def cut(self, k: int) -> _Rows:
+        return _Rows(*(a[:k] for a in self.columns()))
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        return (self.frame_no, self.ts_ns, self.linktype, self.caplen, self.origlen, self.data_off)
+
+
+def _concat_rows(parts: list[_Rows]) -> _Rows:
+    if len(parts) == 1:
+        return parts[0]
+    cols = zip(*(p.columns() for p in parts), strict=True)
+    return _Rows(*(np.concatenate(c) for c in cols))
+
+
+def _describe_garbage(head: bytes) -> str:
+    """Name what the first bytes look like, for the error message."""
+    signatures = [
+        (b"\x1f\x8b", "gzip-compressed data (decompress it first)"),
+        (b"BZh", "bzip2-compressed data"),
+        (b"\xfd7zXZ\x00", "xz-compressed data"),
+        (b"\x28\xb5\x2f\xfd", "zstd-compressed data"),
+        (b"PK\x03\x04", "a zip archive"),
+        (b"\x7fELF", "an ELF executable"),
+        (b"snoop\x00\x00\x00", "a Sun snoop capture (not supported)"),
+        (b"GMBU", "a Microsoft Network Monitor capture (not supported)"),
+        (b"XCP\x00", "a NetXray/Sniffer capture (not supported)"),
+    ]
+    for magic, name in signatures:
+        if head.startswith(magic):
+            return name
+    text = head[:32]
+    if text and all(32 <= b < 127 or b in (9, 10, 13) for b in text):
+        return f"text {text.decode('ascii')!r}"
+    return f"bytes {head[:16].hex(' ')}"
+
+
+class CaptureDecoder:
+    """Incremental pcap/pcapng decoder: ``feed()`` bytes, get :class:`PacketBatch` back.
+
+    Batches hold exactly ``batch_packets`` packets except the last one from ``close()``.
+    ``issues`` collects what was wrong with the file (never raised, except that input
+    which is no capture at all raises :class:`CaptureFormatError`). After a fatal issue
+    the rest of the input is ignored; everything before it is still delivered.
+    """
+
+    def __init__(self, batch_packets: int = 65536) -> None:
+        if batch_packets < 1:
+            raise ValueError("batch_packets must be >= 1")
+        self.batch_packets = batch_packets
+        self.format: str | None = None
+        self.issues: list[DecodeIssue] = []
+        self.packets_read = 0
+        self.bytes_read = 0
+        # Sum over interfaces of the latest pcapng ISB drop counter (None when unknown).
+        self.kernel_drops: int | None = None
+        self._data = bytearray()  # unconsumed input; _data[0] is file offset _base
+        self._base = 0
+        self._pos = 0  # file offset of the next record/block to parse
+        self._reader: _PcapReader | _PcapngReader | None = None
+        self._pending: list[_Rows] = []
+        self._pending_n = 0
+        self._dead = False
+        self._closed = False
+
+    # -- public API ---------------------------------------------------------------
+    def feed(self, data: bytes) -> list[PacketBatch]:
+        if self._closed:
+            raise ValueError("feed() after close()")
+        self.bytes_read += len(data)
+        if self._dead or not data:
+            return []
+        self._data += data
+        if self._reader is None and not self._start():
+            return []
+        assert self._reader is not None
+        self._reader.parse(self)
+        batches = self._emit(final=False)
+        self._trim()
+        return batches
+
+    def close(self) -> list[PacketBatch]:
+        if self._closed:
+            return []
+        self._closed = True
+        if self._reader is None:
+            self._raise_unstarted()
+        assert self._reader is not None
+        if not self._dead:
+            self._reader.finish(self)
+            rest = self._base + len(self._data) - self._pos
+            if rest > 0:
+                self._issue(
+                    "truncated_record",
+                    self.packets_read + 1,
+                    f"{self._reader.describe_tail(self)} cut short at end of input: only "
+                    f"{rest} bytes present",
+                    self._pos,
+                )
+        batches = self._emit(final=True)
+        self._data = bytearray()
+        return batches
+
+    # -- used by the readers ------------------------------------------------------
+    def _issue(
+        self, kind: str, frame_no: int, message: str, byte_offset: int, fatal: bool = False
+    ) -> None:
+        self.issues.append(DecodeIssue(kind, frame_no, message, byte_offset, fatal))
+
+    def _fatal(self, kind: str, message: str, byte_offset: int) -> None:
+        self._issue(kind, self.packets_read + 1, message, byte_offset, fatal=True)
+        self._dead = True
+
+    def _add_rows(self, rows: _Rows) -> None:
+        if len(rows):
+            self._pending.append(rows)
+            self._pending_n += len(rows)
+
+    # -- internals ----------------------------------------------------------------
+    def _start(self) -> bool:
+        """Recognise the container from the first bytes; False while more are needed."""
+        head = bytes(self._data[:PCAP_HEADER_LEN])
+        if len(head) < 4:
+            return False
+        magic = head[:4]
+        if magic in _PCAP_MAGICS:
+            if len(head) < PCAP_HEADER_LEN:
+                return False
+            self._reader = _PcapReader(head)
+            self.format = "pcap"
+            self._pos = PCAP_HEADER_LEN
+            if self._reader.linktype not in _linktypes.SUPPORTED:
+                self._issue(
+                    "unknown_linktype",
+                    0,
+                    f"file link type {_linktypes.describe(self._reader.linktype)} is not "
+                    "decoded; its packets are counted only",
+                    20,
+                )
+            return True
+        if magic == SHB_TYPE.to_bytes(4, "little"):
+            if len(head) < 12:
+                return False
+            if head[8:12] not in (_BOM_LE, _BOM_BE):
+                raise CaptureFormatError(
+                    "pcapng section header block at byte 0 has a bad byte-order magic "
+                    f"({head[8:12].hex(' ')})",
+                    8,
+                )
+            self._reader = _PcapngReader()
+            self.format = "pcapng"
+            return True
+        raise CaptureFormatError(
+            f"not a pcap or pcapng capture: found {_describe_garbage(head)} at byte 0", 0
+        )
+
+    def _raise_unstarted(self) -> None:
+        head = bytes(self._data[:16])
+        if not head:
+            raise CaptureFormatError("empty input: no capture file header (0 bytes)", 0)
+        if head[:4] in _PCAP_MAGICS:
+            raise CaptureFormatError(
+                f"pcap file header cut short: {len(self._data)} of {PCAP_HEADER_LEN} bytes", 0
+            )
+        if head[:4] == SHB_TYPE.to_bytes(4, "little"):
+            raise CaptureFormatError(f"pcapng section header cut short: {len(self._data)} bytes", 0)
+        raise CaptureFormatError(
+            f"input too short to be a capture ({len(head)} bytes: {head.hex(' ')})", 0
+        )
+
+    def _emit(self, final: bool) -> list[PacketBatch]:
+        size = self.batch_packets
+        if self._pending_n == 0 or (self._pending_n < size and not final):
+            return []
+        rows = _concat_rows(self._pending)
+        n = len(rows)
+        out: list[PacketBatch] = []
+        k = 0
+        while n - k >= size or (final and k < n):
+            j = min(k + size, n)
+            out.append(self._make_batch(rows, k, j))
+            k = j
+        if k < n:
+            rest = _Rows(*(a[k:] for a in rows.columns()))
+            self._pending, self._pending_n = [rest], n - k
+        else:
+            self._pending, self._pending_n = [], 0
+        return out
+
+    def _make_batch(self, rows: _Rows, k: int, j: int) -> PacketBatch:
+        # Records are in file order and do not overlap: one copy of the span covers all.
+        start = int(rows.data_off[k])
+        stop = int(rows.data_off[j - 1] + rows.caplen[j - 1])
+        size = stop - start
+        buf = np.empty(size + BUF_PAD, np.uint8)
+        buf[:size] = np.frombuffer(self._data, np.uint8, size, start - self._base)
+        buf[size:] = 0
+        return PacketBatch(
+            frame_no=rows.frame_no[k:j],
+            ts_ns=rows.ts_ns[k:j],
+            linktype=rows.linktype[k:j],
+            caplen=rows.caplen[k:j],
+            origlen=rows.origlen[k:j],
+            offset=rows.data_off[k:j] - start,
+            buf=buf,
+        )
+
+    def _trim(self) -> None:
+        keep = int(self._pending[0].data_off[0]) if self._pending else self._pos
+        drop = keep - self._base
+        if drop > 0:
+            del self._data[:drop]
+            self._base = keep
+
+
+def _walk_pcap(
+    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+) -> tuple[list[int], int]:
+    """Offsets of the complete records from ``pos``; the hot loop of pcap decoding."""
+    unpack = caplen_at.unpack_from
+    out: list[int] = []
+    append = out.append
+    last = end - hdrlen
+    while pos <= last:
+        nxt = pos + hdrlen + unpack(data, pos + 8)[0]
+        if nxt > end:
+            break
+        append(pos)
+        pos = nxt
+    return out, pos
+
+
+class _PcapReader:
+    def __init__(self, header: bytes) -> None:
+        order, self.frac_ns, self.hdrlen = _PCAP_MAGICS[header[:4]]
+        _major, _minor, _zone, _sigfigs, self.snaplen, network = struct.unpack(
+            order + "HHiIII", header[4:24]
+        )
+        # The top bits of the link type field carry FCS information (ignored: the IP
+        # length trims any trailing FCS).
+        self.linktype = network & 0x03FFFFFF
+        self.caplen_at = struct.Struct(order + "I")
+        self.rec = np.dtype(
+            [
+                ("sec", order + "u4"),
+                ("frac", order + "u4"),
+                ("cap", order + "u4"),
+                ("orig", order + "u4"),
+            ]
+        )
+
+    def parse(self, dec: CaptureDecoder) -> None:
+        data, base = dec._data, dec._base
+        end = len(data)
+        positions, rel = _walk_pcap(data, dec._pos - base, end, self.hdrlen, self.caplen_at)
+        self._decode(dec, positions)
+        if dec._dead:
+            return
+        dec._pos = base + rel
+        # An incomplete record claiming an absurd size is corruption, not a short read.
+        if rel + self.hdrlen <= end:
+            caplen = self.caplen_at.unpack_from(data, rel + 8)[0]
+            if caplen > MAX_CAPLEN:
+                dec._fatal(
+                    "bad_record",
+                    f"pcap record header at byte {base + rel} claims {caplen} captured "
+                    f"bytes (more than {MAX_CAPLEN}): the file is corrupt from here",
+                    base + rel,
+                )
+
+    def _decode(self, dec: CaptureDecoder, positions: list[int]) -> list[int]:
+        """Read every record header at once; a bad caplen is fatal at its record."""
+        if not positions:
+            return positions
+        pos = np.array(positions, dtype=np.int64)
+        arr = np.frombuffer(dec._data, np.uint8)
+        hdr = take_struct(arr, pos, self.rec)
+        del arr  # release the export of the bytearray before it is resized
+        caplen = hdr["cap"].astype(np.int64)
+        bad = caplen > MAX_CAPLEN
+        if not bad.any():
+            self._store(dec, pos, hdr, caplen)
+            return positions
+        k = int(np.argmax(bad))
+        claimed = int(caplen[k])
+        self._store(dec, pos[:k], hdr[:k], caplen[:k])
+        at = dec._base + int(positions[k])
+        dec._pos = at
+        dec._fatal(
+            "bad_record",
+            f"pcap record header at byte {at} claims {claimed} captured bytes (more than "
+            f"{MAX_CAPLEN}): the file is corrupt from here",
+            at,
+        )
+        return positions[:k]
+
+    def _store(
+        self, dec: CaptureDecoder, pos: np.ndarray, hdr: np.ndarray, caplen: np.ndarray
+    ) -> None:
+        n = pos.shape[0]
+        if n == 0:
+            return
+        ts = hdr["sec"].astype(np.int64) * _NS + hdr["frac"].astype(np.int64) * self.frac_ns
+        first = dec.packets_read + 1
+        dec._add_rows(
+            _Rows(
+                frame_no=np.arange(first, first + n, dtype=np.int64),
+                ts_ns=ts,
+                linktype=np.full(n, self.linktype, np.int32),
+                caplen=caplen.astype(np.int32),
+                origlen=np.minimum(hdr["orig"], 0x7FFFFFFF).astype(np.int32),
+                data_off=pos + (dec._base + self.hdrlen),
+            )
+        )
+        dec.packets_read += n
+
+    def finish(self, dec: CaptureDecoder) -> None:
+        pass
+
+    def describe_tail(self, dec: CaptureDecoder) -> str:
+        return f"pcap record at byte {dec._pos}"
+
+
+@dataclass(slots=True)
+class _Iface:
+    linktype: int
+    snaplen: int
+    tsresol: int  # raw if_tsresol byte: 10^-n, or 2^-n when the top bit is set
+    tsoffset: int  # seconds added to every timestamp (if_tsoffset)
+
+
+def ts_to_ns(raw: np.ndarray, tsresol: int, tsoffset: int) -> np.ndarray:
+    """pcapng 64-bit timestamps in interface units -> int64 ns since the epoch."""
+    raw = raw.astype(np.uint64, copy=False)
+    exp = tsresol & 0x7F
+    if tsresol & 0x80:  # power of two
+        exp = min(exp, 63)
+        if exp == 0:
+            ns = raw.astype(np.int64) * _NS
+        else:
+            secs = (raw >> np.uint64(exp)).astype(np.int64)
+            frac = raw & np.uint64((1 << exp) - 1)
+            shift = exp
+            if exp > 34:  # keep frac * 1e9 inside 64 bits (drops sub-ns precision only)
+                frac = frac >> np.uint64(exp - 34)
+                shift = 34
+            ns = secs * _NS + ((frac * np.uint64(_NS)) >> np.uint64(shift)).astype(np.int64)
+    elif exp <= 9:
+        ns = raw.astype(np.int64) * (10 ** (9 - exp))
+    elif exp - 9 <= 19:
+        ns = (raw // np.uint64(10 ** (exp - 9))).astype(np.int64)
+    else:
+        ns = np.zeros(raw.shape, np.int64)
+    if tsoffset:
+        ns = ns + tsoffset * _NS
+    return ns
+
+
+def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
+    """Offsets of consecutive complete EPBs from ``pos``; the hot loop of pcapng decoding.
+
+    Stops at anything else (other block types, implausible lengths, the incomplete tail),
+    which the careful per-block path then handles.
+    """
+    unpack = head.unpack_from
+    out: list[int] = []
+    append = out.append
+    last = end - 8
+    while pos <= last:
+        btype, blen = unpack(data, pos)
+        if btype != EPB_TYPE or blen < 32 or blen & 3:
+            break
+        nxt = pos + blen
+        if nxt > end:
+            break
+        append(pos)
+        pos = nxt
+    return out, pos
+
+
+def _options(body: bytes, off: int, order: str) -> list[tuple[int, bytes]]:
+    """(code, value) of the pcapng options in ``body`` from ``off``."""
+    out = []
+    opt = struct.Struct(order + "HH")
+    while off + 4 <= len(body):
+        code, length = opt.unpack_from(body, off)
+        if code == 0:
+            break
+        out.append((code, body[off + 4 : off + 4 + length]))
+        off += 4 + ((length + 3) & ~3)
+    return out
+
+
+_BLOCK_NAMES = {
+    SHB_TYPE: "section header block",
+    IDB_TYPE: "interface description block",
+    PB_TYPE: "packet block",
+    SPB_TYPE: "simple packet block",
+    NRB_TYPE: "name resolution block",
+    ISB_TYPE: "interface statistics block",
+    EPB_TYPE: "enhanced packet block",
+    0x0A: "decryption secrets block",
+}
+
+
+def _block_name(btype: int) -> str:
+    return _BLOCK_NAMES.get(btype, f"block of type 0x{btype:08x}")
+
+
+class _PcapngReader:
+    def __init__(self) -> None:
+        self.order: str | None = None
+        self.head: struct.Struct | None = None
+        self.section = 0
+        self.ifaces: list[_Iface] = []
+        self.last_ts = 0  # for SPBs, which carry no timestamp
+        self.drops: dict[tuple[int, int], int] = {}
+        self.unknown_types: set[int] = set()
+        # Packets from SPB/PB, decoded one by one; stored in order before the next EPBs.
+        self.slow_rows: list[tuple[int, int, int, int, int, int]] = []
+
+    def _set_order(self, order: str) -> None:
+        self.order = order
+        self.head = struct.Struct(order + "II")
+        self.epb = np.dtype(
+            [
+                ("type", order + "u4"),
+                ("len", order + "u4"),
+                ("iface", order + "u4"),
+                ("hi", order + "u4"),
+                ("lo", order + "u4"),
+                ("cap", order + "u4"),
+                ("orig", order + "u4"),
+            ]
+        )
+        self.u32 = np.dtype(order + "u4")
+
+    def parse(self, dec: CaptureDecoder) -> None:
+        while not dec._dead:
+            if self.order is not None:
+                data, base = dec._data, dec._base
+                positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
+                if positions:
+                    self._flush_slow(dec)
+                    self._decode_epbs(dec, positions)
+                    if dec._dead:
+                        break
+                    dec._pos = base + rel
+            if not self._block(dec):
+                break
+        self._flush_slow(dec)
+
+    def finish(self, dec: CaptureDecoder) -> None:
+        if self.order is None:
+            raise CaptureFormatError(f"pcapng section header cut short: {len(dec._data)} bytes", 0)
+        self._flush_slow(dec)
+
+    def describe_tail(self, dec: CaptureDecoder) -> str:
+        rel = dec._pos - dec._base
+        if len(dec._data) - rel >= 4 and self.head is not None:
+            btype = struct.unpack_from(self.head.format[0] + "I", dec._data, rel)[0]
+            return f"pcapng {_block_name(btype)} at byte {dec._pos}"
+        return f"pcapng block at byte {dec._pos}"
+
+    # -- bulk EPB path --------------------------------------------------------------
+    def _decode_epbs(self, dec: CaptureDecoder, positions: list[int]) -> None:
+        pos = np.array(positions, dtype=np.int64)
+        arr = np.frombuffer(dec._data, np.uint8)
+        hdr = take_struct(arr, pos, self.epb)
+        blen = hdr["len"].astype(np.int64)
+        trailer = take_rows(arr, pos + blen - 4, 4).view(self.u32)[:, 0]
+        del arr  # release the export of the bytearray before it is resized
+        caplen = hdr["cap"].astype(np.int64)
+        bad = (trailer != blen) | (caplen > blen - 32)
+        if not bad.any():
+            self._store_epbs(dec, pos, hdr, caplen)
+            return
+        k = int(np.argmax(bad))
+        at = dec._base + int(positions[k])
+        if trailer[k] != blen[k]:
+            why = (
+                f"total length {int(blen[k])} at the start but {int(trailer[k])} at the "
+                "end (corrupt block length)"
+            )
+        else:
+            why = f"captured length {int(caplen[k])} does not fit its {int(blen[k])}-byte block"
+        self._store_epbs(dec, pos[:k], hdr[:k], caplen[:k])
+        dec._pos = at
+        dec._fatal("bad_block", f"enhanced packet block at byte {at}: {why}", at)
+
+    def _store_epbs(
+        self, dec: CaptureDecoder, pos: np.ndarray, hdr: np.ndarray, caplen: np.ndarray
+    ) -> None:
+        n = pos.shape[0]
+        if n == 0:
+            return
+        first = dec.packets_read + 1
+        dec.packets_read += n
+        frame_no = np.arange(first, first + n, dtype=np.int64)
+        iface = hdr["iface"].astype(np.int64)
+        known = iface < len(self.ifaces)
+        if not known.all():
+            bad = np.flatnonzero(~known)
+            dec._issue(
+                "bad_interface",
+                int(frame_no[bad[0]]),
+                f"{bad.size} enhanced packet block(s) refer to interface "
+                f"{int(iface[bad[0]])} but section {self.section} describes "
+                f"{len(self.ifaces)}; those packets are skipped",
+                dec._base + int(pos[bad[0]]),
+            )
+            pos, hdr, caplen, iface, frame_no = (
+                pos[known],
+                hdr[known],
+                caplen[known],
+                iface[known],
+                frame_no[known],
+            )
+            n = pos.shape[0]
+            if n == 0:
+                return
+        raw = (hdr["hi"].astype(np.uint64) << np.uint64(32)) | hdr["lo"].astype(np.uint64)
+        i0 = int(iface[0])
+        if len(self.ifaces) == 1 or bool((iface == i0).all()):
+            f = self.ifaces[i0]
+            ts = ts_to_ns(raw, f.tsresol, f.tsoffset)
+            linktype = np.full(n, f.linktype, np.int32)
+        else:
+            ts = np.empty(n, np.int64)
+            for i in np.unique(iface).tolist():
+                m = iface == i
+                f = self.ifaces[i]
+                ts[m] = ts_to_ns(raw[m], f.tsresol, f.tsoffset)
+            table = np.array([f.linktype for f in self.ifaces], np.int32)
+            linktype = table[iface]
+        self.last_ts = int(ts[-1])
+        dec._add_rows(
+            _Rows(
+                frame_no=frame_no,
+                ts_ns=ts,
+                linktype=linktype,
+                caplen=caplen.astype(np.int32),
+                origlen=np.minimum(hdr["orig"], 0x7FFFFFFF).astype(np.int32),
+                data_off=pos + (dec._base + 28),
+            )
+        )
+
+    def _flush_slow(self, dec: CaptureDecoder) -> None:
+        if not self.slow_rows:
+            return
+        cols = list(zip(*self.slow_rows, strict=True))
+        self.slow_rows = []
+        dec._add_rows(
+            _Rows(
+                frame_no=np.array(cols[0], np.int64),
+                ts_ns=np.array(cols[1], np.int64),
+                linktype=np.array(cols[2], np.int32),
+                caplen=np.array(cols[3], np.int32),
+                origlen=np.minimum(np.array(cols[4], np.int64), 0x7FFFFFFF).astype(np.int32),
+                data_off=np.array(cols[5], np.int64),
+            )
+        )
+
+    # -- careful per-block path -----------------------------------------------------
+    def _block(self, dec: CaptureDecoder) -> bool:
+        """Handle the one block at dec._pos; False when it is incomplete (or fatal)."""
+        data, base = dec._data, dec._base
+        rel = dec._pos - base
+        avail = len(data) - rel
+        if avail < 12:
+            return False
+        at = dec._pos
+        btype = _U32LE.unpack_from(data, rel)[0]
+        if btype == SHB_TYPE:
+            bom = bytes(data[rel + 8 : rel + 12])
+            if bom not in (_BOM_LE, _BOM_BE):
+                dec._fatal(
+                    "bad_block",
+                    f"section header block at byte {at} has a bad byte-order magic "
+                    f"({bom.hex(' ')})",
+                    at,
+                )
+                return False
+            order = "<" if bom == _BOM_LE else ">"
+        else:
+            assert self.order is not None  # the decoder only starts on an SHB
+            order = self.order
+        btype, blen = struct.unpack_from(order + "II", data, rel)
+        name = _block_name(btype)
+        if blen < 12 or blen % 4 or blen > MAX_BLOCK:
+            dec._fatal(
+                "bad_block",
+                f"{name} at byte {at} has an invalid total length {blen}: the file is "
+                "corrupt from here",
+                at,
+            )
+            return False
+        if avail < blen:
+            return False
+        trailer = struct.unpack_from(order + "I", data, rel + blen - 4)[0]
+        if trailer != blen:
+            dec._fatal(
+                "bad_block",
+                f"{name} at byte {at}: total length {blen} at the start but {trailer} at "
+                "the end (corrupt block length)",
+                at,
+            )
+            return False
+        handler = {
+            SHB_TYPE: self._shb,
+            IDB_TYPE: self._idb,
+            EPB_TYPE: self._short_epb,
+            SPB_TYPE: self._spb,
+            PB_TYPE: self._pb,
+            ISB_TYPE: self._isb,
+        }.get(btype)
+        if handler is not None:
+            body = bytes(data[rel + 8 : rel + blen - 4])
+            if not handler(dec, order, body, at):
+                return False
+        elif btype not in _KNOWN_SKIPPED and btype not in self.unknown_types:
+            self.unknown_types.add(btype)
+            dec._issue(
+                "unknown_block",
+                dec.packets_read + 1,
+                f"skipped unknown pcapng {name} at byte {at} (and any later ones)",
+                at,
+            )
+        dec._pos = at + blen
+        return True
+
+    def _too_short(self, dec: CaptureDecoder, btype: int, at: int, size: int) -> bool:
+        dec._fatal(
+            "bad_block", f"{_block_name(btype)} at byte {at} is too short ({size} bytes)", at
+        )
+        return False
+
+    def _shb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        if len(body) < 16:
+            return self._too_short(dec, SHB_TYPE, at, len(body) + 12)
+        major, minor = struct.unpack_from(order + "HH", body, 4)
+        if major != 1:
+            dec._fatal(
+                "bad_block",
+                f"section header block at byte {at} has unsupported pcapng version {major}.{minor}",
+                at,
+            )
+            return False
+        self._flush_slow(dec)
+        self._set_order(order)
+        self.section += 1
+        self.ifaces = []
+        return True
+
+    def _idb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        if len(body) < 8:
+            return self._too_short(dec, IDB_TYPE, at, len(body) + 12)
+        linktype, _reserved, snaplen = struct.unpack_from(order + "HHI", body, 0)
+        tsresol, tsoffset = 6, 0
+        for code, value in _options(body, 8, order):
+            if code == 9 and len(value) >= 1:
+                tsresol = value[0]
+            elif code == 14 and len(value) >= 8:
+                tsoffset = struct.unpack_from(order + "q", value)[0]
+        self.ifaces.append(_Iface(linktype, snaplen, tsresol, tsoffset))
+        if linktype not in _linktypes.SUPPORTED:
+            dec._issue(
+                "unknown_linktype",
+                0,
+                f"interface {len(self.ifaces) - 1} of section {self.section} has link type "
+                f"{_linktypes.describe(linktype)}, which is not decoded; its packets are "
+                "counted only",
+                at,
+            )
+        return True
+
+    def _short_epb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        # Well-formed EPBs go through the bulk path; one here is shorter than its header.
+        return self._too_short(dec, EPB_TYPE, at, len(body) + 12)
+
+    def _packet_iface(self, dec: CaptureDecoder, iface: int, at: int, name: str) -> _Iface | None:
+        if iface < len(self.ifaces):
+            return self.ifaces[iface]
+        dec._issue(
+            "bad_interface",
+            dec.packets_read,
+            f"{name} at byte {at} refers to interface {iface} but section {self.section} "
+            f"describes {len(self.ifaces)}; the packet is skipped",
+            at,
+        )
+        return None
+
+    def _spb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        if len(body) < 4:
+            return self._too_short(dec, SPB_TYPE, at, len(body) + 12)
+        dec.packets_read += 1
+        f = self._packet_iface(dec, 0, at, "simple packet block")
+        if f is None:
+            return True
+        origlen = struct.unpack_from(order + "I", body, 0)[0]
+        caplen = min(origlen, len(body) - 4)
+        if f.snaplen:
+            caplen = min(caplen, f.snaplen)
+        # SPBs carry no timestamp: reuse the previous packet's, so time stays monotonic.
+        self.slow_rows.append(
+            (dec.packets_read, self.last_ts, f.linktype, caplen, origlen, at + 12)
+        )
+        return True
+
+    def _pb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        if len(body) < 20:
+            return self._too_short(dec, PB_TYPE, at, len(body) + 12)
+        iface, _drops, hi, lo, caplen, origlen = struct.unpack_from(order + "HHIIII", body, 0)
+        if caplen > len(body) - 20:
+            dec._fatal(
+                "bad_block",
+                f"packet block at byte {at}: captured length {caplen} does not fit its "
+                f"{len(body) + 12}-byte block",
+                at,
+            )
+            return False
+        dec.packets_read += 1
+        f = self._packet_iface(dec, iface, at, "packet block")
+        if f is None:
+            return True
+        raw = np.array([(hi << 32) | lo], np.uint64)
+        ts = int(ts_to_ns(raw, f.tsresol, f.tsoffset)[0])
+        self.last_ts = ts
+        self.slow_rows.append((dec.packets_read, ts, f.linktype, caplen, origlen, at + 28))
+        return True
+
+    def _isb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        if len(body) < 12:
+            return True  # statistics are optional extras: a short one is just ignored
+        iface = struct.unpack_from(order + "I", body, 0)[0]
+        for code, value in _options(body, 12, order):
+            if code == 5 and len(value) >= 8:  # isb_ifdrop
+                self.drops[(self.section, iface)] = struct.unpack_from(order + "Q", value)[0]
+        if self.drops:
+            dec.kernel_drops = sum(self.drops.values())
+        return True
