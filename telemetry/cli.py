@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -40,19 +40,19 @@ console = Console()
 err = Console(stderr=True)
 
 
-class Format(str, Enum):
+class Format(StrEnum):
     table = "table"
     json = "json"
     markdown = "markdown"
 
 
-class SqlFormat(str, Enum):
+class SqlFormat(StrEnum):
     table = "table"
     csv = "csv"
     json = "json"
 
 
-class CaptureSide(str, Enum):
+class CaptureSide(StrEnum):
     auto = "auto"
     server = "server"
     client = "client"
@@ -227,6 +227,119 @@ def schema(
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
             console.print(f"  [bold]{col}[/bold] ({typ}): {doc}")
+
+
+_UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "us": 0.001}
+
+
+def parse_duration_ms(text: str) -> float:
+    """'300ms', '2s', '1.5m', '250' (ms) -> milliseconds."""
+    t = text.strip().lower()
+    for unit in ("ms", "us", "s", "m"):
+        if t.endswith(unit):
+            number, factor = t[: -len(unit)], _UNITS_MS[unit]
+            break
+    else:
+        number, factor = t, 1.0
+    try:
+        value = float(number) * factor
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a duration (examples: 300ms, 2s, 1m)") from None
+    if value <= 0:
+        raise typer.BadParameter(f"{text!r} must be positive")
+    return value
+
+
+def parse_slo(text: str | None) -> dict[str, float]:
+    """'ttft=300ms,latency=2s,gap=100ms' -> {'slo_ttft_ms': 300.0, ...}."""
+    out: dict[str, float] = {}
+    for part in (text or "").split(","):
+        if not part.strip():
+            continue
+        name, _, value = part.partition("=")
+        name = name.strip().lower()
+        if name not in ("ttft", "latency", "gap") or not value:
+            raise typer.BadParameter(f"{part!r}: use ttft=DURATION, latency=DURATION or gap=DURATION")
+        out[f"slo_{name}_ms"] = parse_duration_ms(value)
+    return out
+
+
+def parse_time_ns(text: str | None) -> int | None:
+    """ISO-8601 (UTC if no zone) or epoch seconds -> ns."""
+    if text is None:
+        return None
+    import datetime as dt
+
+    try:
+        return int(float(text) * 1e9)
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a time (ISO-8601 like 2026-11-22T10:32:00Z, or epoch seconds)") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1e9)
+
+
+def _open_store(store_dir: Path):
+    from telemetry.store import Store
+
+    if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
+        err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+        raise typer.Exit(EXIT_STORE)
+    return Store(store_dir)
+
+
+@app.command()
+def report(
+    store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
+    window: Annotated[str, typer.Option("--window", "-w", help="Window length for the timeline and spikes (e.g. 10s, 500ms).")] = "10s",
+    slo: Annotated[str | None, typer.Option("--slo", help="SLOs instead of p99 baselines, e.g. ttft=300ms,latency=2s,gap=100ms.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only requests from this time (ISO-8601 or epoch s).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Only requests before this time.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    top: Annotated[int, typer.Option("--top", min=1, help="Slowest requests listed.")] = 10,
+) -> None:
+    """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
+    from telemetry import render
+    from telemetry.report import report_sections
+
+    params = {
+        "window_s": parse_duration_ms(window) / 1000.0,
+        "since_ns": parse_time_ns(since),
+        "until_ns": parse_time_ns(until),
+        "slowest_n": top,
+        **parse_slo(slo),
+    }
+    sections = report_sections(_open_store(store_dir), params)
+    render.emit(console, fmt.value, sections, title="tailtap report")
+
+
+@app.command()
+def explain(
+    request: Annotated[str, typer.Option("--request", "-r", help="CONN_ID:STREAM_ID, as listed by analyze/report.")],
+    store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
+    window: Annotated[str, typer.Option("--window", "-w", help="Window length used to judge slowness.")] = "10s",
+    slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+) -> None:
+    """Tell one request's story: its timeline with the network events during it, its causes, and
+    the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
+    from telemetry import render
+    from telemetry.report import RequestNotFound, explain_sections
+
+    conn_id, sep, stream = request.rpartition(":")
+    if not sep or not conn_id or not stream.isdigit():
+        raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
+    params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}
+    try:
+        sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
+    except RequestNotFound as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(EXIT_INPUT) from None
+    render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
 
 
 def _mount_optional() -> None:

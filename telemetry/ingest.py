@@ -21,7 +21,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-from parsers.session import AppSession
 
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments, format_addr
 from parsers.records import (
@@ -39,6 +38,7 @@ from parsers.records import (
     RttSample,
     TcpEvent,
 )
+from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from telemetry import __version__
 from telemetry.store import CaptureWriter, Store, table_from_columns

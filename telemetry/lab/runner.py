@@ -1,0 +1,686 @@
+"""Runs one lab scenario end to end and writes its labelled capture.
+
+Steps: namespaces + veths (offloads off) -> bridge (``chrt -r 10``) -> UDP probe of the
+idle path -> tcpdump on the server's veth ``s0`` (the inference boundary) -> server ->
+T0 fixed and sent to bridge and server -> client (connects, then Poisson load from T0 for
+``duration`` s, drains) -> stop everything -> ``labels.json``, ``client.parquet`` (with
+``in_window``), ``bridge_events.parquet`` -> cleanup.
+
+Output directory:
+
+- ``capture.pcap``: tcpdump at ``s0`` in the server namespace, nanosecond timestamps,
+  full snaplen, no filter.
+- ``client.parquet``: the client's truth per gRPC call (columns in ``client.py``).
+- ``labels.json``: scenario, endpoints, every window in absolute UTC (ns and ISO) with
+  its parameters and what the bridge/server/client observed doing in it, the bridge's
+  measured idle delay, and the periods in which a lab process was disturbed.
+- ``bridge_events.parquet``: one row per frame that met a window (``bridge.EVENT_COLUMNS``).
+- ``work/`` (only with ``keep_work``): configs, logs, the raw reports.
+
+Everything started is bounded in time (own deadlines, plus ``timeout`` around tcpdump)
+and is stopped by process group and pid, and the namespaces are deleted, in ``finally``,
+on SIGTERM/SIGINT and at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from telemetry.lab import scenarios as sc
+from telemetry.lab.netns import (
+    CLIENT_IF,
+    CLIENT_IP,
+    MTU,
+    SERVER_IF,
+    SERVER_IP,
+    LabNet,
+    cleanup_stale,
+)
+
+NS_PER_S = 1_000_000_000
+NS_PER_MS = 1_000_000
+REPO_ROOT = Path(__file__).resolve().parents[2]
+PROBE_PORT = 7007
+LABELS_SCHEMA = "tailtap.lab.labels/1"
+
+_live_procs: list[Proc] = []
+_live_nets: list[LabNet] = []
+
+
+def iso(ns: int | None) -> str | None:
+    if ns is None:
+        return None
+    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="microseconds")
+
+
+def missing_requirements() -> list[str]:
+    """What this machine lacks to run the lab (empty when it can)."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (euid 0)")
+    for tool in ("ip", "tcpdump"):
+        if shutil.which(tool) is None:
+            missing.append(f"the {tool} binary")
+    if shutil.which("ip"):
+        r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        if r.returncode != 0:
+            missing.append(f"ip netns ({r.stderr.strip()})")
+    return missing
+
+
+class Proc:
+    """A child process in its own session (killed by process group), stdout piped for its
+    READY line, stderr to a log file."""
+
+    def __init__(self, name: str, argv: list[str], log: Path, stdin: bool = True) -> None:
+        self.name = name
+        self.log = log
+        self.err = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        self.p = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            env=env,
+            start_new_session=True,
+        )
+        _live_procs.append(self)
+
+    @property
+    def pid(self) -> int:
+        return self.p.pid
+
+    def wait_line(self, prefix: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        buf = b""
+        assert self.p.stdout is not None
+        fd = self.p.stdout.fileno()
+        while time.monotonic() < deadline:
+            r, _, _ = select.select([fd], [], [], 0.1)
+            if r:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                for line in buf.decode(errors="replace").splitlines():
+                    if line.startswith(prefix):
+                        return line
+            elif self.p.poll() is not None:
+                break
+        raise RuntimeError(f"{self.name} did not become ready: {self.tail()}")
+
+    def wait_log(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.log.read_text(errors="replace"):
+                return
+            if self.p.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"{self.name} did not start: {self.tail()}")
+
+    def send(self, line: str) -> None:
+        if self.p.stdin and self.p.poll() is None:
+            try:
+                self.p.stdin.write((line + "\n").encode())
+                self.p.stdin.flush()
+            except BrokenPipeError:
+                pass
+
+    def tail(self, n: int = 1500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+    def kill_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.p.pid, sig)  # the group we created with start_new_session
+        except ProcessLookupError:
+            pass
+
+    def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
+        if self.p.poll() is None:
+            self.kill_group(sig)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill_group(signal.SIGKILL)
+                self.p.wait(3)
+        else:
+            self.kill_group(signal.SIGKILL)  # leftovers of its group, if any
+        for f in (self.p.stdin, self.p.stdout):
+            if f:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.err.close()
+        if self in _live_procs:
+            _live_procs.remove(self)
+        return self.p.returncode
+
+
+def _emergency_cleanup() -> None:
+    for p in list(_live_procs):
+        try:
+            p.stop(timeout=1.0)
+        except Exception:  # noqa: BLE001 - best effort at exit
+            pass
+    for n in list(_live_nets):
+        n.destroy()
+        _live_nets.remove(n)
+
+
+atexit.register(_emergency_cleanup)
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(f"signal {signum}")
+
+
+def read_pcap_summary(path: Path) -> dict[str, Any]:
+    """Packets, bytes, first/last timestamp and the largest frame of a classic pcap."""
+    import struct
+
+    out: dict[str, Any] = {"packets": 0, "bytes": 0, "max_frame_len": 0, "frames_over_mtu": 0}
+    with open(path, "rb") as f:
+        head = f.read(24)
+        if len(head) < 24:
+            return out
+        magic = struct.unpack("<I", head[:4])[0]
+        endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
+        nano = magic in (0xA1B23C4D, 0x4D3CB2A1)
+        rec = struct.Struct(endian + "IIII")
+        first = last = None
+        while True:
+            h = f.read(16)
+            if len(h) < 16:
+                break
+            sec, frac, incl, orig = rec.unpack(h)
+            f.seek(incl, 1)
+            ts = sec * NS_PER_S + (frac if nano else frac * 1000)
+            first = ts if first is None else first
+            last = ts
+            out["packets"] += 1
+            out["bytes"] += orig
+            out["max_frame_len"] = max(out["max_frame_len"], orig)
+            if orig > MTU + 14:
+                out["frames_over_mtu"] += 1
+    out["first_ns"], out["last_ns"] = first, last
+    return out
+
+
+def _window_rows(scn: sc.Scenario, duration: float, t0: int) -> list[dict[str, Any]]:
+    rows = []
+    for w in scn.windows:
+        start_s, end_s = round(w.start * duration, 3), round(w.end * duration, 3)
+        start_ns, end_ns = t0 + int(start_s * NS_PER_S), t0 + int(end_s * NS_PER_S)
+        eff = end_ns + int(w.settle_s * NS_PER_S)
+        row: dict[str, Any] = {
+            "name": w.name,
+            "layer": w.layer,
+            "cause": w.cause,
+            "kind": w.kind,
+            "direction": w.direction,
+            "start_offset_s": start_s,
+            "end_offset_s": end_s,
+            "start_ns": start_ns,
+            "end_ns": end_ns,
+            "effect_end_ns": eff,
+            "start_iso": iso(start_ns),
+            "end_iso": iso(end_ns),
+            "effect_end_iso": iso(eff),
+            "settle_s": w.settle_s,
+        }
+        if w.layer == "bridge":
+            from telemetry.lab.impair import model_from_spec
+
+            row["models"] = [model_from_spec(m).spec() for m in w.models]
+        else:
+            row["params"] = dict(w.params)
+        rows.append(row)
+    return rows
+
+
+def assign_windows(table: Any, windows: list[dict[str, Any]]) -> Any:
+    """Fill ``in_window``: the first window whose [start, effect_end) the call overlaps."""
+    import pyarrow as pa
+
+    starts = table.column("start_ns").to_pylist()
+    ends = table.column("end_ns").to_pylist()
+    names: list[str | None] = []
+    for s, e in zip(starts, ends, strict=True):
+        e = e if e is not None else s
+        hit = None
+        for w in windows:
+            if s < w["effect_end_ns"] and e >= w["start_ns"]:
+                hit = w["name"]
+                break
+        names.append(hit)
+    i = table.schema.get_field_index("in_window")
+    return table.set_column(i, "in_window", pa.array(names, pa.string()))
+
+
+def p99(values: list[float]) -> float | None:
+    v = sorted(x for x in values if x is not None)
+    if not v:
+        return None
+    return v[min(len(v) - 1, int(round(0.99 * (len(v) - 1))))]
+
+
+def compare(table: Any, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """p99 of latency / TTFT / largest gap inside each window vs outside every window, per
+    logical request (retries folded in: first start -> last end)."""
+    rows = table.to_pylist()
+    logical: dict[int, dict[str, Any]] = {}
+    for r in rows:
+        g = logical.setdefault(
+            r["logical_id"],
+            {"start": r["start_ns"], "end": r["end_ns"], "first": None, "gap": None,
+             "method": r["method"], "in": r["in_window"], "ok": False},  # fmt: skip
+        )
+        g["start"] = min(g["start"], r["start_ns"])
+        if r["end_ns"] is not None:
+            g["end"] = max(g["end"] or 0, r["end_ns"])
+        if r["first_message_ns"] is not None:
+            g["first"] = r["first_message_ns"] if g["first"] is None else min(g["first"], r["first_message_ns"])
+        if r["max_gap_ms"] is not None:
+            g["gap"] = max(g["gap"] or 0.0, r["max_gap_ms"])
+        g["in"] = g["in"] or r["in_window"]
+        g["ok"] = g["ok"] or r["grpc_status"] == 0
+
+    def metrics(group: list[dict[str, Any]]) -> dict[str, Any]:
+        gen = [g for g in group if g["method"] == "Generate"]
+        return {
+            "requests": len(group),
+            "errors": sum(not g["ok"] for g in group),
+            "latency_p99_ms": p99([(g["end"] - g["start"]) / NS_PER_MS for g in group if g["end"]]),
+            "ttft_p99_ms": p99([(g["first"] - g["start"]) / NS_PER_MS for g in gen if g["first"]]),
+            "max_gap_p99_ms": p99([g["gap"] for g in gen if g["gap"] is not None]),
+        }
+
+    groups = list(logical.values())
+    out_rows = [g for g in groups if g["in"] is None]
+    result = [{"window": None, **metrics(out_rows)}]
+    for w in windows:
+        result.append({"window": w["name"], **metrics([g for g in groups if g["in"] == w["name"]])})
+    return result
+
+
+def run_scenario(
+    name: str,
+    out_dir: Path | str,
+    duration: float | None = None,
+    seed: int = 1,
+    rate: float | None = None,
+    keep_work: bool = False,
+    client_capture: bool = False,
+    log: Any = print,
+    scenario: sc.Scenario | None = None,
+) -> dict[str, Any]:
+    """Run one scenario and return its labels (also written to out_dir/labels.json)."""
+    missing = missing_requirements()
+    if missing:
+        raise RuntimeError("the lab needs " + ", ".join(missing))
+    scn = scenario or sc.get(name)
+    duration = float(duration or scn.duration_s)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    work = out / "work"
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir()
+    for stale in ("capture.pcap", "labels.json", "client.parquet", "bridge_events.parquet"):
+        (out / stale).unlink(missing_ok=True)
+    removed = cleanup_stale()
+    if removed:
+        log(f"removed stale lab namespaces: {', '.join(removed)}")
+
+    old_handlers = {}
+    if _in_main_thread():
+        for s in (signal.SIGTERM, signal.SIGHUP):
+            old_handlers[s] = signal.signal(s, _raise_terminated)
+    net = LabNet(sysctls=scn.sysctls)
+    procs: dict[str, Proc] = {}
+    try:
+        net.create()
+        _live_nets.append(net)
+        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log)
+    finally:
+        for key in ("client", "server", "tcpdump", "tcpdump_client", "bridge", "probe"):
+            if key in procs:
+                procs[key].stop(timeout=3.0)
+        errors = net.destroy()
+        if net in _live_nets:
+            _live_nets.remove(net)
+        for s, h in old_handlers.items():
+            signal.signal(s, h)
+        if not keep_work:
+            shutil.rmtree(work, ignore_errors=True)
+        if errors:
+            log(f"cleanup problems: {errors}")
+
+
+def _in_main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _py(*args: str) -> list[str]:
+    return [sys.executable, "-m", *args]
+
+
+def _run(
+    scn: sc.Scenario,
+    name: str,
+    duration: float,
+    seed: int,
+    rate: float | None,
+    out: Path,
+    work: Path,
+    net: LabNet,
+    procs: dict[str, Proc],
+    client_capture: bool,
+    log: Any,
+) -> dict[str, Any]:
+    t_setup = time.time_ns()
+    server_cfg = {**sc.SERVER_DEFAULTS, **scn.server}
+    client_cfg = {**sc.CLIENT_DEFAULTS, **scn.client}
+    if rate:
+        client_cfg["rate"] = rate
+    port = int(server_cfg["port"])
+    lead_s = 3.0
+    max_runtime = lead_s + duration + float(client_cfg["drain_s"]) + 30
+    bridge_windows = [
+        {"name": w.name, "direction": w.direction, "models": list(w.models),
+         "start_s": round(w.start * duration, 3), "end_s": round(w.end * duration, 3)}  # fmt: skip
+        for w in scn.windows
+        if w.layer == "bridge"
+    ]
+
+    def layer_windows(layer: str) -> list[dict[str, Any]]:
+        return [
+            {"name": w.name, **w.params, "start_s": round(w.start * duration, 3),
+             "end_s": round(w.end * duration, 3)}  # fmt: skip
+            for w in scn.windows
+            if w.layer == layer
+        ]
+
+    # 1. bridge, under real-time priority when chrt is there
+    bcfg = {"if_client": "bc", "if_server": "bs", "windows": bridge_windows, "seed": seed,
+            "max_runtime_s": max_runtime, "out": str(work / "bridge.json"),
+            "late_threshold_ms": 1.0}  # fmt: skip
+    (work / "bridge_cfg.json").write_text(json.dumps(bcfg))
+    chrt = ["chrt", "-r", "10"] if shutil.which("chrt") else []
+    procs["bridge"] = Proc("bridge", net.exec_argv("bridge", [*chrt, *_py("telemetry.lab.bridge", str(work / "bridge_cfg.json"))]), work / "bridge.log")  # fmt: skip
+    procs["bridge"].wait_line("READY", 15)
+
+    # 2. idle path check: UDP echo through the unimpaired bridge
+    procs["probe"] = Proc("probe", net.exec_argv("server", _py("telemetry.lab.probe", "echo", str(PROBE_PORT), "20")), work / "probe.log", stdin=False)  # fmt: skip
+    procs["probe"].wait_line("READY", 15)
+    r = subprocess.run(
+        net.exec_argv("client", _py("telemetry.lab.probe", "send", SERVER_IP, str(PROBE_PORT), "200", "5", str(work / "probe.json"))),
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"probe failed: {r.stderr[-800:]}")
+    procs.pop("probe").stop(timeout=2)
+    probe = json.loads((work / "probe.json").read_text())
+    sent = dict(probe["sent"])
+    rtts = sorted((t - sent[s]) / NS_PER_MS for s, t in probe["recv"])
+    if len(rtts) < 0.9 * len(sent):
+        raise RuntimeError(f"idle path loses probes: {len(rtts)}/{len(sent)} answered")
+    idle_rtt = {"n": len(rtts), "min": rtts[0], "p50": rtts[len(rtts) // 2], "p99": p99(rtts)}
+
+    # 3. capture at the server's veth (the inference boundary)
+    tcpdump = ["timeout", "-k", "3", str(int(max_runtime)), "tcpdump", "-i", SERVER_IF, "-w",
+               str(out / "capture.pcap"), "--time-stamp-precision=nano", "-s", "0", "-B", "8192",
+               "-n", "-Z", "root"]  # fmt: skip
+    procs["tcpdump"] = Proc("tcpdump", net.exec_argv("server", tcpdump), work / "tcpdump.log", stdin=False)  # fmt: skip
+    if client_capture:
+        tc = [*tcpdump[:6], CLIENT_IF, "-w", str(work / "capture_client.pcap"), *tcpdump[9:]]
+        procs["tcpdump_client"] = Proc("tcpdump_client", net.exec_argv("client", tc), work / "tcpdump_client.log", stdin=False)  # fmt: skip
+        procs["tcpdump_client"].wait_log("listening on", 15)
+    procs["tcpdump"].wait_log("listening on", 15)
+
+    # 4. server
+    scfg = {**server_cfg, "seed": seed, "windows": layer_windows("server"), "log": str(work / "server.json"),
+            "max_runtime_s": max_runtime, "bulk_port": sc.BULK_PORT if scn.bulk else 0}  # fmt: skip
+    (work / "server_cfg.json").write_text(json.dumps(scfg))
+    procs["server"] = Proc("server", net.exec_argv("server", _py("telemetry.lab.server", str(work / "server_cfg.json"))), work / "server.log")  # fmt: skip
+    procs["server"].wait_line("READY", 20)
+
+    # 5. T0: windows become absolute; the client connects during the lead time
+    t0 = time.time_ns() + int(lead_s * NS_PER_S)
+    for key in ("bridge", "server"):
+        procs[key].send(f"T0 {t0}")
+    windows = _window_rows(scn, duration, t0)
+    bulk = None
+    if scn.bulk:
+        bulk = {"port": sc.BULK_PORT, "windows": [w for w in bridge_windows if any(
+            m["kind"] == "queue" for m in w["models"])]}  # fmt: skip
+    ccfg = {**client_cfg, "seed": seed, "server_ip": SERVER_IP, "server_port": port,
+            "start_ns": t0, "end_ns": t0 + int(duration * NS_PER_S), "windows": layer_windows("client"),
+            "bulk": bulk, "out": str(work / "client.parquet"), "meta_out": str(work / "client_meta.json")}  # fmt: skip
+    (work / "client_cfg.json").write_text(json.dumps(ccfg))
+    log(f"[{name}] T0 {iso(t0)}; load {duration:.0f} s at {client_cfg['rate']}/s; windows: "
+        + (", ".join(f"{w['name']} {w['start_offset_s']:.1f}-{w['end_offset_s']:.1f}s" for w in windows) or "none"))  # fmt: skip
+    procs["client"] = Proc("client", net.exec_argv("client", _py("telemetry.lab.client", str(work / "client_cfg.json"))), work / "client.log", stdin=False)  # fmt: skip
+    procs["client"].wait_line("READY", lead_s + 10)
+    client_timeout = lead_s + duration + float(client_cfg["drain_s"]) + 20
+    try:
+        procs["client"].p.wait(client_timeout)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"client did not finish in {client_timeout:.0f} s") from None
+    if procs["client"].p.returncode != 0:
+        raise RuntimeError(f"client failed: {procs['client'].tail()}")
+    procs.pop("client").stop()
+
+    # 6. stop: server writes its log, tcpdump flushes, bridge writes its report
+    procs["server"].send("STOP")
+    procs.pop("server").stop(timeout=8)
+    time.sleep(0.3)
+    for key in ("tcpdump", "tcpdump_client"):
+        if key in procs:
+            procs.pop(key).stop(timeout=5, sig=signal.SIGINT)
+    procs.pop("bridge").stop(timeout=8)
+    t_end = time.time_ns()
+
+    return _finish(scn, name, duration, seed, out, work, net, t_setup, t0, t_end, windows,
+                   idle_rtt, server_cfg, client_cfg, ccfg, log)  # fmt: skip
+
+
+def _tcpdump_stats(text: str) -> dict[str, int]:
+    import re
+
+    out = {}
+    for key, pat in (("captured", r"(\d+) packets? captured"),
+                     ("received_by_filter", r"(\d+) packets? received by filter"),
+                     ("kernel_drops", r"(\d+) packets? dropped by kernel")):  # fmt: skip
+        m = re.search(pat, text)
+        if m:
+            out[key] = int(m.group(1))
+    return out
+
+
+def _finish(
+    scn: sc.Scenario,
+    name: str,
+    duration: float,
+    seed: int,
+    out: Path,
+    work: Path,
+    net: LabNet,
+    t_setup: int,
+    t0: int,
+    t_end: int,
+    windows: list[dict[str, Any]],
+    idle_rtt: dict[str, Any],
+    server_cfg: dict[str, Any],
+    client_cfg: dict[str, Any],
+    ccfg: dict[str, Any],
+    log: Any,
+) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from telemetry.lab.bridge import EVENT_COLUMNS
+
+    bridge = json.loads((work / "bridge.json").read_text())
+    server = json.loads((work / "server.json").read_text())
+    meta = json.loads((work / "client_meta.json").read_text())
+
+    # client truth + in_window
+    table = pq.read_table(work / "client.parquet")
+    table = assign_windows(table, windows)
+    pq.write_table(table, out / "client.parquet", compression="zstd")
+
+    # bridge events
+    ev = bridge["events"]
+    cols = {c: [r[i] for r in ev] for i, c in enumerate(EVENT_COLUMNS)}
+    types = {"direction": pa.string(), "window": pa.string(), "action": pa.string(), "by": pa.string()}
+    arrays = {c: pa.array(v, types.get(c, pa.int64())) for c, v in cols.items()}
+    pq.write_table(pa.table(arrays), out / "bridge_events.parquet", compression="zstd")
+
+    # what each window did, as observed
+    rpcs = server["rpcs"]
+    rows = table.to_pylist()
+    for w in windows:
+        obs: dict[str, Any] = {}
+        if w["layer"] == "bridge":
+            for key, n in bridge["counts"].items():
+                wname, direction, action = key.split(":")
+                if wname == w["name"]:
+                    obs.setdefault(direction, {})[action] = n
+        elif w["params"].get("kind") == "stall":
+            obs["rpcs_stalled"] = sum(1 for r in rpcs if r.get("stall") == w["name"])
+        elif w["params"].get("kind") == "resource_exhausted":
+            obs["rpcs_rejected"] = sum(1 for r in rpcs if r.get("window") == w["name"])
+        elif w["params"].get("kind") == "slow_reader":
+            obs["calls_read_slowly"] = sum(1 for r in rows if r["slow_reader"])
+        obs["calls_in_window"] = sum(1 for r in rows if r["in_window"] == w["name"])
+        w["observed"] = obs
+
+    tcpdump_stats = _tcpdump_stats((work / "tcpdump.log").read_text(errors="replace"))
+    pcap = read_pcap_summary(out / "capture.pcap")
+    disturbed = (
+        [{"source": "bridge", **d} for d in bridge["disturbed"]]
+        + [{"source": "server", **d} for d in server["disturbed"]]
+        + [{"source": "client_dispatch", "start_ns": t, "end_ns": t + late, "events": 1,
+            "max_late_ms": late / NS_PER_MS} for t, late in meta["dispatch_late"]]  # fmt: skip
+    )
+    for d in disturbed:
+        d["start_iso"], d["end_iso"] = iso(d["start_ns"]), iso(d["end_ns"])
+    problems = []
+    if tcpdump_stats.get("kernel_drops"):
+        problems.append(f"tcpdump kernel drops: {tcpdump_stats['kernel_drops']}")
+    if any(bridge["stats"]["socket_drops"]):
+        problems.append(f"bridge socket drops: {bridge['stats']['socket_drops']}")
+    if pcap["frames_over_mtu"]:
+        problems.append(f"{pcap['frames_over_mtu']} captured frames larger than the MTU")
+    if any(c["reconnected"] for c in meta["connections"]):
+        problems.append("a client channel reconnected")
+
+    cmp_rows = compare(table, windows)
+    idle = bridge["idle_delay_ms"]
+    labels = {
+        "schema": LABELS_SCHEMA,
+        "scenario": name,
+        "description": scn.description,
+        "seed": seed,
+        "duration_s": duration,
+        "command": f"tailtap lab run {name} --out DIR --duration {duration:g} --seed {seed}",
+        "t0_ns": t0,
+        "t0_iso": iso(t0),
+        "load_end_ns": ccfg["end_ns"],
+        "load_end_iso": iso(ccfg["end_ns"]),
+        "setup_ns": t_setup,
+        "run_end_ns": t_end,
+        "endpoints": {
+            "client": {"addr": CLIENT_IP, "ports": [c["local_port"] for c in meta["connections"]],
+                       "namespace": net.client, "interface": CLIENT_IF},  # fmt: skip
+            "server": {"addr": SERVER_IP, "port": int(server_cfg["port"]), "namespace": net.server,
+                       "interface": SERVER_IF, "service": "tailtap.lab.LLM",
+                       "methods": ["/tailtap.lab.LLM/Generate", "/tailtap.lab.LLM/Embed"]},  # fmt: skip
+            "bulk": {"port": sc.BULK_PORT, "direction": "to_client"} if scn.bulk else None,
+            "connections": meta["connections"],
+        },
+        "capture": {
+            "file": "capture.pcap",
+            "point": "server",  # capture side: the server's veth, the inference boundary
+            "namespace": net.server,
+            "interface": SERVER_IF,
+            "snaplen": 262144,
+            "filter": "",
+            "timestamp_precision": "ns",
+            **pcap,
+            **{f"tcpdump_{k}": v for k, v in tcpdump_stats.items()},
+        },
+        "path": {
+            "mtu": MTU,
+            "offloads": net.offloads,
+            "congestion_control": net.congestion_control,
+            "sysctls": scn.sysctls,
+            "idle_udp_rtt_ms": idle_rtt,
+            "link_stats": net.link_stats(),
+        },
+        "bridge": {
+            "idle_delay_ms": idle,  # added by the bridge to unimpaired frames (rx -> tx)
+            "late_threshold_ms": bridge["late_threshold_ms"],
+            "stats": bridge["stats"],
+            "priority": "SCHED_RR 10" if shutil.which("chrt") else "normal",
+        },
+        "load": {k: v for k, v in client_cfg.items()},
+        "server": {k: v for k, v in server_cfg.items()},
+        "windows": windows,
+        "disturbed": disturbed,
+        "problems": problems,
+        "client_summary": cmp_rows,
+        "host": {"kernel": os.uname().release, "cpus": os.cpu_count(),
+                 "loadavg": os.getloadavg()},  # fmt: skip
+    }
+    (out / "labels.json").write_text(json.dumps(labels, indent=1, default=str) + "\n")
+    _print_summary(name, labels, log)
+    return labels
+
+
+def _print_summary(name: str, labels: dict[str, Any], log: Any) -> None:
+    idle = labels["bridge"]["idle_delay_ms"]
+    log(f"[{name}] bridge idle delay p50 {idle.get('p50', float('nan')):.3f} ms, "
+        f"p99 {idle.get('p99', float('nan')):.3f} ms (n={idle.get('n')}); "
+        f"capture {labels['capture']['packets']} packets, max frame {labels['capture']['max_frame_len']} B")  # fmt: skip
+
+    def f(v: float | None) -> str:
+        return "-" if v is None else f"{v:8.1f}"
+
+    log(f"{'':24} {'reqs':>5} {'errs':>5} {'lat p99':>8} {'ttft p99':>8} {'gap p99':>8}  (ms)")
+    for r in labels["client_summary"]:
+        label = "outside windows" if r["window"] is None else f"in {r['window']}"
+        log(f"{label:24} {r['requests']:5d} {r['errors']:5d} {f(r['latency_p99_ms'])} "
+            f"{f(r['ttft_p99_ms'])} {f(r['max_gap_p99_ms'])}")  # fmt: skip
+    for p in labels["problems"]:
+        log(f"[{name}] warning: {p}")
+    if labels["disturbed"]:
+        worst = max(d["max_late_ms"] for d in labels["disturbed"])
+        log(f"[{name}] note: {len(labels['disturbed'])} disturbed period(s) recorded "
+            f"(worst lateness {worst:.1f} ms), see labels.json 'disturbed'")  # fmt: skip
+
+
