@@ -124,7 +124,9 @@ def merge_periods(events: list[tuple[int, int]], gap_ns: int) -> list[dict[str, 
             o["events"] += 1
             o["max_late_ms"] = max(o["max_late_ms"], late / NS_PER_MS)
         else:
-            out.append({"start_ns": t, "end_ns": t + late, "events": 1, "max_late_ms": late / NS_PER_MS})
+            out.append(
+                {"start_ns": t, "end_ns": t + late, "events": 1, "max_late_ms": late / NS_PER_MS}
+            )
     return out
 
 
@@ -227,8 +229,21 @@ class Bridge:
             if d_action != PASS:
                 key = f"{d_window}:{DIRECTIONS[i]}:{d_action}"
                 self.counts[key] = self.counts.get(key, 0) + 1
-                row = [t_rx, DIRECTIONS[i], d_window, d_action, d_by, d_release, None,
-                       n, sport, dport, seq, payload, ip_id]
+                row = [
+                    t_rx,
+                    DIRECTIONS[i],
+                    d_window,
+                    d_action,
+                    d_by,
+                    d_release,
+                    None,
+                    n,
+                    sport,
+                    dport,
+                    seq,
+                    payload,
+                    ip_id,
+                ]
                 self.events.append(row)
             if d_action == DROP or d_release is None:
                 continue

@@ -39,8 +39,8 @@ since the epoch, taken with time.time_ns() in the client process):
 - ``grpc_status_name`` (str)
 - ``ttft_ms`` (float64): start -> first message (null when none).
 - ``latency_ms`` (float64): start -> end.
-- ``max_gap_ms`` (float64): largest gap between consecutive messages, the first one
-  measured from start (so a slow first token counts too); null when no message.
+- ``max_gap_ms`` (float64): largest gap between consecutive response messages (null when
+  fewer than two; a slow first message shows in ``ttft_ms``).
 - ``slow_reader`` (bool): the call read messages during a client slow-reader window.
 - ``in_window`` (str): filled in by the runner: the impairment/server/client window whose
   effect interval the call overlaps, or null.
@@ -150,8 +150,12 @@ class LoadGenerator:
                 i,
                 ch,
                 new.pop(),
-                ch.unary_stream(GENERATE, request_serializer=encode_json, response_deserializer=identity),
-                ch.unary_unary(EMBED, request_serializer=encode_json, response_deserializer=identity),
+                ch.unary_stream(
+                    GENERATE, request_serializer=encode_json, response_deserializer=identity
+                ),
+                ch.unary_unary(
+                    EMBED, request_serializer=encode_json, response_deserializer=identity
+                ),
                 connected_ns=time.time_ns(),
             )
             ch.subscribe(lambda st, c=conn: self._state(c, st), try_to_connect=False)
@@ -341,7 +345,7 @@ class LoadGenerator:
         cols: dict[str, list[Any]] = {k: [] for k in SCHEMA.names}
         for c in rows:
             msgs = c.message_ns
-            gaps = [b - a for a, b in zip([c.start_ns, *msgs[:-1]], msgs, strict=True)]
+            gaps = [b - a for a, b in zip(msgs[:-1], msgs[1:], strict=True)]
             status = c.status if c.status is not None else grpc.StatusCode.UNKNOWN
             vals = {
                 "request_id": c.request_id,
@@ -374,9 +378,14 @@ class LoadGenerator:
         pq.write_table(pa.table(cols, schema=SCHEMA), path, compression="zstd")
         meta = {
             "connections": [
-                {"index": c.index, "local_port": c.local_port, "connected_ns": c.connected_ns,
-                 "streams_started": (c.next_stream_id - 1) // 2, "reconnected": c.reconnected,
-                 "states": c.states}  # fmt: skip
+                {
+                    "index": c.index,
+                    "local_port": c.local_port,
+                    "connected_ns": c.connected_ns,
+                    "streams_started": (c.next_stream_id - 1) // 2,
+                    "reconnected": c.reconnected,
+                    "states": c.states,
+                }  # fmt: skip
                 for c in self.conns
             ],
             "dispatch_late": self.dispatch_late,

@@ -199,7 +199,9 @@ class Queue(Model):
         if self.backlog.at(p.t_ns) + p.size > self.params["limit_bytes"]:
             p.dropped, p.by = True, self.kind
             return
-        depart = max(p.t_ns, self.busy_until) + p.size * 8 * NS_PER_S // int(self.params["rate_bps"])
+        depart = max(p.t_ns, self.busy_until) + p.size * 8 * NS_PER_S // int(
+            self.params["rate_bps"]
+        )
         self.busy_until = depart
         self.backlog.add(depart, p.size)
         p.t_ns, p.by = depart, p.by or self.kind
@@ -340,7 +342,9 @@ class Impairer:
         a = self.active(direction, t_ns) if is_ip else None
         if a is None:
             if self.fifo_tail[direction] > t_ns:
-                return Decision(self.fifo_tail[direction], BACKLOG, self.fifo_window[direction], "fifo")
+                return Decision(
+                    self.fifo_tail[direction], BACKLOG, self.fifo_window[direction], "fifo"
+                )
             return Decision(t_ns, PASS, None, "")
         if not a.started:
             for m in a.models:

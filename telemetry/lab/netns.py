@@ -201,12 +201,22 @@ class LabNet:
              BRIDGE_CLIENT_IF, "netns", b])  # fmt: skip
         run(["ip", "link", "add", SERVER_IF, "netns", s, "type", "veth", "peer", "name",
              BRIDGE_SERVER_IF, "netns", b])  # fmt: skip
-        for ns, ifname in ((c, CLIENT_IF), (b, BRIDGE_CLIENT_IF), (b, BRIDGE_SERVER_IF), (s, SERVER_IF)):
+        for ns, ifname in (
+            (c, CLIENT_IF),
+            (b, BRIDGE_CLIENT_IF),
+            (b, BRIDGE_SERVER_IF),
+            (s, SERVER_IF),
+        ):
             run(["ip", "-n", ns, "link", "set", ifname, "mtu", str(MTU)])
             self.offloads[ifname] = in_netns(ns, lambda i=ifname: set_offloads(i, False))
         run(["ip", "-n", c, "addr", "add", f"{CLIENT_IP}/{PREFIX_LEN}", "dev", CLIENT_IF])
         run(["ip", "-n", s, "addr", "add", f"{SERVER_IP}/{PREFIX_LEN}", "dev", SERVER_IF])
-        for ns, ifname in ((c, CLIENT_IF), (b, BRIDGE_CLIENT_IF), (b, BRIDGE_SERVER_IF), (s, SERVER_IF)):
+        for ns, ifname in (
+            (c, CLIENT_IF),
+            (b, BRIDGE_CLIENT_IF),
+            (b, BRIDGE_SERVER_IF),
+            (s, SERVER_IF),
+        ):
             run(["ip", "-n", ns, "link", "set", ifname, "up"])
         still_on = {i: [k for k, v in st.items() if v] for i, st in self.offloads.items()}
         if any(still_on.values()):

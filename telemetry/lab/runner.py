@@ -293,14 +293,25 @@ def compare(table: Any, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in rows:
         g = logical.setdefault(
             r["logical_id"],
-            {"start": r["start_ns"], "end": r["end_ns"], "first": None, "gap": None,
-             "method": r["method"], "in": r["in_window"], "ok": False},  # fmt: skip
+            {
+                "start": r["start_ns"],
+                "end": r["end_ns"],
+                "first": None,
+                "gap": None,
+                "method": r["method"],
+                "in": r["in_window"],
+                "ok": False,
+            },  # fmt: skip
         )
         g["start"] = min(g["start"], r["start_ns"])
         if r["end_ns"] is not None:
             g["end"] = max(g["end"] or 0, r["end_ns"])
         if r["first_message_ns"] is not None:
-            g["first"] = r["first_message_ns"] if g["first"] is None else min(g["first"], r["first_message_ns"])
+            g["first"] = (
+                r["first_message_ns"]
+                if g["first"] is None
+                else min(g["first"], r["first_message_ns"])
+            )
         if r["max_gap_ms"] is not None:
             g["gap"] = max(g["gap"] or 0.0, r["max_gap_ms"])
         g["in"] = g["in"] or r["in_window"]
@@ -410,16 +421,25 @@ def _run(
     lead_s = 3.0
     max_runtime = lead_s + duration + float(client_cfg["drain_s"]) + 30
     bridge_windows = [
-        {"name": w.name, "direction": w.direction, "models": list(w.models),
-         "start_s": round(w.start * duration, 3), "end_s": round(w.end * duration, 3)}  # fmt: skip
+        {
+            "name": w.name,
+            "direction": w.direction,
+            "models": list(w.models),
+            "start_s": round(w.start * duration, 3),
+            "end_s": round(w.end * duration, 3),
+        }  # fmt: skip
         for w in scn.windows
         if w.layer == "bridge"
     ]
 
     def layer_windows(layer: str) -> list[dict[str, Any]]:
         return [
-            {"name": w.name, **w.params, "start_s": round(w.start * duration, 3),
-             "end_s": round(w.end * duration, 3)}  # fmt: skip
+            {
+                "name": w.name,
+                **w.params,
+                "start_s": round(w.start * duration, 3),
+                "end_s": round(w.end * duration, 3),
+            }  # fmt: skip
             for w in scn.windows
             if w.layer == layer
         ]
@@ -556,7 +576,12 @@ def _finish(
     # bridge events
     ev = bridge["events"]
     cols = {c: [r[i] for r in ev] for i, c in enumerate(EVENT_COLUMNS)}
-    types = {"direction": pa.string(), "window": pa.string(), "action": pa.string(), "by": pa.string()}
+    types = {
+        "direction": pa.string(),
+        "window": pa.string(),
+        "action": pa.string(),
+        "by": pa.string(),
+    }
     arrays = {c: pa.array(v, types.get(c, pa.int64())) for c, v in cols.items()}
     pq.write_table(pa.table(arrays), out / "bridge_events.parquet", compression="zstd")
 
@@ -584,8 +609,16 @@ def _finish(
     disturbed = (
         [{"source": "bridge", **d} for d in bridge["disturbed"]]
         + [{"source": "server", **d} for d in server["disturbed"]]
-        + [{"source": "client_dispatch", "start_ns": t, "end_ns": t + late, "events": 1,
-            "max_late_ms": late / NS_PER_MS} for t, late in meta["dispatch_late"]]  # fmt: skip
+        + [
+            {
+                "source": "client_dispatch",
+                "start_ns": t,
+                "end_ns": t + late,
+                "events": 1,
+                "max_late_ms": late / NS_PER_MS,
+            }
+            for t, late in meta["dispatch_late"]
+        ]  # fmt: skip
     )
     for d in disturbed:
         d["start_iso"], d["end_iso"] = iso(d["start_ns"]), iso(d["end_ns"])
@@ -615,11 +648,20 @@ def _finish(
         "setup_ns": t_setup,
         "run_end_ns": t_end,
         "endpoints": {
-            "client": {"addr": CLIENT_IP, "ports": [c["local_port"] for c in meta["connections"]],
-                       "namespace": net.client, "interface": CLIENT_IF},  # fmt: skip
-            "server": {"addr": SERVER_IP, "port": int(server_cfg["port"]), "namespace": net.server,
-                       "interface": SERVER_IF, "service": "tailtap.lab.LLM",
-                       "methods": ["/tailtap.lab.LLM/Generate", "/tailtap.lab.LLM/Embed"]},  # fmt: skip
+            "client": {
+                "addr": CLIENT_IP,
+                "ports": [c["local_port"] for c in meta["connections"]],
+                "namespace": net.client,
+                "interface": CLIENT_IF,
+            },  # fmt: skip
+            "server": {
+                "addr": SERVER_IP,
+                "port": int(server_cfg["port"]),
+                "namespace": net.server,
+                "interface": SERVER_IF,
+                "service": "tailtap.lab.LLM",
+                "methods": ["/tailtap.lab.LLM/Generate", "/tailtap.lab.LLM/Embed"],
+            },  # fmt: skip
             "bulk": {"port": sc.BULK_PORT, "direction": "to_client"} if scn.bulk else None,
             "connections": meta["connections"],
         },
@@ -654,8 +696,11 @@ def _finish(
         "disturbed": disturbed,
         "problems": problems,
         "client_summary": cmp_rows,
-        "host": {"kernel": os.uname().release, "cpus": os.cpu_count(),
-                 "loadavg": os.getloadavg()},  # fmt: skip
+        "host": {
+            "kernel": os.uname().release,
+            "cpus": os.cpu_count(),
+            "loadavg": os.getloadavg(),
+        },  # fmt: skip
     }
     (out / "labels.json").write_text(json.dumps(labels, indent=1, default=str) + "\n")
     _print_summary(name, labels, log)
@@ -682,5 +727,3 @@ def _print_summary(name: str, labels: dict[str, Any], log: Any) -> None:
         worst = max(d["max_late_ms"] for d in labels["disturbed"])
         log(f"[{name}] note: {len(labels['disturbed'])} disturbed period(s) recorded "
             f"(worst lateness {worst:.1f} ms), see labels.json 'disturbed'")  # fmt: skip
-
-

@@ -94,54 +94,126 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "reorder",
             "5% of server->client data segments held back 30 ms so later ones overtake them.",
-            (WindowSpec("reorder", "bridge", 0.4, 0.7, "reordering", "reorder",
-                        direction="to_client", settle_s=0.5,
-                        models=({"kind": "reorder", "share": 0.05, "hold_ms": 30.0,
-                                 "match": "payload"},)),),  # fmt: skip
+            (
+                WindowSpec(
+                    "reorder",
+                    "bridge",
+                    0.4,
+                    0.7,
+                    "reordering",
+                    "reorder",
+                    direction="to_client",
+                    settle_s=0.5,
+                    models=(
+                        {"kind": "reorder", "share": 0.05, "hold_ms": 30.0, "match": "payload"},
+                    ),
+                ),
+            ),  # fmt: skip
         ),
         Scenario(
             "queueing",
             "3 Mbit/s bottleneck FIFO (40 KB, tail drop) on server->client, filled by a "
             "competing bulk download that runs only inside the window.",
-            (WindowSpec("queueing", "bridge", 0.4, 0.7, "queueing", "bottleneck",
-                        direction="to_client", settle_s=1.0,
-                        models=({"kind": "queue", "rate_bps": 3_000_000,
-                                 "limit_bytes": 40_000, "match": "all"},)),),  # fmt: skip
+            (
+                WindowSpec(
+                    "queueing",
+                    "bridge",
+                    0.4,
+                    0.7,
+                    "queueing",
+                    "bottleneck",
+                    direction="to_client",
+                    settle_s=1.0,
+                    models=(
+                        {
+                            "kind": "queue",
+                            "rate_bps": 3_000_000,
+                            "limit_bytes": 40_000,
+                            "match": "all",
+                        },
+                    ),
+                ),
+            ),  # fmt: skip
             bulk=True,
         ),
         Scenario(
             "throttle_shaper",
             "Token-bucket shaper on server->client at 300 kbit/s (burst 3 KB, 150 KB "
             "waiting room): the excess is delayed, delivery rate capped.",
-            (WindowSpec("throttle_shaper", "bridge", 0.4, 0.7, "throttling", "shaper",
-                        direction="to_client", settle_s=2.0,
-                        models=({"kind": "shaper", "rate_bps": 300_000, "burst_bytes": 3_000,
-                                 "limit_bytes": 150_000, "match": "all"},)),),  # fmt: skip
+            (
+                WindowSpec(
+                    "throttle_shaper",
+                    "bridge",
+                    0.4,
+                    0.7,
+                    "throttling",
+                    "shaper",
+                    direction="to_client",
+                    settle_s=2.0,
+                    models=(
+                        {
+                            "kind": "shaper",
+                            "rate_bps": 300_000,
+                            "burst_bytes": 3_000,
+                            "limit_bytes": 150_000,
+                            "match": "all",
+                        },
+                    ),
+                ),
+            ),  # fmt: skip
         ),
         Scenario(
             "throttle_policer",
             "Token-bucket policer on server->client at 300 kbit/s (burst 6 KB): the excess "
             "is dropped.",
-            (WindowSpec("throttle_policer", "bridge", 0.4, 0.7, "throttling", "policer",
-                        direction="to_client", settle_s=2.0,
-                        models=({"kind": "policer", "rate_bps": 300_000, "burst_bytes": 6_000,
-                                 "match": "all"},)),),  # fmt: skip
+            (
+                WindowSpec(
+                    "throttle_policer",
+                    "bridge",
+                    0.4,
+                    0.7,
+                    "throttling",
+                    "policer",
+                    direction="to_client",
+                    settle_s=2.0,
+                    models=(
+                        {
+                            "kind": "policer",
+                            "rate_bps": 300_000,
+                            "burst_bytes": 6_000,
+                            "match": "all",
+                        },
+                    ),
+                ),
+            ),  # fmt: skip
         ),
         Scenario(
             "flow_control",
             "Small HTTP/2 windows (client lookahead 1 KiB, no BDP probing) and a client that "
             "reads each message 60 ms late inside the window: the server's streams block "
             "on WINDOW_UPDATE.",
-            (WindowSpec("flow_control", "client", 0.4, 0.7, "throttling", "h2_flow_control",
-                        params={"kind": "slow_reader", "read_delay_ms": 60.0},
-                        settle_s=3.0),),  # fmt: skip
-            client={"channel_options": [["grpc.http2.lookahead_bytes", 1024],
-                                        ["grpc.http2.bdp_probe", 0]]},  # fmt: skip
+            (
+                WindowSpec(
+                    "flow_control",
+                    "client",
+                    0.4,
+                    0.7,
+                    "throttling",
+                    "h2_flow_control",
+                    params={"kind": "slow_reader", "read_delay_ms": 60.0},
+                    settle_s=3.0,
+                ),
+            ),  # fmt: skip
+            client={
+                "channel_options": [
+                    ["grpc.http2.lookahead_bytes", 1024],
+                    ["grpc.http2.bdp_probe", 0],
+                ]
+            },  # fmt: skip
         ),
         Scenario(
             "server_stall",
-            "Clean network; the server prefills 300 ms longer for requests arriving in the "
-            "window.",
+            "Clean network; the server prefills 300 ms longer for requests arriving in the window.",
             (_stall,),
         ),
         Scenario(
@@ -158,9 +230,18 @@ SCENARIOS: dict[str, Scenario] = {
             "resource_exhausted",
             "The server answers 40% of requests RESOURCE_EXHAUSTED inside the window; the "
             "client retries with backoff (50 ms, x2).",
-            (WindowSpec("resource_exhausted", "server", 0.4, 0.7, "throttling",
-                        "resource_exhausted", params={"kind": "resource_exhausted", "p": 0.4, "after_ms": 2.0},
-                        settle_s=0.5),),  # fmt: skip
+            (
+                WindowSpec(
+                    "resource_exhausted",
+                    "server",
+                    0.4,
+                    0.7,
+                    "throttling",
+                    "resource_exhausted",
+                    params={"kind": "resource_exhausted", "p": 0.4, "after_ms": 2.0},
+                    settle_s=0.5,
+                ),
+            ),  # fmt: skip
         ),
     )
 }
