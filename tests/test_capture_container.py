@@ -1,0 +1,342 @@
+"""pcap / pcapng container decoding: every variant, any chunking, and broken files."""
+
+from __future__ import annotations
+
+import struct
+
+import capture_builders as cb
+import numpy as np
+import pytest
+
+from parsers.capture import CaptureDecoder, CaptureFormatError
+from parsers.records import PacketBatch
+
+T0 = 1_700_000_000_123_456_000  # a microsecond-aligned time in ns
+
+
+def decode(
+    data: bytes, chunk: int | None = None, batch_packets: int = 65536
+) -> tuple[CaptureDecoder, list[PacketBatch]]:
+    dec = CaptureDecoder(batch_packets=batch_packets)
+    batches: list[PacketBatch] = []
+    step = chunk or max(len(data), 1)
+    for i in range(0, len(data), step):
+        batches += dec.feed(data[i : i + step])
+    batches += dec.close()
+    return dec, batches
+
+
+def rows(batches: list[PacketBatch]) -> list[tuple[int, int, int, int, int, bytes]]:
+    """(frame_no, ts_ns, linktype, caplen, origlen, bytes) per packet."""
+    out = []
+    for b in batches:
+        for i in range(len(b)):
+            off, cap = int(b.offset[i]), int(b.caplen[i])
+            out.append(
+                (
+                    int(b.frame_no[i]),
+                    int(b.ts_ns[i]),
+                    int(b.linktype[i]),
+                    cap,
+                    int(b.origlen[i]),
+                    b.buf[off : off + cap].tobytes(),
+                )
+            )
+    return out
+
+
+def payloads(n: int) -> list[bytes]:
+    return [bytes([i % 251]) * (40 + 13 * i % 97) for i in range(n)]
+
+
+# -- classic pcap ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("big_endian", [False, True])
+@pytest.mark.parametrize("nano", [False, True])
+def test_pcap_variants(big_endian: bool, nano: bool) -> None:
+    step = 1_234_567 if nano else 1_234_000
+    pkts = [(T0 + i * step, p) for i, p in enumerate(payloads(5))]
+    dec, batches = decode(cb.pcap(pkts, linktype=1, nano=nano, big_endian=big_endian))
+    assert dec.format == "pcap"
+    assert dec.issues == []
+    assert dec.packets_read == 5
+    assert rows(batches) == [(i + 1, ts, 1, len(p), len(p), p) for i, (ts, p) in enumerate(pkts)]
+    b = batches[0]
+    assert b.frame_no.dtype == np.int64 and b.ts_ns.dtype == np.int64
+    assert b.linktype.dtype == np.int32 and b.caplen.dtype == np.int32
+    assert b.origlen.dtype == np.int32 and b.offset.dtype == np.int64
+    assert b.buf.dtype == np.uint8
+
+
+def test_pcap_snaplen_origlen_and_fcs_bits_in_linktype() -> None:
+    data = cb.pcap([(T0, b"x" * 60, 1514)], linktype=0x10000000 | (2 << 29) | 1)
+    _, batches = decode(data)
+    assert rows(batches) == [(1, T0, 1, 60, 1514, b"x" * 60)]
+
+
+def test_modified_pcap_24_byte_records() -> None:
+    head = struct.pack("<IHHiIII", 0xA1B2CD34, 2, 4, 0, 0, 65535, 1)
+    rec = struct.pack("<IIII", 100, 5, 3, 3) + b"\0" * 8 + b"abc"
+    _, batches = decode(head + rec + rec)
+    assert [r[1:] for r in rows(batches)] == [(100_000_005_000, 1, 3, 3, b"abc")] * 2
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1000])
+def test_any_chunking_and_exact_batches(chunk: int) -> None:
+    pkts = [(T0 + i * 1000, p) for i, p in enumerate(payloads(30))]
+    data = cb.pcap(pkts)
+    _, whole = decode(data)
+    dec, batches = decode(data, chunk=chunk, batch_packets=8)
+    assert [len(b) for b in batches] == [8, 8, 8, 6]
+    assert rows(batches) == rows(whole)
+    assert dec.bytes_read == len(data)
+    assert dec.packets_read == 30
+
+
+def test_feed_returns_full_batches_as_soon_as_ready() -> None:
+    data = cb.pcap([(T0, b"a" * 10)] * 5)
+    dec = CaptureDecoder(batch_packets=2)
+    first = dec.feed(data[: 24 + 3 * 26])  # header + 3 records
+    assert [len(b) for b in first] == [2]
+    rest = dec.feed(data[24 + 3 * 26 :])
+    assert [len(b) for b in rest] == [2]
+    last = dec.close()
+    assert [len(b) for b in last] == [1]
+    assert int(last[0].frame_no[0]) == 5
+    with pytest.raises(ValueError):
+        dec.feed(b"more")
+
+
+def test_batch_buffer_is_padded_and_independent_of_input() -> None:
+    data = bytearray(cb.pcap([(T0, b"hello"), (T0, b"world")]))
+    dec = CaptureDecoder()
+    batches = dec.feed(bytes(data)) + dec.close()
+    data[:] = b"\0" * len(data)
+    b = batches[0]
+    assert b.buf[b.offset[1] : b.offset[1] + 5].tobytes() == b"world"
+    assert b.buf.shape[0] >= int(b.offset[1]) + 5 + 16  # zero padding after the data
+
+
+# -- pcapng ------------------------------------------------------------------------------
+
+
+def test_pcapng_sections_interfaces_resolutions_and_offsets() -> None:
+    sec = T0 // 1_000_000_000
+    frac_ns = T0 % 1_000_000_000
+    le, be = "<", ">"
+    data = b"".join(
+        [
+            cb.shb(le),
+            cb.idb(1, order=le),  # default resolution: microseconds
+            cb.idb(113, tsresol=9, order=le),  # nanoseconds
+            cb.idb(101, tsresol=3, tsoffset=1000, order=le),  # milliseconds, +1000 s
+            cb.epb(0, T0 // 1000, b"A" * 20, order=le),
+            cb.epb(1, T0 + 7, b"B" * 21, origlen=100, order=le),
+            cb.epb(2, T0 // 1_000_000, b"C" * 22, order=le),
+            cb.epb(0, T0 // 1000 + 1, b"D" * 23, order=le),
+            # second section, big-endian, power-of-two resolution
+            cb.shb(be),
+            cb.idb(276, tsresol=0x80 | 20, order=be),
+            cb.idb(0, tsresol=0x80 | 0, tsoffset=-5, order=be),
+            cb.epb(0, (sec << 20) | (1 << 19), b"E" * 24, order=be),  # sec + 0.5 s
+            cb.epb(1, sec, b"F" * 25, order=be),
+        ]
+    )
+    dec, batches = decode(data)
+    assert dec.format == "pcapng"
+    assert dec.issues == []
+    got = rows(batches)
+    assert [r[0] for r in got] == [1, 2, 3, 4, 5, 6]
+    assert [r[2] for r in got] == [1, 113, 101, 1, 276, 0]
+    assert [r[5] for r in got] == [b"A" * 20, b"B" * 21, b"C" * 22, b"D" * 23, b"E" * 24, b"F" * 25]
+    assert got[1][3:5] == (21, 100)
+    assert got[0][1] == T0
+    assert got[1][1] == T0 + 7
+    assert got[2][1] == (T0 // 1_000_000) * 1_000_000 + 1000 * 1_000_000_000
+    assert got[3][1] == T0 + 1000
+    assert got[4][1] == sec * 1_000_000_000 + 500_000_000
+    assert got[5][1] == (sec - 5) * 1_000_000_000
+    assert frac_ns  # T0 has a sub-second part, so the conversions above are not trivial
+
+
+def test_pcapng_power_of_two_resolution_floors_to_ns() -> None:
+    # 2^-30 s units: 1 unit = 0.931... ns
+    data = cb.shb() + cb.idb(1, tsresol=0x80 | 30) + cb.epb(0, (3 << 30) | 3, b"x")
+    _, batches = decode(data)
+    assert int(batches[0].ts_ns[0]) == 3 * 1_000_000_000 + (3 * 1_000_000_000 >> 30)
+
+
+def test_pcapng_spb_pb_and_skipped_blocks() -> None:
+    data = b"".join(
+        [
+            cb.shb(),
+            cb.nrb(),
+            cb.idb(1, snaplen=16),
+            cb.dsb(),
+            cb.epb(0, 5_000_000, b"e" * 10),
+            cb.spb(b"s" * 20, origlen=1500),  # snaplen 16 cuts it; no timestamp
+            cb.custom_block(),
+            cb.pb(0, 6_000_000, b"p" * 12),
+            cb.isb(0, ifdrop=42),
+            cb.epb(0, 7_000_000, b"f" * 11),
+        ]
+    )
+    dec, batches = decode(data, chunk=5)
+    assert dec.issues == []
+    assert rows(batches) == [
+        (1, 5_000_000_000, 1, 10, 10, b"e" * 10),
+        (2, 5_000_000_000, 1, 16, 1500, b"s" * 16),  # previous packet's time
+        (3, 6_000_000_000, 1, 12, 12, b"p" * 12),
+        (4, 7_000_000_000, 1, 11, 11, b"f" * 11),
+    ]
+    assert dec.kernel_drops == 42
+
+
+def test_pcapng_unknown_block_and_unknown_linktype_reported_once() -> None:
+    data = b"".join(
+        [
+            cb.shb(),
+            cb.idb(147),
+            cb.block(0x77, b"????"),
+            cb.epb(0, 1, b"a"),
+            cb.block(0x77, b"!!!!"),
+            cb.epb(0, 2, b"b"),
+        ]
+    )
+    dec, batches = decode(data)
+    assert len(rows(batches)) == 2
+    kinds = [i.kind for i in dec.issues]
+    assert kinds == ["unknown_linktype", "unknown_block"]
+    assert "147" in dec.issues[0].message and "interface 0" in dec.issues[0].message
+    assert not any(i.fatal for i in dec.issues)
+
+
+def test_pcapng_bad_interface_id_skips_packet_keeps_numbering() -> None:
+    data = cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a") + cb.epb(3, 2, b"b") + cb.epb(0, 3, b"c")
+    dec, batches = decode(data)
+    assert [(r[0], r[5]) for r in rows(batches)] == [(1, b"a"), (3, b"c")]
+    assert [(i.kind, i.frame_no, i.fatal) for i in dec.issues] == [("bad_interface", 2, False)]
+
+
+# -- broken input ------------------------------------------------------------------------
+
+
+def test_truncated_last_pcap_record() -> None:
+    data = cb.pcap([(T0, b"a" * 50), (T0, b"b" * 50), (T0, b"c" * 50)])
+    cut = data[:-20]
+    dec, batches = decode(cut, chunk=17)
+    assert [r[5] for r in rows(batches)] == [b"a" * 50, b"b" * 50]
+    [issue] = dec.issues
+    assert issue.kind == "truncated_record"
+    assert issue.frame_no == 3
+    assert issue.byte_offset == 24 + 2 * 66
+    assert not issue.fatal
+
+
+def test_truncated_last_pcapng_block() -> None:
+    data = cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a" * 40) + cb.epb(0, 2, b"b" * 40)
+    dec, batches = decode(data[:-9])
+    assert [r[5] for r in rows(batches)] == [b"a" * 40]
+    [issue] = dec.issues
+    assert (issue.kind, issue.frame_no, issue.fatal) == ("truncated_record", 2, False)
+    assert issue.byte_offset == len(cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a" * 40))
+    assert "enhanced packet block" in issue.message
+
+
+def test_corrupt_pcapng_block_length_mid_file_is_fatal_and_keeps_earlier_packets() -> None:
+    good = cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a" * 8) + cb.epb(0, 2, b"b" * 8)
+    bad = bytearray(cb.epb(0, 3, b"c" * 8))
+    bad[4:8] = struct.pack("<I", len(bad) + 8)  # start length disagrees with the end one
+    tail = cb.epb(0, 4, b"d" * 8) * 3
+    dec, batches = decode(good + bytes(bad) + tail, chunk=11)
+    assert [r[5] for r in rows(batches)] == [b"a" * 8, b"b" * 8]
+    [issue] = dec.issues
+    assert (issue.kind, issue.frame_no, issue.fatal) == ("bad_block", 3, True)
+    assert issue.byte_offset == len(good)
+
+
+@pytest.mark.parametrize("length", [13, 4, 0x7FFFFFF0])
+def test_invalid_pcapng_block_lengths_are_fatal(length: int) -> None:
+    good = cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a" * 8)
+    bad = bytearray(cb.isb(0, 1))
+    bad[4:8] = struct.pack("<I", length)
+    dec, batches = decode(good + bytes(bad) + cb.epb(0, 2, b"b"))
+    assert [r[5] for r in rows(batches)] == [b"a" * 8]
+    [issue] = dec.issues
+    assert (issue.kind, issue.frame_no, issue.byte_offset, issue.fatal) == (
+        "bad_block",
+        2,
+        len(good),
+        True,
+    )
+
+
+def test_corrupt_pcap_caplen_mid_file_is_fatal() -> None:
+    pkts = [(T0, b"a" * 30)] * 3
+    data = bytearray(cb.pcap(pkts))
+    at = 24 + 46  # second record
+    data[at + 8 : at + 12] = struct.pack("<I", 0xFFFF0000)
+    data += cb.pcap(pkts)[24:]
+    for chunk in (None, 5):
+        dec, batches = decode(bytes(data), chunk=chunk)
+        assert len(rows(batches)) == 1
+        [issue] = dec.issues
+        assert (issue.kind, issue.frame_no, issue.byte_offset, issue.fatal) == (
+            "bad_record",
+            2,
+            at,
+            True,
+        )
+
+
+def test_mid_file_bad_section_header_is_fatal() -> None:
+    shb2 = bytearray(cb.shb())
+    shb2[8:12] = b"\0\0\0\0"
+    dec, batches = decode(cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a") + bytes(shb2))
+    assert len(rows(batches)) == 1
+    assert [(i.kind, i.fatal) for i in dec.issues] == [("bad_block", True)]
+
+
+@pytest.mark.parametrize(
+    ("data", "found"),
+    [
+        (b"\x1f\x8b\x08\x00" + b"\0" * 40, "gzip"),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "text 'GET / HTTP/1.1"),
+        (b"\x7fELF\x02\x01\x01" + b"\0" * 30, "ELF"),
+        (bytes(range(200, 240)), "bytes c8 c9 ca cb"),
+    ],
+)
+def test_garbage_input_raises_naming_what_was_found(data: bytes, found: str) -> None:
+    dec = CaptureDecoder()
+    with pytest.raises(CaptureFormatError) as err:
+        dec.feed(data)
+    assert found in str(err.value)
+    assert err.value.byte_offset == 0
+
+
+def test_empty_and_too_short_inputs_raise_at_close() -> None:
+    for data, words in [
+        (b"", "empty"),
+        (b"\xd4\xc3", "too short"),
+        (cb.pcap([])[:20], "pcap file header cut short"),
+        (cb.shb()[:10], "pcapng section header cut short"),
+        (cb.shb()[:20], "pcapng section header cut short"),
+    ]:
+        dec = CaptureDecoder()
+        assert dec.feed(data) == []
+        with pytest.raises(CaptureFormatError, match=words):
+            dec.close()
+
+
+def test_header_only_files_are_valid_and_empty() -> None:
+    for data in (cb.pcap([]), cb.shb() + cb.idb(1)):
+        dec, batches = decode(data)
+        assert batches == [] and dec.issues == [] and dec.packets_read == 0
+
+
+def test_bad_byte_order_magic_in_first_section_header() -> None:
+    data = bytearray(cb.shb())
+    data[8:12] = b"abcd"
+    with pytest.raises(CaptureFormatError, match="byte-order magic"):
+        CaptureDecoder().feed(bytes(data))
