@@ -1,0 +1,136 @@
+"""The command line as a user runs it: the installed `tailtap` executable, real files.
+
+Bad input gives one clear line naming the file and the place, a documented exit code,
+never a traceback; good input gives the report, also as JSON for scripts.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from capture_builders import ether, ipv4, pcap, tcp
+
+CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
+TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
+T0 = 1_700_000_000_000_000_000
+
+
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    return subprocess.run([TAILTAP, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
+
+
+def assert_no_traceback(proc: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, proc.stderr
+
+
+def test_help_explains_commands():
+    proc = run("--help")
+    assert proc.returncode == 0
+    for cmd in ("analyze", "report", "explain", "sql", "schema"):
+        assert cmd in proc.stdout
+    assert "Exit codes" in proc.stdout
+
+
+def test_missing_empty_and_not_a_capture(tmp_path):
+    empty = tmp_path / "empty.pcap"
+    empty.write_bytes(b"")
+    text = tmp_path / "notes.pcap"
+    text.write_text("this is not a capture\n" * 10)
+    for path, words in ((tmp_path / "missing.pcap", "no such file"), (empty, "empty"), (text, "notes.pcap")):
+        proc = run("analyze", str(path), "--out", str(tmp_path / "store"))
+        assert proc.returncode == 1, proc.stderr
+        assert_no_traceback(proc)
+        assert str(path.name) in proc.stderr and words in proc.stderr
+
+
+def _h2_garbage_capture() -> bytes:
+    """A TCP connection to port 50051 carrying bytes that are not HTTP/2 at all."""
+    c, s = ("10.0.0.2", 40000), ("10.0.0.1", 50051)
+    pkts = [
+        (T0, ether(ipv4(c[0], s[0], tcp(c[1], s[1], seq=100, flags=0x02)))),
+        (T0 + 1000, ether(ipv4(s[0], c[0], tcp(s[1], c[1], seq=900, ack=101, flags=0x12)))),
+        (T0 + 2000, ether(ipv4(c[0], s[0], tcp(c[1], s[1], seq=101, ack=901, flags=0x10)))),
+    ]
+    garbage = bytes((i * 37 + 11) % 256 for i in range(3000))
+    seq = 101
+    for i in range(0, len(garbage), 1000):
+        part = garbage[i : i + 1000]
+        pkts.append((T0 + 10_000 + i, ether(ipv4(c[0], s[0], tcp(c[1], s[1], seq=seq, ack=901, payload=part)))))
+        seq += len(part)
+    return pcap(pkts)
+
+
+def test_garbage_on_h2_port_is_not_a_traceback(tmp_path):
+    path = tmp_path / "garbage.pcap"
+    path.write_bytes(_h2_garbage_capture())
+    proc = run("analyze", str(path), "--out", str(tmp_path / "store"), "--h2-port", "50051", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_traceback(proc)
+    report = json.loads(proc.stdout)
+    assert report["methods"] == []  # no invented requests
+    assert report["captures"][0]["packets"] == 6
+
+
+def test_truncated_last_record_warns_and_keeps_the_rest(tmp_path):
+    data = _h2_garbage_capture()
+    path = tmp_path / "cut.pcap"
+    path.write_bytes(data[:-300])
+    proc = run("analyze", str(path), "--out", str(tmp_path / "store"), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_traceback(proc)
+    assert "cut.pcap" in proc.stderr and "packet 6" in proc.stderr
+    assert json.loads(proc.stdout)["captures"][0]["packets"] == 5
+
+
+def test_unknown_link_type_is_reported(tmp_path):
+    path = tmp_path / "user0.pcap"
+    path.write_bytes(pcap([(T0, b"\x01" * 60), (T0 + 1, b"\x02" * 60)], linktype=147))
+    proc = run("analyze", str(path), "--out", str(tmp_path / "store"), "--format", "json")
+    assert_no_traceback(proc)
+    assert "user0.pcap" in proc.stderr and "147" in proc.stderr
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures not found")
+def test_analyze_report_json_rerun_and_gzip(tmp_path):
+    src = CAPTURES / "grpc-go_server_streaming.pcapng"
+    gz = tmp_path / "stream.pcapng.gz"
+    gz.write_bytes(gzip.compress(src.read_bytes()))
+    store = tmp_path / "store"
+    proc = run("analyze", str(gz), "--out", str(store), "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    method = report["methods"][0]
+    assert method["method"] == "/greet.GreetService/GreetManyTimes"
+    assert method["requests"] == 1 and method["errors"] == 0
+    assert report["slowest_requests"][0]["conn_id"].startswith("C")
+    # the same file again: skipped, rows not duplicated
+    again = run("analyze", str(gz), "--out", str(store), "--format", "json")
+    assert again.returncode == 0 and "already in the store" in again.stderr
+    count = run("sql", "--store", str(store), "--format", "csv", "SELECT count(*) AS n FROM requests")
+    assert count.stdout.splitlines() == ["n", "1"]
+    # explain the request listed
+    row = report["slowest_requests"][0]
+    proc = run("explain", "--store", str(store), "--request", f"{row['conn_id']}:{row['stream_id']}", "--format", "json")
+    assert proc.returncode == 0, proc.stderr
+    story = json.loads(proc.stdout)
+    events = [e["event"] for e in story["timeline"]]
+    assert events[0] == "request headers" and events.count("response message #0") == 1
+
+
+def test_bad_sql_and_missing_store(tmp_path):
+    proc = run("sql", "--store", str(tmp_path / "nope"), "SELECT 1")
+    assert proc.returncode == 3 and "no store" in proc.stderr
+    (tmp_path / "s" / "requests").mkdir(parents=True)
+    proc = run("sql", "--store", str(tmp_path / "s"), "SELEC nonsense")
+    assert proc.returncode == 1
+    assert_no_traceback(proc)
+    proc = run("explain", "--store", str(tmp_path / "s"), "--request", "garbage")
+    assert proc.returncode == 2
