@@ -1,0 +1,186 @@
+"""gRPC length-prefixed message splitting (sans-I/O).
+
+A gRPC body is a sequence of messages, each ``flag(1) | length(4, big endian) | payload``.
+Messages can span several HTTP/2 DATA frames and one frame can hold several messages.
+gRPC-Web uses the same framing and sends its trailers as a message whose flag has bit 7 set.
+
+:class:`GrpcSplitter` is fed the DATA payload bytes of one stream direction as they
+arrive and reports each completed message as ``(ts_ns, size, flag, end_offset)``, where
+``end_offset`` is the direction byte offset just after the message's last byte.
+
+When the start of the body was not seen (capture began mid-stream, or bytes were lost),
+the splitter *probes*: at each DATA frame start it tries a message boundary and only
+confirms it when the chain of prefixes lands exactly on a later frame boundary; messages
+found while probing are held until then and are dropped if the chain breaks.
+"""
+
+from __future__ import annotations
+
+# Largest message we believe in while probing (gRPC's default receive limit is 4 MiB;
+# leave room for raised limits).
+PROBE_MAX_MESSAGE = 64 << 20
+MAX_MESSAGE = (1 << 32) - 1
+
+Message = tuple[int, int, int, int]  # ts_ns, size, flag, end_offset
+
+
+def parse_grpc_web_trailers(payload: bytes) -> dict[str, str]:
+    """gRPC-Web trailer block: HTTP/1-style ``name: value\\r\\n`` lines."""
+    out: dict[str, str] = {}
+    for line in payload.decode("latin-1").split("\r\n"):
+        name, sep, value = line.partition(":")
+        if sep:
+            out[name.strip().lower()] = value.strip()
+    return out
+
+
+class GrpcSplitter:
+    """Splits one stream direction's DATA payload into gRPC messages."""
+
+    __slots__ = (
+        "_hdr",
+        "_left",
+        "_size",
+        "_flag",
+        "probing",
+        "confirmed",
+        "_pending",
+        "_dead",
+        "_keep_trailer",
+        "trailer",
+    )
+
+    def __init__(self, probing: bool = False, keep_trailer: bool = False) -> None:
+        self._hdr = bytearray()  # partial 5-byte prefix
+        self._left = -1  # payload bytes still missing for the current message; -1: in prefix
+        self._size = 0
+        self._flag = 0
+        self.probing = probing  # True until a boundary is confirmed
+        self.confirmed = not probing  # ever confirmed as gRPC framing
+        self._pending: list[Message] = []  # messages found while probing
+        self._dead = probing  # probing and not at a candidate boundary: skip bytes
+        self._keep_trailer = keep_trailer  # grpc-web: keep the 0x80 trailer payload
+        self.trailer = bytearray()
+
+    def lost(self) -> None:
+        """Bytes of this direction were lost: message boundaries are unknown now."""
+        self._hdr.clear()
+        self._left = -1
+        self.probing = True
+        self._pending.clear()
+        self._dead = True
+
+    def frame_start(self) -> None:
+        """A new DATA frame begins; while probing and lost, try a boundary here."""
+        if self._dead:
+            self._dead = False
+            self._hdr.clear()
+            self._left = -1
+            self._pending.clear()
+
+    def frame_end(self, out: list[Message]) -> None:
+        """A DATA frame ended; while probing, a message boundary here confirms the chain."""
+        if self.probing and not self._dead and self._left == -1 and not self._hdr:
+            if self._pending:
+                self.probing = False
+                self.confirmed = True
+                out.extend(self._pending)
+                self._pending.clear()
+
+    def _reject(self) -> None:
+        self._pending.clear()
+        self._hdr.clear()
+        self._left = -1
+        self._dead = True
+
+    def feed(
+        self,
+        data: bytes | bytearray | memoryview,
+        i: int,
+        n: int,
+        off: int,
+        ts: int,
+        out: list[Message],
+    ) -> None:
+        """Consume DATA payload bytes ``data[i:n]``; ``off`` is the direction offset of
+        ``data[0]`` (so a byte at index k is at direction offset ``off + k``)."""
+        if self._dead:
+            return
+        # Fast path: at a boundary and the bytes are exactly one whole message.
+        if self._left == -1 and n - i >= 5 and not self.probing and not self._hdr:
+            size = int.from_bytes(data[i + 1 : i + 5], "big")
+            if size + 5 == n - i:
+                flag = data[i]
+                if flag & 0x80:
+                    self._trailer(data[i + 5 : n])
+                else:
+                    out.append((ts, size, flag, off + n))
+                return
+        dest = self._pending if self.probing else out
+        while i < n:
+            left = self._left
+            if left < 0:
+                # Reading the prefix (possibly split across feeds).
+                hdr = self._hdr
+                if not hdr and n - i >= 5:
+                    flag = data[i]
+                    size = int.from_bytes(data[i + 1 : i + 5], "big")
+                    i += 5
+                else:
+                    take = min(5 - len(hdr), n - i)
+                    hdr += data[i : i + take]
+                    i += take
+                    if len(hdr) < 5:
+                        if self.probing and hdr[0] not in (0, 1, 0x80, 0x81):
+                            self._reject()
+                        return
+                    flag = hdr[0]
+                    size = int.from_bytes(hdr[1:5], "big")
+                    hdr.clear()
+                if self.probing and (flag not in (0, 1, 0x80, 0x81) or size > PROBE_MAX_MESSAGE):
+                    self._reject()
+                    return
+                self._flag = flag
+                self._size = size
+                self._left = size
+                if flag & 0x80 and self._keep_trailer:
+                    self.trailer.clear()
+                left = size
+                if left == 0:
+                    self._left = -1
+                    if not flag & 0x80:
+                        dest.append((ts, 0, flag, off + i))
+                    continue
+            take = left if left <= n - i else n - i
+            if self._flag & 0x80 and self._keep_trailer:
+                self.trailer += data[i : i + take]
+            i += take
+            left -= take
+            if left == 0:
+                self._left = -1
+                if not self._flag & 0x80:
+                    dest.append((ts, self._size, self._flag, off + i))
+            else:
+                self._left = left
+
+    def _trailer(self, payload: bytes | bytearray | memoryview) -> None:
+        if self._keep_trailer:
+            self.trailer.clear()
+            self.trailer += payload
+
+    @property
+    def at_boundary(self) -> bool:
+        return self._left == -1 and not self._hdr
+
+
+def looks_like_grpc(payload: bytes | bytearray | memoryview) -> bool:
+    """Whether one whole DATA frame payload is an exact chain of gRPC messages."""
+    n = len(payload)
+    i = 0
+    if n < 5:
+        return False
+    while i + 5 <= n:
+        if payload[i] not in (0, 1, 0x80, 0x81):
+            return False
+        i += 5 + int.from_bytes(payload[i + 1 : i + 5], "big")
+    return i == n

@@ -1,0 +1,178 @@
+"""HTTP/2 frame constants, header plausibility and resynchronisation scanning.
+
+Sans-I/O helpers only: nothing here keeps connection state.
+"""
+
+from __future__ import annotations
+
+import struct
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+FRAME_HEADER_LEN = 9
+DEFAULT_MAX_FRAME_SIZE = 16384
+MAX_FRAME_LEN = (1 << 24) - 1
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS = 0, 1, 2, 3, 4
+PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 5, 6, 7, 8, 9
+FRAME_NAMES = (
+    "DATA",
+    "HEADERS",
+    "PRIORITY",
+    "RST_STREAM",
+    "SETTINGS",
+    "PUSH_PROMISE",
+    "PING",
+    "GOAWAY",
+    "WINDOW_UPDATE",
+    "CONTINUATION",
+)
+
+FLAG_END_STREAM = 0x1
+FLAG_ACK = 0x1
+FLAG_END_HEADERS = 0x4
+FLAG_PADDED = 0x8
+FLAG_PRIORITY = 0x20
+
+SETTINGS_NAMES = {
+    1: "HEADER_TABLE_SIZE",
+    2: "ENABLE_PUSH",
+    3: "MAX_CONCURRENT_STREAMS",
+    4: "INITIAL_WINDOW_SIZE",
+    5: "MAX_FRAME_SIZE",
+    6: "MAX_HEADER_LIST_SIZE",
+    8: "ENABLE_CONNECT_PROTOCOL",
+    9: "NO_RFC7540_PRIORITIES",
+}
+
+# struct layout of a frame header: 16+8 bit length, type, flags, stream id (with R bit).
+_HDR = struct.Struct(">HBBBL")
+unpack_header = _HDR.unpack_from
+
+# Flags a sender may set per known type; anything else is a sign we are not on a frame
+# boundary (the RFC says ignore unknown flags, but real stacks never send them).
+_VALID_FLAGS = (0x09, 0x2D, 0x00, 0x00, 0x01, 0x0C, 0x01, 0x00, 0x00, 0x04)
+# Frame types that must be on a stream (True), on stream 0 (False), or either (None).
+_ON_STREAM = (True, True, True, True, False, True, False, False, None, True)
+
+
+def header_plausible(
+    length: int, ftype: int, flags: int, sid: int, max_len: int = MAX_FRAME_LEN
+) -> bool:
+    """Whether a parsed frame header could be a real one (known types only).
+
+    Used to find frame boundaries when the capture started mid-connection or bytes
+    were lost, and to notice when the parser lost its way.
+    """
+    if ftype > 9 or sid & 0x80000000 or length > max_len:
+        return False
+    if flags & ~_VALID_FLAGS[ftype]:
+        return False
+    on = _ON_STREAM[ftype]
+    if on is True and sid == 0:
+        return False
+    if on is False and sid != 0:
+        return False
+    # Fixed or minimum payload sizes by type.
+    if ftype == PRIORITY:
+        return length == 5
+    if ftype == RST_STREAM or ftype == WINDOW_UPDATE:
+        return length == 4
+    if ftype == SETTINGS:
+        return length == 0 if flags & FLAG_ACK else length % 6 == 0
+    if ftype == PING:
+        return length == 8
+    if ftype == GOAWAY:
+        return length >= 8
+    if ftype == PUSH_PROMISE:
+        # promised on a client-initiated (odd) stream
+        return length >= 4 and sid & 1 == 1
+    return True
+
+
+def frame_ok_in_sync(length: int, ftype: int, flags: int, sid: int, max_len: int) -> bool:
+    """Looser check while in sync: unknown types are legal (and skipped) as long as
+    their length is sane; known types must satisfy their layout rules."""
+    if ftype > 9:
+        return length <= max_len and not sid & 0x80000000
+    if sid & 0x80000000 or length > max_len:
+        return False
+    on = _ON_STREAM[ftype]
+    if on is True and sid == 0:
+        return False
+    if on is False and sid != 0:
+        return False
+    if ftype == PRIORITY:
+        return length == 5
+    if ftype == RST_STREAM or ftype == WINDOW_UPDATE:
+        return length == 4
+    if ftype == SETTINGS:
+        return length == 0 if flags & FLAG_ACK else length % 6 == 0
+    if ftype == PING:
+        return length == 8
+    if ftype == GOAWAY:
+        return length >= 8
+    if ftype == PUSH_PROMISE:
+        return length >= 4
+    return True
+
+
+NEED_MORE = -1
+NOT_FOUND = -2
+
+
+def scan_for_frames(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    max_len: int,
+    min_chain: int = 3,
+    final: bool = False,
+) -> tuple[int, int]:
+    """Find the first offset in ``buf[start:end]`` where ``min_chain`` plausible frame
+    headers follow each other back to back.
+
+    Returns ``(offset, NEED_MORE)`` when a candidate chain runs past the buffered bytes
+    (caller should wait for more data and rescan from ``offset``), ``(offset, 0)`` when
+    a chain is confirmed, and ``(end_scanned, NOT_FOUND)`` when nothing can start
+    before ``end_scanned`` (those bytes can be dropped). A chain of two whose second
+    frame ends exactly at ``end`` is accepted too: senders flush whole frames, so a
+    packet boundary on a frame boundary is strong evidence.
+
+    With ``final`` (no more bytes will come), a candidate that runs out of bytes is
+    accepted when at least two headers chained.
+    """
+    x = start
+    last = end - FRAME_HEADER_LEN
+    while x <= last:
+        t = buf[x + 3]
+        # Cheap pre-filter before unpacking: known type, reserved bit clear.
+        if t > 9 or buf[x + 5] & 0x80:
+            x += 1
+            continue
+        hi, lo, ftype, flags, sid = unpack_header(buf, x)
+        length = (hi << 8) | lo
+        if not header_plausible(length, ftype, flags, sid, max_len):
+            x += 1
+            continue
+        # Follow the chain.
+        n = 1
+        y = x + FRAME_HEADER_LEN + length
+        ok = True
+        while n < min_chain:
+            if y == end and n >= 2:
+                break  # chain ends exactly at the buffer end: accept
+            if y + FRAME_HEADER_LEN > end:
+                if final and n >= 2:
+                    break
+                return x, NEED_MORE
+            hi, lo, ftype, flags, sid = unpack_header(buf, y)
+            length = (hi << 8) | lo
+            if not header_plausible(length, ftype, flags, sid, max_len):
+                ok = False
+                break
+            n += 1
+            y += FRAME_HEADER_LEN + length
+        if ok:
+            return x, 0
+        x += 1
+    return max(start, last + 1), NOT_FOUND

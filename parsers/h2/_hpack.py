@@ -1,0 +1,187 @@
+"""Tolerant HPACK decoding (RFC 7541) for captures that may miss the dynamic-table context.
+
+The stock ``hpack.Decoder`` aborts a whole header block on an unknown dynamic-table
+index, which happens on every capture that starts mid-connection. This decoder reuses
+hpack's integer and Huffman decoding and static table but models the dynamic table as
+"the entries we saw inserted (newest first), then possibly an unknown tail": an index
+into the known part decodes, an index past it becomes a placeholder, and literals with
+incremental indexing are still inserted so later indexes stay aligned. Entries are
+evicted oldest-first, so the unknown tail is evicted before anything we know; that keeps
+the known prefix exact (up to entries whose size we could not know).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from hpack.exceptions import HPACKDecodingError
+from hpack.hpack import decode_integer
+from hpack.huffman_table import decode_huffman
+from hpack.table import HeaderTable
+
+STATIC_TABLE = HeaderTable.STATIC_TABLE
+STATIC_LEN = len(STATIC_TABLE)
+DEFAULT_TABLE_SIZE = 4096
+
+
+class DecodedBlock:
+    """One decoded header block: names/values as str; None where unknown."""
+
+    __slots__ = ("fields", "unknown", "unknown_indexes", "error")
+
+    def __init__(self) -> None:
+        self.fields: list[tuple[str | None, str | None]] = []
+        self.unknown = 0  # fields whose name (or name and value) could not be known
+        self.unknown_indexes: list[int] = []
+        self.error: str | None = None  # set when the block itself was malformed
+
+    def as_dict(self) -> dict[str, str]:
+        """Known fields; repeated names are joined with ', ' (cookie with '; ')."""
+        out: dict[str, str] = {}
+        for name, value in self.fields:
+            if name is None or value is None:
+                continue
+            if name in out:
+                sep = "; " if name == "cookie" else ", "
+                out[name] = out[name] + sep + value
+            else:
+                out[name] = value
+        return out
+
+
+def _text(b: bytes) -> str:
+    # Header bytes are mostly ASCII; never fail on odd bytes.
+    try:
+        return b.decode("ascii")
+    except UnicodeDecodeError:
+        return b.decode("utf-8", "replace")
+
+
+class TolerantDecoder:
+    """HPACK decoder for one direction's header blocks."""
+
+    __slots__ = ("entries", "size", "max_size", "max_allowed", "complete", "size_exact")
+
+    def __init__(self, complete: bool = True) -> None:
+        # (name or None, value or None, size) newest first
+        self.entries: deque[tuple[str | None, str | None, int]] = deque()
+        self.size = 0
+        self.max_size = DEFAULT_TABLE_SIZE
+        self.max_allowed = DEFAULT_TABLE_SIZE
+        # complete: we saw the connection start, so the table has no unknown tail
+        self.complete = complete
+        self.size_exact = True
+
+    def lose_context(self) -> None:
+        """Bytes of this direction were lost (or never seen): any entries may have been
+        inserted since, so everything we hold may sit at other indexes now."""
+        self.entries.clear()
+        self.size = 0
+        self.complete = False
+
+    def set_max_allowed(self, value: int) -> None:
+        """SETTINGS_HEADER_TABLE_SIZE sent by the decoding side: the encoder must fit."""
+        self.max_allowed = value
+        if self.max_size > value:
+            self._resize(value)
+
+    def _resize(self, new_max: int) -> None:
+        self.max_size = new_max
+        self._evict()
+
+    def _evict(self) -> None:
+        entries = self.entries
+        while self.size > self.max_size and entries:
+            self.size -= entries.pop()[2]
+        if self.max_size <= 0:
+            entries.clear()
+            self.size = 0
+
+    def _insert(self, name: str | None, value: str | None, nlen: int, vlen: int) -> None:
+        size = 32 + nlen + vlen
+        if size > self.max_size:
+            self.entries.clear()
+            self.size = 0
+            return
+        self.entries.appendleft((name, value, size))
+        self.size += size
+        self._evict()
+
+    def _lookup(self, index: int) -> tuple[str | None, str | None]:
+        if 0 < index <= STATIC_LEN:
+            n, v = STATIC_TABLE[index - 1]
+            return _text(n), _text(v)
+        i = index - STATIC_LEN - 1
+        if 0 <= i < len(self.entries):
+            e = self.entries[i]
+            return e[0], e[1]
+        return None, None
+
+    def decode(self, data: bytes | bytearray | memoryview) -> DecodedBlock:
+        """Decode a complete header block. Never raises: malformed input sets
+        ``block.error`` and drops the dynamic context (alignment is unknown after it)."""
+        out = DecodedBlock()
+        mv = memoryview(data)
+        n = len(mv)
+        i = 0
+        try:
+            while i < n:
+                b = mv[i]
+                if b & 0x80:  # indexed field
+                    index, used = decode_integer(mv[i:], 7)
+                    i += used
+                    if index == 0:
+                        raise HPACKDecodingError("index 0")
+                    name, value = self._lookup(index)
+                    if name is None:
+                        out.unknown += 1
+                        out.unknown_indexes.append(index)
+                    out.fields.append((name, value))
+                elif b & 0xE0 == 0x20:  # dynamic table size update
+                    size, used = decode_integer(mv[i:], 5)
+                    i += used
+                    self._resize(size)
+                else:
+                    if b & 0x40:
+                        prefix, indexing = 6, True
+                    else:
+                        prefix, indexing = 4, False
+                    index, used = decode_integer(mv[i:], prefix)
+                    i += used
+                    if index:
+                        name, _ = self._lookup(index)
+                        nlen = -1 if name is None else len(name)
+                        if name is None:
+                            out.unknown += 1
+                            out.unknown_indexes.append(index)
+                    else:
+                        raw, i = self._string(mv, i, n)
+                        name = _text(raw)
+                        nlen = len(raw)
+                    raw, i = self._string(mv, i, n)
+                    value = _text(raw)
+                    if indexing:
+                        if nlen < 0:
+                            # Unknown name length: insert anyway to keep indexes aligned;
+                            # the size (and so later evictions) is a guess.
+                            self.size_exact = False
+                            nlen = 0
+                        self._insert(name, value, nlen, len(raw))
+                    out.fields.append((name, value))
+        except (HPACKDecodingError, IndexError, ValueError) as exc:
+            out.error = f"{type(exc).__name__}: {exc}"
+            self.lose_context()
+        return out
+
+    @staticmethod
+    def _string(mv: memoryview, i: int, n: int) -> tuple[bytes, int]:
+        if i >= n:
+            raise HPACKDecodingError("truncated string")
+        huff = mv[i] & 0x80
+        length, used = decode_integer(mv[i:], 7)
+        i += used
+        end = i + length
+        if end > n:
+            raise HPACKDecodingError("truncated string")
+        raw = mv[i:end]
+        return (decode_huffman(raw) if huff else raw.tobytes()), end

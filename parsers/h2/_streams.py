@@ -1,0 +1,271 @@
+"""Per-stream state of an HTTP/2 connection and its conversion to a RequestRecord.
+
+Everything is stored per *TCP* direction (index 0/1 as the TCP layer named them),
+because mid-connection the bytes may only later tell which side is the client. The
+RequestRecord is built with the orientation known when the record is handed out.
+
+Body modes per direction: ``grpc`` (length-prefixed messages -> MessageRecords),
+``sse`` (text/event-stream: each blank-line terminated event is a message),
+``http`` (other bodies: DATA frames are counted as "messages" for first/last byte
+timing, but no MessageRecords are emitted for them), ``probe`` (headers unknown: try
+gRPC framing, fall back to http counting).
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+from parsers.grpc import GrpcSplitter
+from parsers.records import RequestRecord
+
+
+def _is_grpc(ct: str | None) -> bool:
+    return ct is not None and ct.startswith("application/grpc") and "grpc-web-text" not in ct
+
+
+_NL = re.compile(rb"\r\n|\r|\n")
+
+
+class SseSplitter:
+    """Splits a text/event-stream body into events terminated by a blank line
+    (line ends may be CRLF, LF or CR, also split across DATA frames)."""
+
+    __slots__ = ("_pos", "_last_nl_end", "_cr_pending", "_event_start")
+
+    def __init__(self) -> None:
+        self._pos = 0  # body bytes seen so far
+        self._last_nl_end = -1  # body position just after the previous line end
+        self._cr_pending = False  # previous feed ended with CR (maybe half a CRLF)
+        self._event_start = 0
+
+    def feed(
+        self, data: bytes | bytearray | memoryview, i: int, n: int, off: int, ts: int, out: list
+    ) -> None:
+        b = bytes(data[i:n])
+        base = self._pos
+        start = 0
+        if self._cr_pending and b[:1] == b"\n":
+            # second half of a CRLF split across frames
+            start = 1
+            if self._last_nl_end == base:
+                self._last_nl_end = base + 1
+            else:
+                self._event_start += 1
+        self._cr_pending = b.endswith(b"\r")
+        for m in _NL.finditer(b, start):
+            s, e = base + m.start(), base + m.end()
+            if s == self._last_nl_end:  # blank line: event ends here
+                out.append((ts, e - self._event_start, 0, off + i + m.end()))
+                self._event_start = e
+                self._last_nl_end = -1
+            else:
+                self._last_nl_end = e
+        self._pos = base + len(b)
+
+    def frame_end(self, out: list) -> None:
+        pass
+
+    def frame_start(self) -> None:
+        pass
+
+    def lost(self) -> None:
+        self._last_nl_end = -1
+        self._cr_pending = False
+        self._event_start = self._pos
+
+
+class Stream:
+    """One HTTP/2 stream. Lists of two are indexed by TCP direction."""
+
+    __slots__ = (
+        "sid",
+        "promised",
+        "mid",
+        "headers_known",
+        "hdr",
+        "hdr_ts",
+        "trailers",
+        "end_ts",
+        "end_off",
+        "last_off",
+        "rst_ts",
+        "rst_code",
+        "rst_dir",
+        "rst_off",
+        "mode",
+        "splitter",
+        "msgs",
+        "first_msg_ts",
+        "last_msg_ts",
+        "first_msg_off",
+        "data_frames",
+        "first_data_ts",
+        "last_data_ts",
+        "first_data_off",
+        "data_bytes",
+        "msg_before_end",
+        "msg_after_first",
+        "trailers_only",
+        "informational",
+        "web_trailers",
+        "opener",
+    )
+
+    def __init__(self, sid: int, mid: bool = False) -> None:
+        self.sid = sid
+        self.promised = False
+        self.mid = mid  # first seen without its opening HEADERS
+        self.headers_known = not mid
+        self.hdr: list[dict[str, str] | None] = [None, None]
+        self.hdr_ts: list[int | None] = [None, None]
+        self.trailers: list[dict[str, str] | None] = [None, None]
+        self.end_ts: list[int | None] = [None, None]
+        self.end_off: list[int | None] = [None, None]
+        self.last_off: list[int | None] = [None, None]
+        self.rst_ts: int | None = None
+        self.rst_code: int | None = None
+        self.rst_dir = -1
+        self.rst_off: int | None = None
+        self.mode = ["probe", "probe"] if mid else ["http", "http"]
+        self.splitter: list[GrpcSplitter | SseSplitter | None] = [None, None]
+        if mid:
+            self.splitter = [GrpcSplitter(probing=True), GrpcSplitter(probing=True)]
+        self.msgs = [0, 0]
+        self.first_msg_ts: list[int | None] = [None, None]
+        self.last_msg_ts: list[int | None] = [None, None]
+        self.first_msg_off: list[int | None] = [None, None]
+        self.data_frames = [0, 0]
+        self.first_data_ts: list[int | None] = [None, None]
+        self.last_data_ts: list[int | None] = [None, None]
+        self.first_data_off: list[int | None] = [None, None]
+        self.data_bytes = [0, 0]
+        # a message of direction d arrived while the other direction was still open
+        self.msg_before_end = [False, False]
+        # a message of direction d arrived after the other direction's first message
+        self.msg_after_first = [False, False]
+        self.trailers_only = False
+        self.informational = False
+        self.web_trailers: dict[str, str] | None = None
+        self.opener = -1  # TCP direction that opened it (sent the first HEADERS)
+
+    # -- body modes ---------------------------------------------------------------
+
+    def set_content_type(self, ct: str | None, d: int, is_response: bool) -> None:
+        """Choose body handling once a block with content-type is known."""
+        if _is_grpc(ct):
+            web = "grpc-web" in (ct or "")
+            for k in (0, 1):
+                sp = self.splitter[k]
+                if self.mode[k] == "grpc":
+                    continue
+                if isinstance(sp, GrpcSplitter) and (sp.confirmed or sp.probing):
+                    # keep a probing splitter that has progress; otherwise start clean
+                    if self.data_frames[k] == 0:
+                        self.splitter[k] = GrpcSplitter(keep_trailer=web)
+                    self.mode[k] = "grpc" if not sp.probing or self.data_frames[k] == 0 else "probe"
+                    continue
+                if self.data_frames[k] == 0:
+                    self.mode[k] = "grpc"
+                    self.splitter[k] = GrpcSplitter(keep_trailer=web)
+        elif ct is not None and ct.startswith("text/event-stream") and is_response:
+            if self.mode[d] != "sse" and self.data_frames[d] == 0:
+                self.mode[d] = "sse"
+                self.splitter[d] = SseSplitter()
+
+    @property
+    def grpc(self) -> bool:
+        for k in (0, 1):
+            sp = self.splitter[k]
+            if self.mode[k] == "grpc" or (isinstance(sp, GrpcSplitter) and sp.confirmed):
+                return True
+        return False
+
+    def done(self) -> bool:
+        return self.rst_ts is not None or (
+            self.end_ts[0] is not None and self.end_ts[1] is not None
+        )
+
+    # -- record --------------------------------------------------------------------
+
+    def to_record(self, conn_key: int, client: int) -> RequestRecord:
+        c, s = client, 1 - client
+        req = self.hdr[c] or {}
+        resp = self.hdr[s] or {}
+        trl = self.trailers[s] or {}
+        r = RequestRecord(conn_key=conn_key, stream_id=self.sid)
+        r.method = req.get(":method")
+        r.path = req.get(":path")
+        r.authority = req.get(":authority") or req.get("host")
+        r.scheme = req.get(":scheme")
+        r.content_type = req.get("content-type") or resp.get("content-type")
+        r.user_agent = req.get("user-agent")
+        r.request_start = self.hdr_ts[c]
+        r.request_end = self.end_ts[c]
+        r.response_headers = self.hdr_ts[s]
+        status = resp.get(":status")
+        if status is not None and status.isdigit():
+            r.http_status = int(status)
+        gs = trl.get("grpc-status") or resp.get("grpc-status")
+        gm = trl.get("grpc-message") or resp.get("grpc-message")
+        if self.web_trailers:
+            gs = gs or self.web_trailers.get("grpc-status")
+            gm = gm or self.web_trailers.get("grpc-message")
+        if gs is not None and gs.strip().isdigit():
+            r.grpc_status = int(gs)
+        if gm is not None:
+            r.grpc_message = unquote(gm)
+        r.grpc_encoding = resp.get("grpc-encoding") or req.get("grpc-encoding")
+        r.request_bytes = self.data_bytes[c]
+        r.response_bytes = self.data_bytes[s]
+        r.end = self.end_ts[s] if self.end_ts[s] is not None else self.rst_ts
+        if self.rst_ts is not None and (r.end is None or self.rst_ts < r.end):
+            r.end = self.rst_ts
+        r.reset_code = self.rst_code
+        r.trailers_only = self.trailers_only
+        r.headers_known = self.headers_known
+        if self.end_off[s] is not None:
+            r.end_offset = self.end_off[s]
+        elif self.rst_ts is not None and self.rst_dir == s:
+            r.end_offset = self.rst_off
+        else:
+            r.end_offset = self.last_off[s]
+        if self.grpc:
+            r.request_messages = self.msgs[c]
+            r.response_messages = self.msgs[s]
+            r.first_message = self.first_msg_ts[s]
+            r.last_message = self.last_msg_ts[s]
+            r.first_message_end_offset = self.first_msg_off[s]
+            r.kind = self._grpc_kind(c, s)
+        elif self.mode[s] == "sse":
+            r.request_messages = self.data_frames[c]
+            r.response_messages = self.msgs[s]
+            r.first_message = self.first_msg_ts[s]
+            r.last_message = self.last_msg_ts[s]
+            r.first_message_end_offset = self.first_msg_off[s]
+            r.kind = "sse"
+        else:
+            r.request_messages = self.data_frames[c]
+            r.response_messages = self.data_frames[s]
+            r.first_message = self.first_data_ts[s]
+            r.last_message = self.last_data_ts[s]
+            r.first_message_end_offset = self.first_data_off[s]
+            r.kind = "http"
+        return r
+
+    def _grpc_kind(self, c: int, s: int) -> str:
+        nreq, nresp = self.msgs[c], self.msgs[s]
+        # bidi: request messages interleaved with responses, i.e. a response message
+        # arrived while the request side was still open, or a request message came
+        # after the first response message.
+        if self.msg_after_first[c] or (
+            self.msg_before_end[s] and self.end_ts[c] is not None and nresp > 0
+        ):
+            return "bidi"
+        if nreq > 1 and nresp > 1:
+            return "bidi"
+        if nreq > 1:
+            return "client_stream"
+        if nresp > 1:
+            return "server_stream"
+        return "unary"

@@ -1,0 +1,427 @@
+"""Minimal HTTP/1.1 message parsing (sans-I/O): request/response heads, Content-Length and
+chunked bodies, and the two ways HTTP/2 can follow HTTP/1.1 on a connection:
+``Upgrade: h2c`` + ``101 Switching Protocols`` and ``CONNECT`` + ``2xx`` (a tunnel).
+
+:class:`Http1Conn` is fed in-order bytes per role (0 = client, 1 = server) and produces
+one :class:`RequestRecord` per exchange (``protocol='http1'``, ``stream_id`` = 0-based
+exchange index). Timings: ``request_start`` = the packet that completed the request
+head, ``request_end`` = request body end, ``response_headers`` = response head,
+``first_message`` / ``last_message`` = first / last response body bytes (the response
+head when there is no body), ``end`` = response complete. A ``text/event-stream``
+response body is split into SSE events (MessageRecords); other bodies count as one
+"message" and emit no MessageRecords.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+
+from parsers.records import DecodeIssue, MessageRecord, RequestRecord
+
+_HEAD_MAX = 64 * 1024
+_REQ_LINE = re.compile(rb"^([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01])$")
+_RESP_LINE = re.compile(rb"^HTTP/(1\.[01]) (\d{3})(?: (.*))?$")
+METHODS = (
+    b"GET ",
+    b"POST ",
+    b"PUT ",
+    b"HEAD ",
+    b"DELETE ",
+    b"OPTIONS ",
+    b"PATCH ",
+    b"CONNECT ",
+    b"TRACE ",
+    b"PRI ",
+)
+
+HEAD, BODY_LEN, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILERS, BODY_CLOSE, HOLD, BROKEN = range(9)
+
+
+class Head:
+    __slots__ = ("method", "target", "status", "version", "headers")
+
+    def __init__(self) -> None:
+        self.method: str | None = None
+        self.target: str | None = None
+        self.status: int | None = None
+        self.version = "1.1"
+        self.headers: dict[str, str] = {}
+
+
+def parse_head(raw: bytes, is_request: bool) -> Head | None:
+    """Parse a message head (start line + header lines, without the blank line)."""
+    lines = raw.replace(b"\r\n", b"\n").split(b"\n")
+    h = Head()
+    first = lines[0].rstrip()
+    if is_request:
+        m = _REQ_LINE.match(first)
+        if not m:
+            return None
+        h.method = m.group(1).decode("ascii")
+        h.target = m.group(2).decode("latin-1")
+        h.version = m.group(3).decode("ascii")
+    else:
+        m = _RESP_LINE.match(first)
+        if not m:
+            return None
+        h.version = m.group(1).decode("ascii")
+        h.status = int(m.group(2))
+    for line in lines[1:]:
+        if not line:
+            continue
+        name, sep, value = line.partition(b":")
+        if not sep:
+            continue
+        k = name.strip().lower().decode("latin-1")
+        v = value.strip().decode("latin-1")
+        h.headers[k] = f"{h.headers[k]}, {v}" if k in h.headers else v
+    return h
+
+
+class _Exchange:
+    __slots__ = (
+        "index",
+        "req",
+        "resp",
+        "start",
+        "req_end",
+        "resp_head",
+        "first_body",
+        "first_body_off",
+        "last_body",
+        "end",
+        "end_off",
+        "req_bytes",
+        "resp_bytes",
+        "upgrade",
+        "sse",
+        "msgs",
+        "first_msg",
+        "first_msg_off",
+    )
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.req: Head | None = None
+        self.resp: Head | None = None
+        self.start: int | None = None
+        self.req_end: int | None = None
+        self.resp_head: int | None = None
+        self.first_body: int | None = None
+        self.first_body_off: int | None = None
+        self.last_body: int | None = None
+        self.end: int | None = None
+        self.end_off: int | None = None
+        self.req_bytes = 0
+        self.resp_bytes = 0
+        self.upgrade = False  # Upgrade: h2c requested
+        self.sse = None
+        self.msgs = 0
+        self.first_msg: int | None = None
+        self.first_msg_off: int | None = None
+
+
+class _Side:
+    __slots__ = ("is_req", "state", "buf", "left", "ex", "head_start_ts")
+
+    def __init__(self, is_req: bool) -> None:
+        self.is_req = is_req
+        self.state = HEAD
+        self.buf = bytearray()
+        self.left = 0
+        self.ex: _Exchange | None = None
+        self.head_start_ts: int | None = None
+
+
+class Http1Conn:
+    """HTTP/1.1 exchanges of one connection; roles 0 = client, 1 = server."""
+
+    def __init__(self, conn_key: int) -> None:
+        self.conn_key = conn_key
+        self.sides = (_Side(True), _Side(False))
+        self.pending: deque[_Exchange] = deque()  # requests without a complete response
+        self.next_index = 0
+        self.records: list[RequestRecord] = []
+        self.messages: list[MessageRecord] = []
+        self.issues: list[DecodeIssue] = []
+        self.switch: str | None = None  # 'h2c' after 101, 'tunnel' after CONNECT 2xx
+        self.upgraded: _Exchange | None = None
+        self._frame_no = 0
+
+    # -- feeding ---------------------------------------------------------------------
+
+    def holding(self, role: int) -> bool:
+        return self.sides[role].state == HOLD
+
+    def feed(self, role: int, data: bytes, ts: int, off: int, frame_no: int = 0) -> int:
+        """Consume bytes; returns how many were consumed (fewer when the side stopped:
+        the rest belongs to whatever follows the upgrade / tunnel)."""
+        self._frame_no = frame_no
+        side = self.sides[role]
+        i, n = 0, len(data)
+        while i < n:
+            st = side.state
+            if st == HEAD:
+                if not side.buf:
+                    # tolerate CRLFs between messages
+                    while i < n and data[i] in (13, 10):
+                        i += 1
+                    if i >= n:
+                        break
+                    side.head_start_ts = ts
+                prev = len(side.buf)
+                side.buf += data[i:n]
+                k = side.buf.find(b"\r\n\r\n", max(0, prev - 3))
+                sep = 4
+                if k < 0:
+                    k = side.buf.find(b"\n\n", max(0, prev - 1))
+                    sep = 2
+                if k < 0:
+                    if len(side.buf) > _HEAD_MAX:
+                        self._issue("http1_head_too_long", "no end of head within 64 KiB")
+                        side.state = BROKEN
+                    return n
+                raw = bytes(side.buf[:k])
+                rest = len(side.buf) - (k + sep)
+                side.buf.clear()
+                i = n - rest
+                self._head(role, side, raw, ts, off + i)
+            elif st == BODY_LEN or st == CHUNK_DATA:
+                take = min(side.left, n - i)
+                i += take
+                side.left -= take
+                self._body(role, side, data, i - take, i, ts, off)
+                if side.left == 0:
+                    if st == BODY_LEN:
+                        self._end(role, side, ts, off + i)
+                    else:
+                        side.state = CHUNK_CRLF
+                        side.left = 2
+            elif st == CHUNK_CRLF:
+                while side.left and i < n:
+                    c = data[i]
+                    i += 1
+                    side.left -= 1
+                    if c == 10:  # LF ends it (bare LF tolerated)
+                        side.left = 0
+                if not side.left:
+                    side.state = CHUNK_SIZE
+            elif st == CHUNK_SIZE or st == TRAILERS:
+                j = data.find(b"\n", i)
+                if j < 0:
+                    side.buf += data[i:n]
+                    if len(side.buf) > 4096:
+                        self._issue("http1_bad_chunk", "chunk-size line too long")
+                        side.state = BROKEN
+                    return n
+                side.buf += data[i:j]
+                line = bytes(side.buf).strip()
+                side.buf.clear()
+                i = j + 1
+                if st == TRAILERS:
+                    if not line:
+                        self._end(role, side, ts, off + i)
+                    continue
+                try:
+                    size = int(line.split(b";", 1)[0], 16)
+                except ValueError:
+                    self._issue("http1_bad_chunk", f"bad chunk size {line[:20]!r}")
+                    side.state = BROKEN
+                    return n
+                if size == 0:
+                    side.state = TRAILERS
+                else:
+                    side.state = CHUNK_DATA
+                    side.left = size
+            elif st == BODY_CLOSE:
+                self._body(role, side, data, i, n, ts, off)
+                i = n
+            elif st == HOLD:
+                return i
+            else:  # BROKEN: cannot find message boundaries any more
+                return n
+        return n
+
+    def _issue(self, kind: str, msg: str) -> None:
+        self.issues.append(DecodeIssue(kind, self._frame_no, msg))
+
+    def _head(self, role: int, side: _Side, raw: bytes, ts: int, end_off: int) -> None:
+        h = parse_head(raw, side.is_req)
+        if h is None:
+            self._issue(
+                "http1_bad_head", f"not an HTTP/1 {'request' if role == 0 else 'response'} head"
+            )
+            side.state = BROKEN
+            return
+        hd = h.headers
+        if role == 0:
+            ex = _Exchange(self.next_index)
+            self.next_index += 1
+            ex.req = h
+            ex.start = ts
+            up = hd.get("upgrade", "").lower()
+            ex.upgrade = "h2c" in up
+            self.pending.append(ex)
+            side.ex = ex
+            if h.method == "CONNECT":
+                self._end(role, side, ts, end_off)
+                return
+            self._body_mode(side, hd, role, ts, end_off, no_body=False)
+            return
+        status = h.status or 0
+        ex = self.pending[0] if self.pending else None
+        if status == 101 and ex is not None and ex.upgrade:
+            ex.resp = h
+            ex.resp_head = ts
+            self.pending.popleft()
+            self.upgraded = ex
+            self.switch = "h2c"
+            side.state = HOLD
+            return
+        if 100 <= status < 200:
+            return  # informational; the final head follows
+        if ex is None:
+            # response without a request we saw (capture began mid-exchange)
+            ex = _Exchange(self.next_index)
+            self.next_index += 1
+            self.pending.append(ex)
+        ex.resp = h
+        ex.resp_head = ts
+        side.ex = ex
+        method = ex.req.method if ex.req else None
+        if method == "CONNECT" and 200 <= status < 300:
+            self._end(role, side, ts, end_off)
+            self.switch = "tunnel"
+            side.state = HOLD
+            return
+        if self.sides[0].state == HOLD:
+            # upgrade / CONNECT refused: the client side goes on as HTTP/1.1
+            self.sides[0].state = HEAD
+        if ct := hd.get("content-type"):
+            if ct.startswith("text/event-stream"):
+                from parsers.h2._streams import SseSplitter
+
+                ex.sse = SseSplitter()
+        no_body = method == "HEAD" or status in (204, 304)
+        self._body_mode(side, hd, role, ts, end_off, no_body)
+
+    def _body_mode(
+        self, side: _Side, hd: dict[str, str], role: int, ts: int, end_off: int, no_body: bool
+    ) -> None:
+        te = hd.get("transfer-encoding", "").lower()
+        if no_body:
+            self._end(role, side, ts, end_off)
+        elif "chunked" in te:
+            side.state = CHUNK_SIZE
+        elif "content-length" in hd:
+            try:
+                cl = int(hd["content-length"].split(",")[0])
+            except ValueError:
+                cl = -1
+            if cl < 0:
+                self._issue("http1_bad_length", "bad Content-Length")
+                side.state = BROKEN
+            elif cl == 0:
+                self._end(role, side, ts, end_off)
+            else:
+                side.state = BODY_LEN
+                side.left = cl
+        elif role == 1:
+            side.state = BODY_CLOSE  # read until the connection closes
+        else:
+            self._end(role, side, ts, end_off)
+
+    def _body(self, role: int, side: _Side, data: bytes, i: int, j: int, ts: int, off: int) -> None:
+        ex = side.ex
+        if ex is None or j <= i:
+            return
+        if role == 0:
+            ex.req_bytes += j - i
+            return
+        ex.resp_bytes += j - i
+        if ex.first_body is None:
+            ex.first_body = ts
+            ex.first_body_off = off + j
+        ex.last_body = ts
+        ex.end_off = off + j
+        if ex.sse is not None:
+            tmp: list = []
+            ex.sse.feed(data, i, j, off, ts, tmp)
+            for t, size, _flag, end in tmp:
+                if ex.msgs == 0:
+                    ex.first_msg, ex.first_msg_off = t, end
+                self.messages.append(
+                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end)
+                )
+                ex.msgs += 1
+
+    def _end(self, role: int, side: _Side, ts: int, end_off: int) -> None:
+        ex = side.ex
+        side.state = HEAD
+        side.ex = None
+        if ex is None:
+            return
+        if role == 0:
+            ex.req_end = ts
+            if ex.upgrade or (ex.req is not None and ex.req.method == "CONNECT"):
+                side.state = HOLD  # wait for the response: 101 / 2xx switch protocols
+            return
+        ex.end = ts
+        ex.end_off = end_off
+        try:
+            self.pending.remove(ex)
+        except ValueError:
+            pass
+        self.records.append(self._record(ex))
+
+    # -- output ----------------------------------------------------------------------
+
+    def _record(self, ex: _Exchange) -> RequestRecord:
+        r = RequestRecord(conn_key=self.conn_key, stream_id=ex.index, protocol="http1", kind="http")
+        req = ex.req.headers if ex.req else {}
+        resp = ex.resp.headers if ex.resp else {}
+        if ex.req is not None:
+            r.method = ex.req.method
+            r.path = ex.req.target
+        r.authority = req.get("host")
+        r.content_type = req.get("content-type") or resp.get("content-type")
+        r.user_agent = req.get("user-agent")
+        r.request_start = ex.start
+        r.request_end = ex.req_end
+        r.response_headers = ex.resp_head
+        r.http_status = ex.resp.status if ex.resp else None
+        r.request_bytes = ex.req_bytes
+        r.response_bytes = ex.resp_bytes
+        r.headers_known = ex.req is not None
+        r.end = ex.end
+        r.end_offset = ex.end_off
+        if ex.sse is not None:
+            r.kind = "sse"
+            r.response_messages = ex.msgs
+            r.first_message = ex.first_msg
+            r.first_message_end_offset = ex.first_msg_off
+            r.last_message = ex.last_body
+        else:
+            r.request_messages = 1 if ex.req_bytes else 0
+            r.response_messages = 1 if ex.resp_bytes else 0
+            r.first_message = ex.first_body if ex.first_body is not None else ex.resp_head
+            r.first_message_end_offset = ex.first_body_off
+            r.last_message = ex.last_body if ex.last_body is not None else ex.resp_head
+        return r
+
+    def finish(self, end_ns: int) -> None:
+        """Flush exchanges still open (a read-until-close body ends at the close)."""
+        srv = self.sides[1]
+        if srv.state == BODY_CLOSE and srv.ex is not None:
+            self._end(1, srv, srv.ex.last_body or end_ns, srv.ex.end_off or 0)
+        for ex in list(self.pending):
+            if ex is self.upgraded:
+                continue
+            self.records.append(self._record(ex))
+        self.pending.clear()
+
+    def drain(self) -> tuple[list[RequestRecord], list[MessageRecord]]:
+        r, self.records = self.records, []
+        m, self.messages = self.messages, []
+        return r, m

@@ -1,0 +1,419 @@
+"""Application-layer session of one TCP connection (sans-I/O public entry).
+
+Feed it the in-order payload chunks of both directions; it decides the protocol from the
+bytes (HTTP/2 preface on any port, HTTP/1.1 with ``Upgrade: h2c`` or ``CONNECT``, TLS,
+or mid-connection HTTP/2 by a run of plausible frame headers), decodes HTTP/2 + HPACK +
+gRPC (or HTTP/1.1) and hands out :class:`RequestRecord`, :class:`MessageRecord` and
+:class:`H2Event` records::
+
+    s = AppSession(conn_key, client_port, server_port)
+    for chunk in chunks:            # PayloadChunk, both directions, capture order
+        s.feed(chunk)
+        reqs, msgs, events = s.take_records()   # optional, for bounded memory
+    result = s.finish(end_ns)       # everything not taken yet, incl. open requests
+
+Records use the *corrected* orientation: when the bytes show that the TCP layer's
+TO_SERVER side is really the server, ``flipped`` is True and records say
+``direction == TO_SERVER`` for true client->server bytes. Byte offsets are the
+direction offsets of the chunks (the pipeline flips its TCP-side data to match).
+Records are held back (not returned by take_records) while the orientation is still
+unknown, e.g. mid-connection before any HEADERS was decoded.
+
+Non-gRPC HTTP/2 bodies: ``first_message`` / ``last_message`` are the times of the first
+and last response DATA frames with payload and ``response_messages`` counts those frames;
+no MessageRecords are emitted for them. gRPC messages and SSE events do get
+MessageRecords.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parsers.h2 import H2Connection
+from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
+from parsers.http1 import METHODS, Http1Conn
+from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk, RequestRecord
+
+_SNIFF_MAX = 64 * 1024  # bytes per direction looked at before giving up
+_SNIFF_NOFRAMES = 32 * 1024  # no frame chain in this many bytes: not HTTP/2
+_ISSUE_CAP = 1000
+
+_Held = tuple[int, bytes, int, int, int, int]  # direction, data, ts, frame_no, offset, gap
+
+
+@dataclass
+class SessionResult:
+    protocol: str
+    flipped: bool
+    requests: list[RequestRecord] = field(default_factory=list)
+    messages: list[MessageRecord] = field(default_factory=list)
+    h2_events: list[H2Event] = field(default_factory=list)
+    issues: list[DecodeIssue] = field(default_factory=list)
+
+
+def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:
+    """Detailed sniff of the first bytes of one direction: 'h2-preface', 'h2-frames',
+    'http1-request', 'http1-response', 'tls-client', 'tls-server', 'tls', 'unknown',
+    or None when more bytes are needed."""
+    n = len(data)
+    if n == 0:
+        return None if not final else "unknown"
+    m = min(n, 24)
+    if data[:m] == PREFACE[:m]:
+        if n >= 24:
+            return "h2-preface"
+        return None if not final else "unknown"
+    b0 = data[0]
+    if 0x14 <= b0 <= 0x17:
+        if n < 6:
+            if n >= 3 and (data[1] != 3 or data[2] > 4):
+                pass
+            elif not final:
+                return None
+        elif data[1] == 3 and data[2] <= 4:
+            if b0 == 0x16 and data[5] == 1:
+                return "tls-client"
+            if b0 == 0x16 and data[5] == 2:
+                return "tls-server"
+            return "tls"
+    if 0x41 <= b0 <= 0x5A:
+        for meth in METHODS:
+            if data.startswith(meth):
+                return "http1-request" if meth != b"PRI " else "unknown"
+            if not final and meth.startswith(bytes(data[: len(meth)])) and n < len(meth):
+                return None
+        if data.startswith(b"HTTP/1."):
+            return "http1-response"
+        if not final and b"HTTP/1.".startswith(bytes(data[:7])) and n < 7:
+            return None
+    _x, status = scan_for_frames(data, 0, n, DEFAULT_MAX_FRAME_SIZE, final=final)
+    if status == 0:
+        return "h2-frames"
+    if final:
+        return "unknown"
+    if status == NEED_MORE:
+        return None if n < _SNIFF_MAX else "unknown"
+    return None if n < _SNIFF_NOFRAMES else "unknown"
+
+
+def sniff_protocol(data: bytes, final: bool = False) -> str | None:
+    """Protocol suggested by the first bytes of one direction: 'h2c' (preface or a
+    run of valid frame headers), 'http1', 'tls', 'unknown', or None when more bytes
+    are needed to tell (``final``: no more bytes will come, always decide)."""
+    k = _sniff(data, final)
+    if k is None:
+        return None
+    if k.startswith("h2"):
+        return "h2c"
+    if k.startswith("http1"):
+        return "http1"
+    if k.startswith("tls"):
+        return "tls"
+    return "unknown"
+
+
+class AppSession:
+    """Protocol detection and application decoding for one TCP connection."""
+
+    def __init__(
+        self, conn_key: int, client_port: int, server_port: int, force_h2: bool = False
+    ) -> None:
+        self.conn_key = conn_key
+        self.client_port = client_port
+        self.server_port = server_port
+        self.force_h2 = force_h2
+        self.protocol = "unknown"
+        self._flipped = False
+        self._orient_locked = False  # orientation known from HTTP/1.1 before a tunnel/upgrade
+        self._mode = "sniff"  # sniff | h2 | http1 | opaque
+        self._held: list[_Held] = []
+        self._prefix = [bytearray(), bytearray()]
+        self._h2: H2Connection | None = None
+        self._h1: Http1Conn | None = None
+        self._strip = [0, 0]  # preface bytes still to drop per TCP direction
+        self._fresh = [True, True]  # no bytes of this direction handed to HTTP/2 yet
+        self._h1_hold: list[list[_Held] | None] = [None, None]  # by role
+        self._requests: list[RequestRecord] = []
+        self._messages: list[MessageRecord] = []
+        self._issues: list[DecodeIssue] = []
+        self._h1_index_base = 0
+        self._finished: SessionResult | None = None
+
+    # -- public ----------------------------------------------------------------------
+
+    @property
+    def flipped(self) -> bool:
+        if self._h2 is not None:
+            return self._h2.flipped
+        return self._flipped
+
+    def feed(self, chunk: PayloadChunk) -> None:
+        mode = self._mode
+        if mode == "h2":
+            d = chunk.direction
+            if self._fresh[d]:
+                self._fresh[d] = False
+                if chunk.data[:24] == PREFACE and not chunk.gap_before and not self._strip[d]:
+                    # mid-connection guess, but this side starts with the preface
+                    self._h2.saw_preface(d)  # type: ignore[union-attr]
+                    self._strip[d] = len(PREFACE)
+            if self._strip[d]:
+                self._feed_h2_strip(
+                    d,
+                    chunk.data,
+                    chunk.ts_ns,
+                    chunk.frame_no,
+                    chunk.stream_offset,
+                    chunk.gap_before,
+                )
+                return
+            self._h2.feed(
+                d, chunk.data, chunk.ts_ns, chunk.frame_no, chunk.stream_offset, chunk.gap_before
+            )  # type: ignore[union-attr]
+            return
+        item = (
+            chunk.direction,
+            chunk.data,
+            chunk.ts_ns,
+            chunk.frame_no,
+            chunk.stream_offset,
+            chunk.gap_before,
+        )
+        if mode == "sniff":
+            self._held.append(item)
+            self._sniff_step(chunk.direction, chunk.data, chunk.gap_before)
+        elif mode == "http1":
+            self._feed_h1(item)
+        # opaque: nothing to decode (TLS or unknown)
+
+    def take_records(self) -> tuple[list[RequestRecord], list[MessageRecord], list[H2Event]]:
+        reqs, self._requests = self._requests, []
+        msgs, self._messages = self._messages, []
+        evs: list[H2Event] = []
+        if self._h1 is not None:
+            r, m = self._h1.drain()
+            reqs += r
+            msgs += m
+        if self._h2 is not None:
+            r, m, e = self._h2.drain()
+            reqs += r
+            msgs += m
+            evs = e
+        return reqs, msgs, evs
+
+    def finish(self, end_ns: int) -> SessionResult:
+        if self._finished is not None:
+            return self._finished
+        if self._mode == "sniff":
+            self._decide_final()
+        reqs, msgs = self._requests, self._messages
+        self._requests, self._messages = [], []
+        evs: list[H2Event] = []
+        issues = list(self._issues)
+        if self._h1 is not None:
+            self._h1.finish(end_ns)
+            r, m = self._h1.drain()
+            reqs += r
+            msgs += m
+            issues += self._h1.issues
+        if self._h2 is not None:
+            self._h2.finish(end_ns)
+            r, m, e = self._h2.drain(final=True)
+            reqs += r
+            msgs += m
+            evs = e
+            issues += self._h2.issues
+        if len(issues) > _ISSUE_CAP:
+            extra = len(issues) - _ISSUE_CAP
+            issues = issues[:_ISSUE_CAP]
+            issues.append(DecodeIssue("issues_truncated", 0, f"{extra} more issues not kept"))
+        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues)
+        return self._finished
+
+    # -- sniffing --------------------------------------------------------------------
+
+    def _sniff_step(self, d: int, data: bytes, gap: int) -> None:
+        p = self._prefix[d]
+        if gap:
+            p.clear()  # bytes before the gap do not continue into these
+        if len(p) < _SNIFF_MAX:
+            p += data[: _SNIFF_MAX - len(p)]
+        if self.force_h2:
+            if p[:24] == PREFACE:
+                self._decide(d, "h2-preface")
+            elif not (len(p) < 24 and PREFACE.startswith(bytes(p))):
+                self._decide(d, "h2-frames")
+            return
+        k = _sniff(p)
+        if k is not None:
+            self._decide(d, k)
+
+    def _decide_final(self) -> None:
+        for d in (0, 1):
+            p = self._prefix[d]
+            if p:
+                k = _sniff(p, final=True)
+                if self.force_h2 and k in (None, "unknown"):
+                    k = "h2-frames"
+                if k is not None and k != "unknown":
+                    self._decide(d, k)
+                    return
+        if self.force_h2 and self._held:
+            self._decide(self._held[0][0], "h2-frames")
+            return
+        self._decide(0, "unknown")
+
+    def _decide(self, d: int, kind: str) -> None:
+        held = self._held
+        self._held = []
+        self._prefix = [bytearray(), bytearray()]
+        if kind == "h2-preface" or kind == "h2-frames":
+            self.protocol = "h2c"
+            self._mode = "h2"
+            if kind == "h2-preface":
+                if not self._orient_locked:
+                    self._flipped = d == 1
+                self._h2 = H2Connection(
+                    self.conn_key, mid=False, flipped=self._flipped, orient_final=True
+                )
+                self._strip[d] = len(PREFACE)
+            else:
+                self._h2 = H2Connection(
+                    self.conn_key, mid=True, flipped=self._flipped, orient_final=self._orient_locked
+                )
+            for item in held:
+                self.feed(
+                    PayloadChunk(
+                        self.conn_key, item[0], item[1], item[2], item[3], item[4], item[5]
+                    )
+                )
+            return
+        if kind.startswith("http1"):
+            self.protocol = "http1"
+            self._mode = "http1"
+            if not self._orient_locked:
+                self._flipped = (d == 1) if kind == "http1-request" else (d == 0)
+            self._h1 = Http1Conn(self.conn_key)
+            self._h1.next_index = self._h1_index_base
+            for item in held:
+                self._feed_h1(item)
+            return
+        if kind.startswith("tls"):
+            self.protocol = "tls"
+            if not self._orient_locked:
+                if kind == "tls-client":
+                    self._flipped = d == 1
+                elif kind == "tls-server":
+                    self._flipped = d == 0
+        else:
+            self.protocol = "unknown"
+        self._mode = "opaque"
+
+    # -- HTTP/2 ----------------------------------------------------------------------
+
+    def _feed_h2_strip(self, d: int, data: bytes, ts: int, fno: int, off: int, gap: int) -> None:
+        """Drop the client connection preface (possibly split over chunks)."""
+        h2 = self._h2
+        assert h2 is not None
+        k = self._strip[d]
+        if gap:
+            self._strip[d] = 0
+            h2.feed(d, data, ts, fno, off, gap)
+            return
+        pos = len(PREFACE) - k
+        take = min(k, len(data))
+        if data[:take] != PREFACE[pos : pos + take]:
+            self._issues.append(
+                DecodeIssue("h2_bad_preface", fno, "expected the HTTP/2 connection preface")
+            )
+            self._strip[d] = 0
+            h2.feed(d, data, ts, fno, off, gap)
+            return
+        self._strip[d] = k - take
+        if take < len(data):
+            h2.feed(d, data[take:], ts, fno, off + take, 0)
+        elif h2.dirs[d].base < 0:
+            h2.dirs[d].base = off + take
+
+    # -- HTTP/1.1 --------------------------------------------------------------------
+
+    def _feed_h1(self, item: _Held) -> None:
+        h1 = self._h1
+        assert h1 is not None
+        d, data, ts, fno, off, gap = item
+        role = d ^ (1 if self._flipped else 0)
+        hold = self._h1_hold[role]
+        if hold is not None:
+            hold.append(item)
+            return
+        if gap:
+            self._issues.append(
+                DecodeIssue("http1_gap", fno, f"{gap} bytes lost; HTTP/1.1 parsing stops")
+            )
+            h1.sides[role].state = 8  # BROKEN
+        used = h1.feed(role, data, ts, off, fno)
+        if used < len(data) or h1.holding(role):
+            rest = [(d, data[used:], ts, fno, off + used, 0)] if used < len(data) else []
+            self._h1_hold[role] = rest
+        if h1.switch is not None:
+            self._switch()
+            return
+        # a refused upgrade / CONNECT resumed the client: replay what it held
+        other = 1 - role
+        oh = self._h1_hold[other]
+        if oh is not None and not h1.holding(other):
+            self._h1_hold[other] = None
+            for it in oh:
+                if it[1]:
+                    self._feed_h1(it)
+
+    def _switch(self) -> None:
+        """HTTP/1.1 gave way to HTTP/2 (Upgrade) or a tunnel (CONNECT)."""
+        h1 = self._h1
+        assert h1 is not None
+        kind = h1.switch
+        h1.finish(0) if kind == "h2c" else None
+        r, m = h1.drain()
+        self._requests += r
+        self._messages += m
+        self._issues += h1.issues
+        self._h1_index_base = h1.next_index
+        held: list[_Held] = []
+        for role in (0, 1):
+            hold = self._h1_hold[role]
+            if hold:
+                held += [it for it in hold if it[1]]
+        self._h1_hold = [None, None]
+        held.sort(key=lambda it: it[2])  # capture order across directions
+        self._h1 = None
+        self._orient_locked = True
+        c = 1 if self._flipped else 0
+        if kind == "h2c":
+            ex = h1.upgraded
+            assert ex is not None and ex.req is not None
+            self.protocol = "h2c"
+            self._mode = "h2"
+            h2 = H2Connection(self.conn_key, mid=False, flipped=self._flipped, orient_final=True)
+            self._h2 = h2
+            hd = ex.req.headers
+            headers = {
+                ":method": ex.req.method or "GET",
+                ":path": ex.req.target or "/",
+                ":scheme": "http",
+                ":authority": hd.get("host", ""),
+            }
+            for k, v in hd.items():
+                if k not in ("host", "connection", "upgrade", "http2-settings"):
+                    headers[k] = v
+            h2.add_upgraded_stream(headers, ex.start or 0, ex.req_end, c)
+            if "http2-settings" in hd:
+                h2.apply_settings_b64(c, hd["http2-settings"], ex.start or 0)
+            self._strip[c] = len(PREFACE)
+            for it in held:
+                self.feed(PayloadChunk(self.conn_key, it[0], it[1], it[2], it[3], it[4], it[5]))
+        else:
+            # CONNECT tunnel: sniff what flows inside it
+            self._mode = "sniff"
+            self.protocol = "unknown"
+            for it in held:
+                self.feed(PayloadChunk(self.conn_key, it[0], it[1], it[2], it[3], it[4], it[5]))
