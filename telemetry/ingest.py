@@ -46,6 +46,7 @@ from telemetry.store import CaptureWriter, Store, table_from_columns
 CHUNK_BYTES = 4 << 20
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000
+RATE_BUCKET_NS = 100_000_000  # flow_rates bucket: fine enough to see a shaper's ceiling
 GZIP_MAGIC = b"\x1f\x8b"
 APP_THROTTLE_HTTP = (429, 503)
 APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE
@@ -213,6 +214,24 @@ class _Conn:
     # RTT sample values per TCP direction (for the connection's min/p50/p99)
     rtt_values: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     requests: int = 0
+    # flow_rates, per TCP direction: bucket -> new bytes seen; bucket -> highest acked offset
+    sent: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    acked: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
+
+    def note_acks(self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray) -> None:
+        """Fold ACK progress not yet seen into the per-bucket highest acked offset."""
+        start = int(np.searchsorted(ts, self.ack_seen_ns[tcp_direction], side="right"))
+        if start >= len(ts):
+            return
+        new_ts, new_off = ts[start:], offsets[start:]
+        buckets = new_ts // RATE_BUCKET_NS
+        # last entry of each bucket holds its highest offset (progress is non-decreasing)
+        last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
+        acked = self.acked[tcp_direction]
+        for b, off in zip(buckets[last].tolist(), new_off[last].tolist(), strict=True):
+            acked[b] = max(acked.get(b, off), off)
+        self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
 
     @property
     def flip(self) -> int:
@@ -265,6 +284,14 @@ class CapturePipeline:
                 force = bool(self.options.h2_ports & {client_port, server_port})
                 conn.session = AppSession(chunk.conn_key, client_port, server_port, force_h2=force)
             conn.session.feed(chunk)
+            sent = conn.sent[chunk.direction]
+            bucket = chunk.ts_ns // RATE_BUCKET_NS
+            sent[bucket] = sent.get(bucket, 0) + len(chunk.data)
+        for key, conn in self.conns.items():
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                ts, off = self.tcp.ack_progress(key, tcp_dir)
+                if len(ts):
+                    conn.note_acks(tcp_dir, ts, off)
         events, samples = self.tcp.take_events()
         for ev in events:
             self._conn(ev.conn_key).rows.tcp_events.append(ev)
@@ -364,6 +391,11 @@ class CapturePipeline:
             protocol = result.protocol
             self.issues.extend(result.issues)
             self._take(conn, result.requests, result.messages, result.h2_events)
+        if summary.ack_progress is not None:
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                ts, off = summary.ack_progress[tcp_dir]
+                if len(ts):
+                    conn.note_acks(tcp_dir, ts, off)
         self._resolve_acks(conn, summary)
         if conn.flip:
             summary = flip_summary(summary)
@@ -433,10 +465,35 @@ class CapturePipeline:
                 "compressed": [p.record.compressed for p in ms],
                 "gap_ms": [p.gap_ms for p in ms],
             }))
+        self._write_rates(conn, base)
         if rows.requests:
             self.writer.append("requests", self._requests_table(summary, rows.requests))
             self.requests_written += len(rows.requests)
         conn.rows = _ConnRows()
+
+    def _write_rates(self, conn: _Conn, base) -> None:
+        cols: dict[str, list] = defaultdict(list)
+        for tcp_dir in (TO_SERVER, TO_CLIENT):
+            sent, acked = conn.sent[tcp_dir], conn.acked[tcp_dir]
+            prev_acked = None
+            for b in sorted(sent.keys() | acked.keys()):
+                off = acked.get(b)
+                if off is not None:
+                    delta = off - prev_acked if prev_acked is not None else off
+                    prev_acked = off
+                else:
+                    delta = 0
+                cols["ts"].append(b * RATE_BUCKET_NS)
+                cols["direction"].append(DIRECTION_NAMES[tcp_dir ^ conn.flip])
+                cols["bytes_sent"].append(sent.get(b, 0))
+                cols["bytes_acked"].append(max(delta, 0))
+            sent.clear()
+            acked.clear()
+        if cols:
+            n = len(cols["ts"])
+            cols.update(base(n))
+            cols["bucket_ms"] = [RATE_BUCKET_NS // 1_000_000] * n
+            self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
     def _requests_table(self, summary: ConnectionSummary, rows: list) -> pa.Table:
         cols: dict[str, list] = defaultdict(list)

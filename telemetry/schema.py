@@ -194,6 +194,16 @@ H2_EVENTS = _table(
     C("duration_ms", pa.float64(), "For flow_control_blocked: how long the sender stayed blocked, ms."),
 )
 
+FLOW_RATES = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("ts", TS, "Start of the bucket (buckets of bucket_ms, aligned on the epoch)."),
+    C("bucket_ms", pa.int32(), "Bucket length, ms."),
+    C("direction", pa.string(), "to_server or to_client: direction of the data."),
+    C("bytes_sent", pa.int64(), "New payload bytes first seen at the capture point in the bucket (retransmissions excluded)."),
+    C("bytes_acked", pa.int64(), "Payload bytes of that direction newly acknowledged by the receiver in the bucket: the delivery rate."),
+)
+
 TABLES: dict[str, pa.Schema] = {
     "captures": CAPTURES,
     "connections": CONNECTIONS,
@@ -202,6 +212,7 @@ TABLES: dict[str, pa.Schema] = {
     "tcp_events": TCP_EVENTS,
     "rtt_samples": RTT_SAMPLES,
     "h2_events": H2_EVENTS,
+    "flow_rates": FLOW_RATES,
 }
 
 # The time column each table is Hive-partitioned by (date=YYYY-MM-DD/hour=HH).
@@ -213,6 +224,7 @@ PARTITION_TIME: dict[str, str] = {
     "tcp_events": "ts",
     "rtt_samples": "ts",
     "h2_events": "ts",
+    "flow_rates": "ts",
 }
 
 # Rows whose partition time is null (e.g. a request whose HEADERS were never seen)

@@ -18,6 +18,7 @@ receive loop; delayed frames wait in a heap keyed by release time and the loop s
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import select
@@ -336,6 +337,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0]) as f:
         cfg = json.load(f)
     bridge = Bridge(cfg)
+    # The event log grows to many thousands of lists; the cyclic GC would walk them all in
+    # multi-ms pauses while frames wait. The bridge makes no reference cycles worth collecting.
+    gc.disable()
 
     def _stop(signum: int, frame: Any) -> None:
         bridge.stop = True

@@ -447,7 +447,7 @@ def _run(
     # 1. bridge, under real-time priority when chrt is there
     bcfg = {"if_client": "bc", "if_server": "bs", "windows": bridge_windows, "seed": seed,
             "max_runtime_s": max_runtime, "out": str(work / "bridge.json"),
-            "late_threshold_ms": 1.0}  # fmt: skip
+            "late_threshold_ms": 2.0}  # fmt: skip
     (work / "bridge_cfg.json").write_text(json.dumps(bcfg))
     chrt = ["chrt", "-r", "10"] if shutil.which("chrt") else []
     procs["bridge"] = Proc("bridge", net.exec_argv("bridge", [*chrt, *_py("telemetry.lab.bridge", str(work / "bridge_cfg.json"))]), work / "bridge.log")  # fmt: skip
