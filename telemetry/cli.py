@@ -342,6 +342,57 @@ def explain(
     render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
 
 
+dashboards_app = typer.Typer(
+    help="Grafana dashboards: export the JSON, write the DuckDB file the data source reads, push to Grafana.",
+    no_args_is_help=True,
+)
+app.add_typer(dashboards_app, name="dashboards")
+
+
+@dashboards_app.command("export")
+def dashboards_export(
+    folder: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboard JSON files.")] = Path("dashboards"),
+) -> None:
+    """Write the dashboards (defined as code in telemetry/dashboards.py) as Grafana JSON."""
+    from telemetry.dashboards import export
+
+    for path in export(folder):
+        console.print(f"wrote {path}")
+
+
+@dashboards_app.command("db")
+def dashboards_db(
+    out: Annotated[Path, typer.Option("--out", "-o", help="DuckDB file for the Grafana DuckDB data source.")] = Path("tailtap.duckdb"),
+    store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
+    window: Annotated[str, typer.Option("--window", "-w", help="Window length of the timeline views.")] = "10s",
+    slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
+) -> None:
+    """Write a DuckDB file with every table and model as a view over the store (atomically replaced)."""
+    from telemetry.db import export_database
+
+    params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}
+    path = export_database(_open_store(store_dir), out, params)
+    console.print(f"wrote {path}: point the motherduck-duckdb-datasource (uid tailtap) at it")
+
+
+@dashboards_app.command("push")
+def dashboards_push(
+    url: Annotated[str, typer.Option("--url", help="Grafana URL, e.g. http://grafana:3000 (user:password@ allowed).")],
+    token: Annotated[str | None, typer.Option("--token", envvar="GRAFANA_TOKEN", help="Service account token (or GRAFANA_TOKEN).")] = None,
+    folder_uid: Annotated[str | None, typer.Option("--folder-uid", help="Folder to put the dashboards in.")] = None,
+) -> None:
+    """Create or update the dashboards on a Grafana server through its HTTP API (grafana-client)."""
+    from telemetry.dashboards import push
+
+    try:
+        urls = push(url, token, folder_uid)
+    except Exception as exc:  # network and HTTP errors: one line, no traceback
+        err.print(f"[red]error:[/red] pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        raise typer.Exit(EXIT_INPUT) from None
+    for u in urls:
+        console.print(f"pushed {u}")
+
+
 def _mount_optional() -> None:
     """Sub-commands whose modules may be absent in a trimmed install."""
     try:

@@ -98,26 +98,58 @@ def _sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
-def connect(store: Store, params: dict[str, object] | None = None, database: str = ":memory:") -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every store table and every model defined as a view."""
+_GETVARIABLE = re.compile(r"getvariable\('(\w+)'\)")
+
+
+def connect(
+    store: Store,
+    params: dict[str, object] | None = None,
+    database: str = ":memory:",
+    inline_params: bool = False,
+) -> duckdb.DuckDBPyConnection:
+    """A DuckDB connection with every store table and every model defined as a view.
+
+    With ``inline_params`` the parameters are written into the views as literals, for a
+    database file other programs open (variables are per session).
+    """
     con = duckdb.connect(database)
     con.execute("SET TimeZone = 'UTC'")
     for table, schema in TABLES.items():
         if store.table_files(table):
+            glob = str(Path(store.table_glob(table)).resolve()) if inline_params else store.table_glob(table)
             con.execute(
                 f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date, hour) FROM read_parquet("
-                f"{_sql_literal(store.table_glob(table))}, hive_partitioning = true, union_by_name = true)"
+                f"{_sql_literal(glob)}, hive_partitioning = true, union_by_name = true)"
             )
         else:  # an empty table of the right types, so every query still runs
             con.register(f"_empty_{table}", schema.empty_table())
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT * FROM _empty_{table}")
+            kind = "TABLE" if inline_params else "VIEW"
+            con.execute(f"DROP VIEW IF EXISTS {table}; DROP TABLE IF EXISTS {table}")
+            con.execute(f"CREATE {kind} {table} AS SELECT * FROM _empty_{table}")
     merged = dict(DEFAULT_PARAMS)
     merged.update(params or {})
     for name, value in merged.items():
         con.execute(f"SET VARIABLE {name} = {_sql_literal(value)}")
     for model in load_models():
+        sql = model.sql
+        if inline_params:
+            sql = _GETVARIABLE.sub(lambda m: _sql_literal(merged.get(m.group(1))), sql)
         try:
-            con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {model.sql}")
+            con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {sql}")
         except duckdb.Error as exc:
             raise RuntimeError(f"queries/{model.path.name}: {exc}") from exc
     return con
+
+
+def export_database(store: Store, path: Path, params: dict[str, object] | None = None) -> Path:
+    """Write a DuckDB file with every table and model as a view over the store (for Grafana).
+
+    Written beside the target and renamed into place, so a reader never sees half a file.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    con = connect(store, params, database=str(tmp), inline_params=True)
+    con.close()
+    tmp.replace(path)
+    return path
