@@ -340,3 +340,17 @@ def test_bad_byte_order_magic_in_first_section_header() -> None:
     data[8:12] = b"abcd"
     with pytest.raises(CaptureFormatError, match="byte-order magic"):
         CaptureDecoder().feed(bytes(data))
+
+
+@pytest.mark.parametrize("where", ["length", "trailer", "version"])
+def test_corrupt_first_section_header_is_not_a_capture(where: str) -> None:
+    data = bytearray(cb.shb() + cb.idb(1) + cb.epb(0, 1, b"a"))
+    if where == "length":
+        data[4:8] = struct.pack("<I", 10)
+    elif where == "trailer":
+        data[24:28] = struct.pack("<I", 99)
+    else:
+        data[12:14] = struct.pack("<H", 2)
+    with pytest.raises(CaptureFormatError, match="unreadable pcapng file header") as err:
+        decode(bytes(data))
+    assert err.value.byte_offset == 0

@@ -639,6 +639,12 @@ class _PcapngReader:
         )
 
     # -- careful per-block path -----------------------------------------------------
+    def _bad_block(self, dec: CaptureDecoder, message: str, at: int) -> None:
+        """Corruption: fatal mid-file; before the first section header, no capture at all."""
+        if self.order is None:
+            raise CaptureFormatError(f"unreadable pcapng file header: {message}", at)
+        dec._fatal("bad_block", message, at)
+
     def _block(self, dec: CaptureDecoder) -> bool:
         """Handle the one block at dec._pos; False when it is incomplete (or fatal)."""
         data, base = dec._data, dec._base
@@ -651,8 +657,8 @@ class _PcapngReader:
         if btype == SHB_TYPE:
             bom = bytes(data[rel + 8 : rel + 12])
             if bom not in (_BOM_LE, _BOM_BE):
-                dec._fatal(
-                    "bad_block",
+                self._bad_block(
+                    dec,
                     f"section header block at byte {at} has a bad byte-order magic "
                     f"({bom.hex(' ')})",
                     at,
@@ -665,8 +671,8 @@ class _PcapngReader:
         btype, blen = struct.unpack_from(order + "II", data, rel)
         name = _block_name(btype)
         if blen < 12 or blen % 4 or blen > MAX_BLOCK:
-            dec._fatal(
-                "bad_block",
+            self._bad_block(
+                dec,
                 f"{name} at byte {at} has an invalid total length {blen}: the file is "
                 "corrupt from here",
                 at,
@@ -676,8 +682,8 @@ class _PcapngReader:
             return False
         trailer = struct.unpack_from(order + "I", data, rel + blen - 4)[0]
         if trailer != blen:
-            dec._fatal(
-                "bad_block",
+            self._bad_block(
+                dec,
                 f"{name} at byte {at}: total length {blen} at the start but {trailer} at "
                 "the end (corrupt block length)",
                 at,
@@ -707,9 +713,7 @@ class _PcapngReader:
         return True
 
     def _too_short(self, dec: CaptureDecoder, btype: int, at: int, size: int) -> bool:
-        dec._fatal(
-            "bad_block", f"{_block_name(btype)} at byte {at} is too short ({size} bytes)", at
-        )
+        self._bad_block(dec, f"{_block_name(btype)} at byte {at} is too short ({size} bytes)", at)
         return False
 
     def _shb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
@@ -717,8 +721,8 @@ class _PcapngReader:
             return self._too_short(dec, SHB_TYPE, at, len(body) + 12)
         major, minor = struct.unpack_from(order + "HH", body, 4)
         if major != 1:
-            dec._fatal(
-                "bad_block",
+            self._bad_block(
+                dec,
                 f"section header block at byte {at} has unsupported pcapng version {major}.{minor}",
                 at,
             )
@@ -789,8 +793,8 @@ class _PcapngReader:
             return self._too_short(dec, PB_TYPE, at, len(body) + 12)
         iface, _drops, hi, lo, caplen, origlen = struct.unpack_from(order + "HHIIII", body, 0)
         if caplen > len(body) - 20:
-            dec._fatal(
-                "bad_block",
+            self._bad_block(
+                dec,
                 f"packet block at byte {at}: captured length {caplen} does not fit its "
                 f"{len(body) + 12}-byte block",
                 at,

@@ -227,7 +227,7 @@ def _link_layer(
             frame = int(batch.frame_no[sel][0])
             _upsert(
                 issues, "unknown_linktype", f"link type {link} ", frame,
-                f"link type {_linktypes_text(link)} is not decoded: "
+                f"link type {link} ({lt.NAMES.get(link, 'unsupported')}) is not decoded: "
                 f"{stats.linktypes[link]} packet(s) counted only",
             )  # fmt: skip
             continue
@@ -242,10 +242,6 @@ def _link_layer(
         etype[tagged] = take_be16(buf, p - 2)
         l3[tagged] = p
     cls[(l3 > pend) & (cls == _PENDING)] = _TRUNC
-
-
-def _linktypes_text(link: int) -> str:
-    return lt.describe(link)
 
 
 def _ipv6(
