@@ -354,3 +354,12 @@ def test_corrupt_first_section_header_is_not_a_capture(where: str) -> None:
     with pytest.raises(CaptureFormatError, match="unreadable pcapng file header") as err:
         decode(bytes(data))
     assert err.value.byte_offset == 0
+
+
+def test_pcap_caplen_limit_follows_libpcap_and_snaplen() -> None:
+    big = b"x" * 300_000
+    dec, batches = decode(cb.pcap([(T0, b"a"), (T0, big)], snaplen=65535))
+    assert len(rows(batches)) == 1
+    assert [(i.kind, i.frame_no, i.fatal) for i in dec.issues] == [("bad_record", 2, True)]
+    dec, batches = decode(cb.pcap([(T0, b"a"), (T0, big)], snaplen=1 << 20))
+    assert len(rows(batches)) == 2 and dec.issues == []

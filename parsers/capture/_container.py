@@ -23,9 +23,12 @@ from parsers.records import DecodeIssue, PacketBatch
 from . import _linktypes
 from ._gather import take_rows, take_struct
 
-# Any larger caplen / block is taken as corruption rather than waited for.
-MAX_CAPLEN = 16 << 20
-MAX_BLOCK = 64 << 20
+# Larger records are taken as corruption rather than waited for. Like libpcap, a pcap
+# record may not exceed 256 KiB (or the file's snaplen when that is larger); like
+# Wireshark, a pcapng block may not exceed 16 MiB.
+MAX_CAPLEN = 262144
+MAX_SNAPLEN = 16 << 20
+MAX_BLOCK = 16 << 20
 # Zero bytes after the last packet of a batch buffer, so bulk header reads never need
 # a bounds copy for short packets at the very end.
 BUF_PAD = 64
@@ -119,6 +122,11 @@ class CaptureDecoder:
     ``issues`` collects what was wrong with the file (never raised, except that input
     which is no capture at all raises :class:`CaptureFormatError`). After a fatal issue
     the rest of the input is ignored; everything before it is still delivered.
+
+    Frame numbers count packet records/blocks as tshark does (SPB/PB included). Any
+    chunking works; chunks of 1 MiB or more keep the per-call overhead negligible.
+    ``kernel_drops`` is the kernel drop count from pcapng interface statistics (None
+    when the file has none).
     """
 
     def __init__(self, batch_packets: int = 65536) -> None:
@@ -316,6 +324,7 @@ class _PcapReader:
         # The top bits of the link type field carry FCS information (ignored: the IP
         # length trims any trailing FCS).
         self.linktype = network & 0x03FFFFFF
+        self.max_caplen = max(MAX_CAPLEN, min(self.snaplen, MAX_SNAPLEN))
         self.caplen_at = struct.Struct(order + "I")
         self.rec = np.dtype(
             [
@@ -337,11 +346,11 @@ class _PcapReader:
         # An incomplete record claiming an absurd size is corruption, not a short read.
         if rel + self.hdrlen <= end:
             caplen = self.caplen_at.unpack_from(data, rel + 8)[0]
-            if caplen > MAX_CAPLEN:
+            if caplen > self.max_caplen:
                 dec._fatal(
                     "bad_record",
                     f"pcap record header at byte {base + rel} claims {caplen} captured "
-                    f"bytes (more than {MAX_CAPLEN}): the file is corrupt from here",
+                    f"bytes (more than {self.max_caplen}): the file is corrupt from here",
                     base + rel,
                 )
 
@@ -354,7 +363,7 @@ class _PcapReader:
         hdr = take_struct(arr, pos, self.rec)
         del arr  # release the export of the bytearray before it is resized
         caplen = hdr["cap"].astype(np.int64)
-        bad = caplen > MAX_CAPLEN
+        bad = caplen > self.max_caplen
         if not bad.any():
             self._store(dec, pos, hdr, caplen)
             return positions
@@ -366,7 +375,7 @@ class _PcapReader:
         dec._fatal(
             "bad_record",
             f"pcap record header at byte {at} claims {claimed} captured bytes (more than "
-            f"{MAX_CAPLEN}): the file is corrupt from here",
+            f"{self.max_caplen}): the file is corrupt from here",
             at,
         )
         return positions[:k]

@@ -8,6 +8,8 @@ per pass. Python-level work per packet only happens for SACK lists (building the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from parsers.records import DecodeIssue, DecodeStats, PacketBatch, SegmentBatch
@@ -64,8 +66,9 @@ def decode_segments(
 ) -> SegmentBatch:
     """Decode the TCP segments of ``batch``; count everything else in ``stats``.
 
-    Issues are reported once per kind (and per unsupported link type) with running
-    counts: pass the same ``issues`` list for every batch of a capture.
+    ``stats.bytes`` adds captured bytes. Issues are reported once per kind (and per
+    unsupported link type) with running counts: pass the same ``issues`` list for every
+    batch of a capture. The SegmentBatch shares ``buf`` with the PacketBatch.
     """
     buf = as_bytes(batch.buf)
     n = len(batch)
@@ -79,44 +82,18 @@ def decode_segments(
     etype = np.zeros(n, np.int64)
     _link_layer(buf, batch, start, pend, l3, etype, cls, stats, issues)
 
-    # Network layer results, one slot per packet.
-    l4 = np.zeros(n, np.int64)
-    ipend = np.zeros(n, np.int64)
-    proto = np.full(n, -1, np.int64)
-    version = np.zeros(n, np.uint8)
-    src_hi = np.zeros(n, np.uint64)
-    src_lo = np.zeros(n, np.uint64)
-    dst_hi = np.zeros(n, np.uint64)
-    dst_lo = np.zeros(n, np.uint64)
-    ip_id = np.full(n, -1, np.int32)
+    net = _Net.empty(n)
     pending = cls == _PENDING
     is_v4 = pending & (etype == ETH_IPV4)
     is_v6 = pending & (etype == ETH_IPV6)
     cls[pending & ~is_v4 & ~is_v6] = _NON_IP
     v4 = np.flatnonzero(is_v4)
     if v4.size:
-        sel = _where(v4, n)
-        p = l3[sel]
-        h = take_struct(buf, p, _IPV4_HDR)
-        room = pend[sel] - p
-        ihl = (h["vihl"] & 15).astype(np.int64) * 4
-        tot = h["tot"].astype(np.int64)
-        trunc = (room < 20) | (room < ihl)
-        bad = ~trunc & (((h["vihl"] >> 4) != 4) | (ihl < 20) | ((tot != 0) & (tot < ihl)))
-        frag = ~trunc & ~bad & ((h["frag"] & 0x3FFF) != 0)  # MF flag or fragment offset
-        cls[sel] = np.where(trunc, _TRUNC, np.where(bad, _MALFORMED, np.where(frag, _FRAG, 0)))
-        l4[sel] = p + ihl
-        # A zero total length is what TSO/GSO captures show: the frame length rules.
-        ipend[sel] = np.where(tot == 0, wend[sel], p + tot)
-        proto[sel] = h["proto"]
-        version[sel] = 4
-        src_lo[sel] = h["src"].astype(np.uint64) | np.uint64(V4_MAPPED_PREFIX)
-        dst_lo[sel] = h["dst"].astype(np.uint64) | np.uint64(V4_MAPPED_PREFIX)
-        ip_id[sel] = h["id"]
+        _ipv4(buf, _where(v4, n), l3, pend, wend, cls, net)
     v6 = np.flatnonzero(is_v6)
     if v6.size:
-        _ipv6(buf, _where(v6, n), l3, pend, wend, cls, l4, ipend, proto, version,
-              src_hi, src_lo, dst_hi, dst_lo)  # fmt: skip
+        _ipv6(buf, _where(v6, n), l3, pend, wend, cls, net)
+    l4, ipend, proto = net.l4, net.ipend, net.proto
 
     pending = cls == _PENDING
     cls[pending & (proto == 17)] = _UDP
@@ -136,11 +113,11 @@ def decode_segments(
     seg = SegmentBatch(
         frame_no=batch.frame_no[sel],
         ts_ns=batch.ts_ns[sel],
-        ip_version=version[sel],
-        src_hi=src_hi[sel],
-        src_lo=src_lo[sel],
-        dst_hi=dst_hi[sel],
-        dst_lo=dst_lo[sel],
+        ip_version=net.version[sel],
+        src_hi=net.src_hi[sel],
+        src_lo=net.src_lo[sel],
+        dst_hi=net.dst_hi[sel],
+        dst_lo=net.dst_lo[sel],
         sport=h["sport"].astype(np.uint16),
         dport=h["dport"].astype(np.uint16),
         seq=h["seq"].astype(np.uint32),
@@ -155,7 +132,7 @@ def decode_segments(
         ts_ecr=np.zeros(p.shape[0], np.uint32),
         wscale=np.full(p.shape[0], -1, np.int8),
         mss=np.full(p.shape[0], -1, np.int32),
-        ip_id=ip_id[sel],
+        ip_id=net.ip_id[sel],
         buf=buf,
     )
     end = ipend[sel]
@@ -244,6 +221,57 @@ def _link_layer(
     cls[(l3 > pend) & (cls == _PENDING)] = _TRUNC
 
 
+@dataclass(slots=True)
+class _Net:
+    """Network-layer results, one slot per packet of the batch."""
+
+    l4: np.ndarray  # transport header offset in buf
+    ipend: np.ndarray  # end of the IP packet (as announced) in buf
+    proto: np.ndarray  # transport protocol, -1 when not IP
+    version: np.ndarray
+    src_hi: np.ndarray
+    src_lo: np.ndarray
+    dst_hi: np.ndarray
+    dst_lo: np.ndarray
+    ip_id: np.ndarray
+
+    @classmethod
+    def empty(cls, n: int) -> _Net:
+        u64 = [np.zeros(n, np.uint64) for _ in range(4)]
+        return cls(
+            np.zeros(n, np.int64), np.zeros(n, np.int64), np.full(n, -1, np.int64),
+            np.zeros(n, np.uint8), *u64, np.full(n, -1, np.int32),
+        )  # fmt: skip
+
+
+def _ipv4(
+    buf: np.ndarray,
+    sel: np.ndarray | slice,
+    l3: np.ndarray,
+    pend: np.ndarray,
+    wend: np.ndarray,
+    cls: np.ndarray,
+    net: _Net,
+) -> None:
+    p = l3[sel]
+    h = take_struct(buf, p, _IPV4_HDR)
+    room = pend[sel] - p
+    ihl = (h["vihl"] & 15).astype(np.int64) * 4
+    tot = h["tot"].astype(np.int64)
+    trunc = (room < 20) | (room < ihl)
+    bad = ~trunc & (((h["vihl"] >> 4) != 4) | (ihl < 20) | ((tot != 0) & (tot < ihl)))
+    frag = ~trunc & ~bad & ((h["frag"] & 0x3FFF) != 0)  # MF flag or fragment offset
+    cls[sel] = np.where(trunc, _TRUNC, np.where(bad, _MALFORMED, np.where(frag, _FRAG, 0)))
+    net.l4[sel] = p + ihl
+    # A zero total length is what TSO/GSO captures show: the frame length rules.
+    net.ipend[sel] = np.where(tot == 0, wend[sel], p + tot)
+    net.proto[sel] = h["proto"]
+    net.version[sel] = 4
+    net.src_lo[sel] = h["src"].astype(np.uint64) | np.uint64(V4_MAPPED_PREFIX)
+    net.dst_lo[sel] = h["dst"].astype(np.uint64) | np.uint64(V4_MAPPED_PREFIX)
+    net.ip_id[sel] = h["id"]
+
+
 def _ipv6(
     buf: np.ndarray,
     sel: np.ndarray | slice,
@@ -251,14 +279,7 @@ def _ipv6(
     pend: np.ndarray,
     wend: np.ndarray,
     cls: np.ndarray,
-    l4: np.ndarray,
-    ipend: np.ndarray,
-    proto: np.ndarray,
-    version: np.ndarray,
-    src_hi: np.ndarray,
-    src_lo: np.ndarray,
-    dst_hi: np.ndarray,
-    dst_lo: np.ndarray,
+    net: _Net,
 ) -> None:
     p = l3[sel]
     pe = pend[sel]
@@ -291,14 +312,14 @@ def _ipv6(
     bad[walk] = True  # absurdly long extension header chain
     bad |= ~trunc & (q > end)
     cls[sel] = np.where(trunc, _TRUNC, np.where(bad, _MALFORMED, np.where(frag, _FRAG, 0)))
-    l4[sel] = q
-    ipend[sel] = end
-    proto[sel] = nh
-    version[sel] = 6
-    src_hi[sel] = h["src_hi"]
-    src_lo[sel] = h["src_lo"]
-    dst_hi[sel] = h["dst_hi"]
-    dst_lo[sel] = h["dst_lo"]
+    net.l4[sel] = q
+    net.ipend[sel] = end
+    net.proto[sel] = nh
+    net.version[sel] = 6
+    net.src_hi[sel] = h["src_hi"]
+    net.src_lo[sel] = h["src_lo"]
+    net.dst_hi[sel] = h["dst_hi"]
+    net.dst_lo[sel] = h["dst_lo"]
 
 
 def _tcp_options(buf: np.ndarray, tcp: np.ndarray, doff: np.ndarray, seg: SegmentBatch) -> int:
