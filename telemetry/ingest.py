@@ -405,11 +405,10 @@ class CapturePipeline:
     def finish(self) -> None:
         for summary in self.tcp.finish():
             self._close(summary)
-        self.issues.extend(self.decoder.issues)
-        if self.stats.ip_fragments:
-            self.issues.append(
-                DecodeIssue("ip_fragment", 0, f"{self.stats.ip_fragments} IP fragments seen (counted, not reassembled)")
-            )
+        # decode_segments already reports unknown link types per type; the container's
+        # per-interface reports would say the same twice
+        reported = {i.kind for i in self.issues}
+        self.issues.extend(i for i in self.decoder.issues if not (i.kind == "unknown_linktype" and i.kind in reported))
 
     # -- rows ---------------------------------------------------------------------------
     def _write_rows(self, conn: _Conn, summary: ConnectionSummary) -> None:
