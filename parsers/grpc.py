@@ -38,34 +38,34 @@ class GrpcSplitter:
     """Splits one stream direction's DATA payload into gRPC messages."""
 
     __slots__ = (
-        "_hdr",
-        "_left",
+        "hdr",
+        "left",
         "_size",
         "_flag",
         "probing",
         "confirmed",
         "_pending",
         "_dead",
-        "_keep_trailer",
+        "keep_trailer",
         "trailer",
     )
 
     def __init__(self, probing: bool = False, keep_trailer: bool = False) -> None:
-        self._hdr = bytearray()  # partial 5-byte prefix
-        self._left = -1  # payload bytes still missing for the current message; -1: in prefix
+        self.hdr = bytearray()  # partial 5-byte prefix
+        self.left = -1  # payload bytes still missing for the current message; -1: in prefix
         self._size = 0
         self._flag = 0
         self.probing = probing  # True until a boundary is confirmed
         self.confirmed = not probing  # ever confirmed as gRPC framing
         self._pending: list[Message] = []  # messages found while probing
         self._dead = probing  # probing and not at a candidate boundary: skip bytes
-        self._keep_trailer = keep_trailer  # grpc-web: keep the 0x80 trailer payload
+        self.keep_trailer = keep_trailer  # grpc-web: keep the 0x80 trailer payload
         self.trailer = bytearray()
 
     def lost(self) -> None:
         """Bytes of this direction were lost: message boundaries are unknown now."""
-        self._hdr.clear()
-        self._left = -1
+        self.hdr.clear()
+        self.left = -1
         self.probing = True
         self._pending.clear()
         self._dead = True
@@ -74,13 +74,13 @@ class GrpcSplitter:
         """A new DATA frame begins; while probing and lost, try a boundary here."""
         if self._dead:
             self._dead = False
-            self._hdr.clear()
-            self._left = -1
+            self.hdr.clear()
+            self.left = -1
             self._pending.clear()
 
     def frame_end(self, out: list[Message]) -> None:
         """A DATA frame ended; while probing, a message boundary here confirms the chain."""
-        if self.probing and not self._dead and self._left == -1 and not self._hdr:
+        if self.probing and not self._dead and self.left == -1 and not self.hdr:
             if self._pending:
                 self.probing = False
                 self.confirmed = True
@@ -89,8 +89,8 @@ class GrpcSplitter:
 
     def _reject(self) -> None:
         self._pending.clear()
-        self._hdr.clear()
-        self._left = -1
+        self.hdr.clear()
+        self.left = -1
         self._dead = True
 
     def feed(
@@ -107,7 +107,7 @@ class GrpcSplitter:
         if self._dead:
             return
         # Fast path: at a boundary and the bytes are exactly one whole message.
-        if self._left == -1 and n - i >= 5 and not self.probing and not self._hdr:
+        if self.left == -1 and n - i >= 5 and not self.probing and not self.hdr:
             size = int.from_bytes(data[i + 1 : i + 5], "big")
             if size + 5 == n - i:
                 flag = data[i]
@@ -118,10 +118,10 @@ class GrpcSplitter:
                 return
         dest = self._pending if self.probing else out
         while i < n:
-            left = self._left
+            left = self.left
             if left < 0:
                 # Reading the prefix (possibly split across feeds).
-                hdr = self._hdr
+                hdr = self.hdr
                 if not hdr and n - i >= 5:
                     flag = data[i]
                     size = int.from_bytes(data[i + 1 : i + 5], "big")
@@ -142,35 +142,35 @@ class GrpcSplitter:
                     return
                 self._flag = flag
                 self._size = size
-                self._left = size
-                if flag & 0x80 and self._keep_trailer:
+                self.left = size
+                if flag & 0x80 and self.keep_trailer:
                     self.trailer.clear()
                 left = size
                 if left == 0:
-                    self._left = -1
+                    self.left = -1
                     if not flag & 0x80:
                         dest.append((ts, 0, flag, off + i))
                     continue
             take = left if left <= n - i else n - i
-            if self._flag & 0x80 and self._keep_trailer:
+            if self._flag & 0x80 and self.keep_trailer:
                 self.trailer += data[i : i + take]
             i += take
             left -= take
             if left == 0:
-                self._left = -1
+                self.left = -1
                 if not self._flag & 0x80:
                     dest.append((ts, self._size, self._flag, off + i))
             else:
-                self._left = left
+                self.left = left
 
     def _trailer(self, payload: bytes | bytearray | memoryview) -> None:
-        if self._keep_trailer:
+        if self.keep_trailer:
             self.trailer.clear()
             self.trailer += payload
 
     @property
     def at_boundary(self) -> bool:
-        return self._left == -1 and not self._hdr
+        return self.left == -1 and not self.hdr
 
 
 def looks_like_grpc(payload: bytes | bytearray | memoryview) -> bool:

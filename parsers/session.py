@@ -131,6 +131,7 @@ class AppSession:
         self._h2: H2Connection | None = None
         self._h1: Http1Conn | None = None
         self._strip = [0, 0]  # preface bytes still to drop per TCP direction
+        self._fast = None  # HTTP/2 steady state: H2Connection.feed_chunk
         self._fresh = [True, True]  # no bytes of this direction handed to HTTP/2 yet
         self._h1_hold: list[list[_Held] | None] = [None, None]  # by role
         self._requests: list[RequestRecord] = []
@@ -148,6 +149,10 @@ class AppSession:
         return self._flipped
 
     def feed(self, chunk: PayloadChunk) -> None:
+        fast = self._fast
+        if fast is not None:
+            fast(chunk)
+            return
         mode = self._mode
         if mode == "h2":
             d = chunk.direction
@@ -167,9 +172,14 @@ class AppSession:
                     chunk.gap_before,
                 )
                 return
-            self._h2.feed(
+            h2 = self._h2
+            assert h2 is not None
+            h2.feed(
                 d, chunk.data, chunk.ts_ns, chunk.frame_no, chunk.stream_offset, chunk.gap_before
-            )  # type: ignore[union-attr]
+            )
+            if not (self._fresh[0] or self._fresh[1] or self._strip[0] or self._strip[1]):
+                # steady state: hand chunks straight to the HTTP/2 fast path
+                self._fast = h2.feed_chunk
             return
         item = (
             chunk.direction,

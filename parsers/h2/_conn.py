@@ -12,7 +12,7 @@ the time of the packet that completed *it*, not the whole frame.
 from __future__ import annotations
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
-from parsers.records import DecodeIssue, H2Event, MessageRecord
+from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk
 
 from ._flow import FlowState
 from ._frames import (
@@ -249,6 +249,91 @@ class H2Connection:
             if i < len(b):
                 buf += b[i:]
         D.base = base + i
+
+    def feed_chunk(self, c: PayloadChunk) -> None:
+        """Same as :meth:`feed`, with a fast path for the common case: the chunk is
+        exactly one unpadded DATA frame carrying one whole gRPC message (or a plain
+        body) on a known stream, with nothing buffered."""
+        d = c.direction
+        D = self.dirs[d]
+        data = c.data
+        n = len(data)
+        if (
+            D.buf
+            or not D.synced
+            or D.data_left
+            or D.pad_left
+            or c.gap_before
+            or D.block is not None
+            or c.stream_offset != D.base
+            or n < 9
+            or data[3]  # not DATA
+            or data[4] & 0x08  # padded
+        ):
+            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
+            return
+        length = int.from_bytes(data[0:3], "big")
+        sid = int.from_bytes(data[5:9], "big")
+        st = self.streams.get(sid)
+        if (
+            length + 9 != n
+            or st is None
+            or not sid
+            or sid & 0x80000000
+            or (D.max_known and length > D.max_len)
+        ):
+            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
+            return
+        sp = st.splitter[d]
+        if sp is not None and (sp.__class__ is not GrpcSplitter or sp.probing or sp.keep_trailer):
+            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
+            return
+        self._frame_no = c.frame_no
+        ts = c.ts_ns
+        off_end = D.base + n
+        if length:
+            if sp is not None:
+                if (
+                    sp.left == -1
+                    and not sp.hdr
+                    and length >= 5
+                    and data[9] < 0x80
+                    and int.from_bytes(data[10:14], "big") + 5 == length
+                ):
+                    idx = st.msgs[d]
+                    if idx == 0:
+                        st.first_msg_ts[d] = ts
+                        st.first_msg_off[d] = off_end
+                    if st.end_ts[1 - d] is None:
+                        st.msg_before_end[d] = True
+                    if st.msgs[1 - d]:
+                        st.msg_after_first[d] = True
+                    self.messages.append(
+                        MessageRecord(
+                            self.conn_key, sid, d, idx, ts, length - 5, data[9] == 1, off_end
+                        )
+                    )
+                    st.msgs[d] = idx + 1
+                    st.last_msg_ts[d] = ts
+                else:
+                    tmp = self._tmp
+                    sp.feed(data, 9, n, D.base, ts, tmp)
+                    if tmp:
+                        self._messages(st, d, tmp)
+            if not st.data_frames[d]:
+                st.first_data_ts[d] = ts
+                st.first_data_off[d] = off_end
+            st.data_frames[d] += 1
+            st.last_data_ts[d] = ts
+            st.data_bytes[d] += length
+        st.last_off[d] = off_end
+        fs = self.flows[d]
+        if fs.known:
+            fs.consume(sid, length, ts, bool(data[4] & 1))
+        D.frames += 1
+        D.base = off_end
+        if data[4] & 1:
+            self._end_stream(st, d, ts, off_end)
 
     def _lost(self, D: _Dir, d: int, gap: int, ts: int) -> None:
         """``gap`` bytes of direction d were never seen."""
@@ -579,7 +664,7 @@ class H2Connection:
                 elif ident == 3:
                     self.max_conc[d] = val
                 elif ident == 4:
-                    self.flows[o].set_initial(val)
+                    self.flows[o].set_initial(val, ts)
                 elif ident == 5:
                     self.dirs[o].max_len = max(DEFAULT_MAX_FRAME_SIZE, min(val, MAX_FRAME_LEN))
                     self.dirs[o].max_known = True

@@ -34,13 +34,18 @@ class FlowState:
         self.streams.pop(sid, None)
         self.blocked.pop(sid, None)
 
-    def set_initial(self, value: int) -> None:
+    def set_initial(self, value: int, ts: int = 0) -> None:
+        """The receiver changed SETTINGS_INITIAL_WINDOW_SIZE: every open stream window
+        shifts by the difference and may go negative (the sender must then wait)."""
         delta = value - self.initial
         self.initial = value
         if delta:
             s = self.streams
             for sid in s:
-                s[sid] += delta
+                w = s[sid] + delta
+                s[sid] = w
+                if w <= 0 and self.known and sid not in self.blocked:
+                    self.blocked[sid] = (ts, 0)
 
     def consume(self, sid: int, length: int, ts: int, end_stream: bool) -> None:
         """DATA of ``length`` flow-controlled bytes sent on ``sid``."""

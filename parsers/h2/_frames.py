@@ -131,9 +131,9 @@ def scan_for_frames(
     """Find the first offset in ``buf[start:end]`` where ``min_chain`` plausible frame
     headers follow each other back to back.
 
-    Returns ``(offset, NEED_MORE)`` when a candidate chain runs past the buffered bytes
-    (caller should wait for more data and rescan from ``offset``), ``(offset, 0)`` when
-    a chain is confirmed, and ``(end_scanned, NOT_FOUND)`` when nothing can start
+    Returns ``(offset, 0)`` for the first confirmed chain, else ``(offset, NEED_MORE)``
+    when a candidate chain runs past the buffered bytes (caller should wait for more
+    data and rescan from ``offset``), and ``(end_scanned, NOT_FOUND)`` when nothing can start
     before ``end_scanned`` (those bytes can be dropped). A chain of two whose second
     frame ends exactly at ``end`` is accepted too: senders flush whole frames, so a
     packet boundary on a frame boundary is strong evidence.
@@ -143,6 +143,7 @@ def scan_for_frames(
     """
     x = start
     last = end - FRAME_HEADER_LEN
+    waiting = -1  # first candidate whose chain ran past the buffered bytes
     while x <= last:
         t = buf[x + 3]
         # Cheap pre-filter before unpacking: known type, reserved bit clear.
@@ -164,7 +165,12 @@ def scan_for_frames(
             if y + FRAME_HEADER_LEN > end:
                 if final and n >= 2:
                     break
-                return x, NEED_MORE
+                # Undecided: keep looking for a chain confirmed within the buffer
+                # (a false candidate must not stall us until its length arrives).
+                if waiting < 0:
+                    waiting = x
+                ok = False
+                break
             hi, lo, ftype, flags, sid = unpack_header(buf, y)
             length = (hi << 8) | lo
             if not header_plausible(length, ftype, flags, sid, max_len):
@@ -175,4 +181,6 @@ def scan_for_frames(
         if ok:
             return x, 0
         x += 1
+    if waiting >= 0:
+        return waiting, NEED_MORE
     return max(start, last + 1), NOT_FOUND

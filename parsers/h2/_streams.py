@@ -32,6 +32,8 @@ class SseSplitter:
     (line ends may be CRLF, LF or CR, also split across DATA frames)."""
 
     __slots__ = ("_pos", "_last_nl_end", "_cr_pending", "_event_start")
+    probing = False
+    confirmed = False
 
     def __init__(self) -> None:
         self._pos = 0  # body bytes seen so far

@@ -1,0 +1,112 @@
+"""HTTP/2 flow control and concurrency limits seen from the wire."""
+
+from __future__ import annotations
+
+from h2_builders import (
+    GRPC_RESPONSE,
+    PREFACE,
+    Conv,
+    Hpack,
+    data,
+    grpc_msg,
+    grpc_request_headers,
+    headers,
+    run_session,
+    settings,
+    window_update,
+)
+
+from parsers.records import TO_CLIENT
+
+
+def _start(
+    conv: Conv,
+    ch: Hpack,
+    sh: Hpack,
+    client_settings: dict[int, int],
+    server_settings: dict[int, int],
+) -> None:
+    conv.send(0, PREFACE + settings(client_settings), 0)
+    conv.send(1, settings(server_settings) + settings(ack=True), 0.1)
+    conv.send(0, settings(ack=True), 0.2)
+
+
+def test_stream_window_exhausted_then_reopened() -> None:
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 1000}, {})  # client grants 1000 bytes per stream
+    conv.send(
+        0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1
+    )
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    chunk = grpc_msg(b"x" * 495)  # 500 bytes
+    conv.send(1, data(1, chunk), 3)
+    conv.send(1, data(1, chunk), 4)  # window now 0: server blocked on stream 1
+    conv.send(0, window_update(1, 1000), 54)  # reopened 50 ms later
+    conv.send(1, data(1, chunk) + headers(1, sh.block([("grpc-status", "0")]), end_stream=True), 55)
+    _s, r = run_session(conv.chunks)
+    blocked = [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+    assert len(blocked) == 1
+    b = blocked[0]
+    assert b.stream_id == 1 and b.value == 1 and b.direction == TO_CLIENT
+    assert b.ts_ns == conv.ts(4) and abs(b.duration_ms - 50.0) < 1e-6
+    assert any(e.kind == "window_update" and e.value == 1000 for e in r.h2_events)
+
+
+def test_connection_window_blocked_and_unresolved_at_end() -> None:
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 1 << 20}, {})
+    conv.send(
+        0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1
+    )
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    payload = grpc_msg(b"y" * 16379)  # 16384-byte frames
+    for k in range(4):
+        conv.send(1, data(1, payload), 3 + k)
+    # 4 x 16384 = 65536 > 65535: connection window exhausted, never reopened
+    _s, r = run_session(conv.chunks, end_ns=conv.ts(1006))
+    blocked = [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+    assert len(blocked) == 1 and blocked[0].value == 0 and blocked[0].detail == "unresolved"
+    assert abs(blocked[0].duration_ms - 1000.0) < 1e-6
+
+
+def test_end_stream_frame_that_empties_window_is_not_blocked() -> None:
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 505}, {})
+    conv.send(
+        0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1
+    )
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    conv.send(1, data(1, grpc_msg(b"z" * 500), end=True), 3)
+    _s, r = run_session(conv.chunks)
+    assert not [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+
+
+def test_initial_window_change_shifts_open_streams() -> None:
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 100}, {})
+    conv.send(
+        0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1
+    )
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)) + data(1, grpc_msg(b"a" * 45)), 2)  # 50 left
+    conv.send(0, settings({4: 40}), 3)  # delta -60: window -10, server must wait
+    conv.send(0, window_update(1, 100), 13)
+    conv.send(1, headers(1, sh.block([("grpc-status", "0")]), end_stream=True), 14)
+    _s, r = run_session(conv.chunks)
+    # the settings change pushed the open stream's window to -10: blocked until the
+    # WINDOW_UPDATE 10 ms later
+    (b,) = [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+    assert b.stream_id == 1 and b.ts_ns == conv.ts(3) and abs(b.duration_ms - 10.0) < 1e-6
+
+
+def test_max_concurrent_streams_reached() -> None:
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {}, {3: 2})
+    conv.send(
+        0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1
+    )
+    conv.send(
+        0, headers(3, ch.block(grpc_request_headers())) + data(3, grpc_msg(b"q"), end=True), 2
+    )
+    _s, r = run_session(conv.chunks)
+    ev = [e for e in r.h2_events if e.kind == "max_concurrent_streams"]
+    assert len(ev) == 1 and ev[0].value == 2 and ev[0].stream_id == 3 and ev[0].ts_ns == conv.ts(2)
