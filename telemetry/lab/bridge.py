@@ -18,6 +18,7 @@ receive loop; delayed frames wait in a heap keyed by release time and the loop s
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import os
@@ -334,6 +335,7 @@ class Bridge:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
     with open(argv[0]) as f:
         cfg = json.load(f)
     bridge = Bridge(cfg)

@@ -48,9 +48,11 @@ since the epoch, taken with time.time_ns() in the client process):
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
 import random
+import signal
 import socket
 import struct
 import sys
@@ -213,9 +215,10 @@ class LoadGenerator:
                 now = time.time_ns()
                 call.message_ns.append(now)
                 w = self.window("slow_reader", now)
-                if w:  # the application reads slowly: grpc stops granting HTTP/2 window
+                if w:  # the application reads slowly (and/or is frozen by the runner)
                     call.slow_reader = True
-                    time.sleep(w["read_delay_ms"] / 1000)
+                    if w.get("read_delay_ms", 0) > 0:
+                        time.sleep(w["read_delay_ms"] / 1000)
             call.status = it.code()
         except grpc.RpcError as e:
             call.status = e.code()
@@ -435,6 +438,7 @@ SCHEMA = _schema()
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
     with open(argv[0]) as f:
         cfg = json.load(f)
     gen = LoadGenerator(cfg)

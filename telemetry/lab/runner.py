@@ -505,11 +505,16 @@ def _run(
         + (", ".join(f"{w['name']} {w['start_offset_s']:.1f}-{w['end_offset_s']:.1f}s" for w in windows) or "none"))  # fmt: skip
     procs["client"] = Proc("client", net.exec_argv("client", _py("telemetry.lab.client", str(work / "client_cfg.json"))), work / "client.log", stdin=False)  # fmt: skip
     procs["client"].wait_line("READY", lead_s + 10)
+    freezer = Freezer(procs["client"].pid, [w for w in windows if w["layer"] == "client"
+                      and w["params"].get("freeze_ms")])  # fmt: skip
+    freezer.start()
     client_timeout = lead_s + duration + float(client_cfg["drain_s"]) + 20
     try:
         procs["client"].p.wait(client_timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"client did not finish in {client_timeout:.0f} s") from None
+    finally:
+        freezer.stop()
     if procs["client"].p.returncode != 0:
         raise RuntimeError(f"client failed: {procs['client'].tail()}")
     procs.pop("client").stop()
@@ -525,7 +530,51 @@ def _run(
     t_end = time.time_ns()
 
     return _finish(scn, name, duration, seed, out, work, net, t_setup, t0, t_end, windows,
-                   idle_rtt, server_cfg, client_cfg, ccfg, log)  # fmt: skip
+                   idle_rtt, server_cfg, client_cfg, ccfg, freezer.frozen, log)  # fmt: skip
+
+
+class Freezer:
+    """Client slow-reader windows: freeze the client process (SIGSTOP) for ``freeze_ms`` of
+    every ``freeze_ms + run_ms`` inside the window, by pid; always SIGCONT at the end."""
+
+    def __init__(self, pid: int, windows: list[dict[str, Any]]) -> None:
+        import threading
+
+        self.pid = pid
+        self.windows = windows
+        self.frozen: list[tuple[int, int]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        if self.windows:
+            self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            for w in self.windows:
+                freeze, run_ = w["params"]["freeze_ms"] / 1000, w["params"]["run_ms"] / 1000
+                if self.done.wait(max(0.0, (w["start_ns"] - time.time_ns()) / 1e9)):
+                    return
+                while time.time_ns() < w["end_ns"] and not self.done.is_set():
+                    t_stop = time.time_ns()
+                    os.kill(self.pid, signal.SIGSTOP)
+                    self.done.wait(freeze)
+                    os.kill(self.pid, signal.SIGCONT)
+                    self.frozen.append((t_stop, time.time_ns()))
+                    self.done.wait(run_)
+        except ProcessLookupError:
+            pass
+        finally:
+            try:
+                os.kill(self.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(5)
 
 
 def _tcpdump_stats(text: str) -> dict[str, int]:
@@ -557,6 +606,7 @@ def _finish(
     server_cfg: dict[str, Any],
     client_cfg: dict[str, Any],
     ccfg: dict[str, Any],
+    frozen: list[tuple[int, int]],
     log: Any,
 ) -> dict[str, Any]:
     import pyarrow as pa
@@ -601,6 +651,9 @@ def _finish(
             obs["rpcs_rejected"] = sum(1 for r in rpcs if r.get("window") == w["name"])
         elif w["params"].get("kind") == "slow_reader":
             obs["calls_read_slowly"] = sum(1 for r in rows if r["slow_reader"])
+            mine = [(a, b) for a, b in frozen if w["start_ns"] <= a < w["end_ns"] + NS_PER_S]
+            obs["freezes"] = len(mine)
+            obs["frozen_ms"] = sum(b - a for a, b in mine) / NS_PER_MS
         obs["calls_in_window"] = sum(1 for r in rows if r["in_window"] == w["name"])
         w["observed"] = obs
 
@@ -618,7 +671,9 @@ def _finish(
                 "max_late_ms": late / NS_PER_MS,
             }
             for t, late in meta["dispatch_late"]
-        ]  # fmt: skip
+            # a dispatch held up by an intended freeze is not a disturbance
+            if not any(a - NS_PER_S <= t <= b for a, b in frozen)
+        ]
     )
     for d in disturbed:
         d["start_iso"], d["end_iso"] = iso(d["start_ns"]), iso(d["end_ns"])

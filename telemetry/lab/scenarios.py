@@ -189,9 +189,10 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "flow_control",
-            "Small HTTP/2 windows (client lookahead 1 KiB, no BDP probing) and a client that "
-            "reads each message 60 ms late inside the window: the server's streams block "
-            "on WINDOW_UPDATE.",
+            "Small HTTP/2 windows (client lookahead 256 B, no BDP probing); inside the window "
+            "the client is a slow reader: its process is frozen 300 ms of every 400 ms "
+            "(SIGSTOP/SIGCONT by the runner), so it neither reads its sockets nor grants "
+            "HTTP/2 window, and the server's streams block on WINDOW_UPDATE.",
             (
                 WindowSpec(
                     "flow_control",
@@ -200,13 +201,18 @@ SCENARIOS: dict[str, Scenario] = {
                     0.7,
                     "throttling",
                     "h2_flow_control",
-                    params={"kind": "slow_reader", "read_delay_ms": 60.0},
-                    settle_s=3.0,
+                    params={
+                        "kind": "slow_reader",
+                        "freeze_ms": 300.0,
+                        "run_ms": 100.0,
+                        "read_delay_ms": 0.0,
+                    },
+                    settle_s=1.0,
                 ),
             ),  # fmt: skip
             client={
                 "channel_options": [
-                    ["grpc.http2.lookahead_bytes", 1024],
+                    ["grpc.http2.lookahead_bytes", 256],
                     ["grpc.http2.bdp_probe", 0],
                 ]
             },  # fmt: skip

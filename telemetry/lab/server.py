@@ -32,8 +32,10 @@ Run by the lab runner as ``python -m telemetry.lab.server CONFIG.json``.
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import json
+import os
 import random
 import signal
 import socket
@@ -246,16 +248,19 @@ def serve(cfg: dict[str, Any]) -> None:
     print("READY", flush=True)
     done.wait(float(cfg.get("max_runtime_s", 120)))
     srv.stopping.set()
-    server.stop(grace=0.5).wait(2)
+    # Report first (every RPC of the run is over by now), then stop grpc: a shutdown that
+    # hangs must not cost the log. os._exit: no waiting on handler threads at exit.
     with open(cfg["log"] + ".tmp", "w") as f:
         json.dump(srv.report(), f)
-    import os
-
     os.replace(cfg["log"] + ".tmp", cfg["log"])
+    server.stop(grace=0.5).wait(2)
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
     with open(argv[0]) as f:
         serve(json.load(f))
     return 0

@@ -1,0 +1,77 @@
+"""``tailtap lab``: run impairment-lab scenarios and list them.
+
+Mount with ``app.add_typer(lab_app, name="lab")``; standalone:
+``python -m telemetry.lab.cli run loss_burst --out out/loss_burst``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from telemetry.lab import scenarios as sc
+
+lab_app = typer.Typer(
+    help="Impairment lab: labelled captures of LLM-like gRPC traffic (needs root).",
+    no_args_is_help=True,
+)
+
+
+@lab_app.command("list")
+def list_scenarios() -> None:
+    """List the scenarios and what each injects."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table("scenario", "duration", "windows (fraction of the run)", "description")
+    for s in sc.SCENARIOS.values():
+        ws = ", ".join(f"{w.name} [{w.cause}] {w.start:.0%}-{w.end:.0%}" for w in s.windows)
+        t.add_row(s.name, f"{s.duration_s:g} s", ws or "-", s.description)
+    Console().print(t)
+
+
+@lab_app.command("run")
+def run(
+    scenario: Annotated[str, typer.Argument(help="Scenario name (see `tailtap lab list`).")],
+    out: Annotated[Path, typer.Option("--out", help="Output directory.")],
+    duration: Annotated[float | None, typer.Option(help="Load duration in seconds.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of arrivals, sizes and impairment draws.")] = 1,
+    rate: Annotated[float | None, typer.Option(help="Requests per second (default 12).")] = None,
+    keep_work: Annotated[
+        bool, typer.Option(help="Keep configs, logs and raw reports in OUT/work.")
+    ] = False,
+    client_capture: Annotated[
+        bool, typer.Option(help="Also capture at the client's veth (OUT/work/capture_client.pcap).")
+    ] = False,
+) -> None:
+    """Run SCENARIO in three network namespaces and write capture.pcap, labels.json,
+    client.parquet and bridge_events.parquet to OUT."""
+    from telemetry.lab.runner import missing_requirements, run_scenario
+
+    if scenario not in sc.SCENARIOS:
+        typer.echo(f"unknown scenario {scenario!r}; known: {', '.join(sc.SCENARIOS)}", err=True)
+        raise typer.Exit(2)
+    missing = missing_requirements()
+    if missing:
+        typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
+        raise typer.Exit(2)
+    if client_capture:
+        keep_work = True
+    run_scenario(scenario, out, duration=duration, seed=seed, rate=rate, keep_work=keep_work,
+                 client_capture=client_capture, log=typer.echo)  # fmt: skip
+    typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet")
+
+
+@lab_app.command("cleanup")
+def cleanup() -> None:
+    """Delete lab namespaces left behind by runs whose runner is gone."""
+    from telemetry.lab.netns import cleanup_stale
+
+    removed = cleanup_stale()
+    typer.echo("removed: " + (", ".join(removed) if removed else "nothing"))
+
+
+if __name__ == "__main__":
+    lab_app()
