@@ -74,6 +74,7 @@ class _Dir:
         "hpack",
         "frames",
         "marks",
+        "plain",
     )
 
     def __init__(self, synced: bool, hpack_complete: bool) -> None:
@@ -103,6 +104,8 @@ class _Dir:
         # (direction end offset, ts) of chunks held while looking for frame boundaries,
         # so frames found later still get the time of the packet that completed them
         self.marks: list[tuple[int, int]] = []
+        # at a frame boundary with nothing buffered or pending (feed_chunk fast path)
+        self.plain = False
 
 
 class H2Connection:
@@ -249,6 +252,14 @@ class H2Connection:
             if i < len(b):
                 buf += b[i:]
         D.base = base + i
+        D.plain = (
+            D.synced
+            and not buf
+            and not D.data_left
+            and not D.pad_left
+            and D.block is None
+            and not D.marks
+        )
 
     def feed_chunk(self, c: PayloadChunk) -> None:
         """Same as :meth:`feed`, with a fast path for the common case: the chunk is
@@ -259,80 +270,143 @@ class H2Connection:
         data = c.data
         n = len(data)
         if (
-            D.buf
-            or not D.synced
-            or D.data_left
-            or D.pad_left
-            or c.gap_before
-            or D.block is not None
+            not D.plain
             or c.stream_offset != D.base
-            or n < 9
+            or c.gap_before
+            or n < 14
             or data[3]  # not DATA
             or data[4] & 0x08  # padded
         ):
             self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
             return
-        length = int.from_bytes(data[0:3], "big")
+        length = n - 9
         sid = int.from_bytes(data[5:9], "big")
         st = self.streams.get(sid)
         if (
-            length + 9 != n
+            int.from_bytes(data[0:3], "big") != length
             or st is None
-            or not sid
             or sid & 0x80000000
             or (D.max_known and length > D.max_len)
         ):
             self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
             return
-        sp = st.splitter[d]
-        if sp is not None and (sp.__class__ is not GrpcSplitter or sp.probing or sp.keep_trailer):
-            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
-            return
         self._frame_no = c.frame_no
+        base = D.base
+        off_end = base + n
+        D.frames += 1
+        D.base = off_end
+        sp = st.splitter[d]
+        if (
+            sp is None
+            or sp.__class__ is not GrpcSplitter
+            or sp.probing
+            or sp.left != -1
+            or sp.hdr
+            or sp.keep_trailer
+            or data[9] >= 0x80
+            or int.from_bytes(data[10:14], "big") + 5 != length
+        ):
+            self._whole_data(d, st, sid, data[4], data, 9, n, length, base, off_end, c.ts_ns)
+            return
+        # one whole gRPC message in one unpadded DATA frame in one packet
         ts = c.ts_ns
-        off_end = D.base + n
-        if length:
-            if sp is not None:
+        idx = st.msgs[d]
+        if idx == 0:
+            st.first_msg_ts[d] = ts
+            st.first_msg_off[d] = off_end
+        if st.end_ts[1 - d] is None:
+            st.msg_before_end[d] = True
+        if st.msgs[1 - d]:
+            st.msg_after_first[d] = True
+        self.messages.append(
+            MessageRecord(self.conn_key, sid, d, idx, ts, length - 5, data[9] == 1, off_end)
+        )
+        st.msgs[d] = idx + 1
+        st.last_msg_ts[d] = ts
+        if not st.data_frames[d]:
+            st.first_data_ts[d] = ts
+            st.first_data_off[d] = off_end
+        st.data_frames[d] += 1
+        st.last_data_ts[d] = ts
+        st.data_bytes[d] += length
+        st.last_off[d] = off_end
+        fs = self.flows[d]
+        if fs.known:
+            fs.consume(sid, length, ts, data[4] & 1 == 1)
+        if data[4] & 1:
+            self._end_stream(st, d, ts, off_end)
+
+    def _whole_data(
+        self,
+        d: int,
+        st: Stream,
+        sid: int,
+        flags: int,
+        b: bytes | bytearray,
+        p: int,
+        dend: int,
+        length: int,
+        base: int,
+        off_end: int,
+        ts: int,
+    ) -> None:
+        """One complete DATA frame (data bytes ``b[p:dend]``) on a known stream."""
+        dl = dend - p
+        sp = st.splitter[d]
+        if sp is not None:
+            probing = sp.probing or st.mode[d] == "probe"
+            if probing:
+                sp.frame_start()
+            if dl:
                 if (
-                    sp.left == -1
+                    not probing
+                    and sp.__class__ is GrpcSplitter
+                    and sp.left == -1
                     and not sp.hdr
-                    and length >= 5
-                    and data[9] < 0x80
-                    and int.from_bytes(data[10:14], "big") + 5 == length
+                    and not sp.keep_trailer
+                    and dl >= 5
+                    and b[p] < 0x80
+                    and int.from_bytes(b[p + 1 : p + 5], "big") + 5 == dl
                 ):
+                    # one whole gRPC message: the common case, inlined
                     idx = st.msgs[d]
+                    msg_end = base + dend
                     if idx == 0:
                         st.first_msg_ts[d] = ts
-                        st.first_msg_off[d] = off_end
+                        st.first_msg_off[d] = msg_end
                     if st.end_ts[1 - d] is None:
                         st.msg_before_end[d] = True
                     if st.msgs[1 - d]:
                         st.msg_after_first[d] = True
                     self.messages.append(
-                        MessageRecord(
-                            self.conn_key, sid, d, idx, ts, length - 5, data[9] == 1, off_end
-                        )
+                        MessageRecord(self.conn_key, sid, d, idx, ts, dl - 5, b[p] == 1, msg_end)
                     )
                     st.msgs[d] = idx + 1
                     st.last_msg_ts[d] = ts
                 else:
                     tmp = self._tmp
-                    sp.feed(data, 9, n, D.base, ts, tmp)
+                    sp.feed(b, p, dend, base, ts, tmp)
                     if tmp:
                         self._messages(st, d, tmp)
+            if probing:
+                tmp = self._tmp
+                sp.frame_end(tmp)
+                if tmp:
+                    self._messages(st, d, tmp)
+            if sp.__class__ is GrpcSplitter and sp.trailer and st.web_trailers is None:
+                st.web_trailers = parse_grpc_web_trailers(bytes(sp.trailer))
+        if dl:
             if not st.data_frames[d]:
                 st.first_data_ts[d] = ts
                 st.first_data_off[d] = off_end
             st.data_frames[d] += 1
             st.last_data_ts[d] = ts
-            st.data_bytes[d] += length
+            st.data_bytes[d] += dl
         st.last_off[d] = off_end
         fs = self.flows[d]
         if fs.known:
-            fs.consume(sid, length, ts, bool(data[4] & 1))
-        D.frames += 1
-        D.base = off_end
-        if data[4] & 1:
+            fs.consume(sid, length, ts, bool(flags & FLAG_END_STREAM))
+        if flags & FLAG_END_STREAM:
             self._end_stream(st, d, ts, off_end)
 
     def _lost(self, D: _Dir, d: int, gap: int, ts: int) -> None:
@@ -480,6 +554,16 @@ class H2Connection:
                     pad = 0
                     dend = end
                 D.frames += 1
+                if end <= n:
+                    # whole frame buffered
+                    if st is not None:
+                        self._whole_data(
+                            d, st, sid, flags, b, p, dend, length, base, base + end, ts
+                        )
+                    elif self.flows[d].known:
+                        self.flows[d].consume(sid, length, ts, bool(flags & FLAG_END_STREAM))
+                    i = end
+                    continue
                 D.data_sid = sid
                 D.data_flags = flags
                 D.data_len = dend - p
@@ -489,19 +573,6 @@ class H2Connection:
                     sp = st.splitter[d]
                     if sp is not None and (sp.probing or st.mode[d] == "probe"):
                         sp.frame_start()
-                    if end <= n:
-                        # whole frame buffered
-                        if sp is not None and dend > p:
-                            sp.feed(b, p, dend, base, ts, tmp)
-                            if tmp:
-                                self._messages(st, d, tmp)
-                        i = end
-                        self._data_end(D, d, base + i, ts)
-                        continue
-                elif end <= n:
-                    i = end
-                    self._data_end(D, d, base + i, ts)
-                    continue
                 # partial frame: stream what we have
                 i = p
                 D.data_left = dend - p
@@ -558,6 +629,8 @@ class H2Connection:
         st.last_msg_ts[d] = tmp[-1][0]
         st.msgs[d] = idx
         tmp.clear()
+        if not self.orient_final and len(out) > _HOLD_LIMIT:
+            self._settle_orientation()
 
     def _data_end(self, D: _Dir, d: int, end_off: int, ts: int) -> None:
         st = D.data_stream
@@ -835,9 +908,12 @@ class H2Connection:
         self.flows[1].close_stream(sid)
         self.done.append(st)
         if not self.orient_final and self.held() > _HOLD_LIMIT:
-            # keep memory bounded: settle for the TCP layer's orientation
-            self.orient_final = True
-            self._issue("h2_orientation_guess", "no bytes told the client side; kept TCP's")
+            self._settle_orientation()
+
+    def _settle_orientation(self) -> None:
+        # keep memory bounded: settle for the TCP layer's orientation
+        self.orient_final = True
+        self._issue("h2_orientation_guess", "no bytes told the client side; kept TCP's")
 
     # -- output ------------------------------------------------------------------------
 
