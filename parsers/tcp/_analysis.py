@@ -1,0 +1,775 @@
+"""Per-packet TCP analysis (the exact path; the bulk path in ``_fast`` handles clean runs).
+
+Classification rules (``TcpEvent.kind``), all per data direction:
+
+* capture duplicates (same IPv4 ID and identical TCP header within 250 ms, or, without
+  a usable IP ID, identical header incl. TSval within 50 us) are dropped first: they are
+  artefacts of the capture (mirror both ways, loops), never retransmissions.
+* ``lost_segment``: a segment starts above the highest byte seen: the bytes between
+  are a *hole*. The event is emitted when the hole is resolved, at the time it was first
+  seen, with ``recovery_ms`` = first sight -> the segment that filled it (None when it was
+  never filled). It joins a loss burst only when a retransmission filled it.
+* ``out_of_order``: the first sight of bytes inside a hole that were *sent before* the
+  segment that revealed the hole (a late original, reordering): evidence in order TSval
+  (older than the revealing segment's), IPv4 ID (older, when the sender's IDs are
+  sequential), else timing like tshark (late by less than the round trip, 3 ms when no
+  RTT is known). ``recovery_ms`` = how late.
+* retransmissions: bytes the capture saw before, or the first sight of hole bytes that
+  were sent after the revealing segment (lost upstream of the capture point):
+  ``fast_retransmission`` when >= 2 dup ACKs for this offset (tshark's rule: some may be
+  missing from the trace) or SACK blocks above it were seen within max(20 ms, 2 RTT);
+  else ``rto_retransmission`` when it comes >= max(180 ms, 1.5 RTT) after the original
+  send (Linux RTO >= 200 ms; 10 % slack for capture timing) *and* >= 180 ms after the
+  cumulative ACK last moved (the timer restarts on every forward ACK; a retransmission
+  right after an ACK is ACK-clocked, not a timeout); else ``retransmission``
+  (tail-loss probes, RACK, ...). ``recovery_ms`` = original send (or first sight of the
+  hole) -> this retransmission.
+* ``spurious_retransmission``: the bytes were already ACKed or SACKed when retransmitted,
+  or later a D-SACK covers them, or the first ACK covering them echoes a TSval older than
+  the retransmission's (Eifel). Retransmissions of seen bytes are therefore held back
+  until that verdict (the ACK covering them, a D-SACK, or 2 s) before being emitted.
+* ``dup_ack``: tshark's rule (no data, same ACK and window as the same side's previous
+  segment, window non-zero, at its next sequence number, not the ACK of a keep-alive).
+* ``zero_window``: an episode of zero receive window blocking this direction's data,
+  emitted when the window opens again with ``recovery_ms`` = its duration.
+* ``window_full``: a data segment reaches the far end's advertised (scaled) window;
+  only when the window scale is known (handshake seen).
+* ``capture_loss``: the far end ACKed bytes the capture never saw; counted in
+  ``capture_loss_bytes``, never a network loss. The bytes are skipped (``gap_before``).
+* ``reassembly_skip``: a hole given up on (buffer over ``MAX_BUF_BYTES`` or older than
+  ``HOLE_TIMEOUT_NS``, or the connection ended with it open); the bytes are skipped.
+* ``rst``: a RST segment (direction = the side that sent it).
+
+Loss bursts: loss events (non-spurious retransmissions, holes filled by a retransmission)
+of one direction belong to the same burst (one loss episode) while the cumulative ACK
+has not passed the end of the flight that was in the air when the burst's first loss
+was detected (or a later lost byte of the burst), and the previous loss is less than
+1 s old. The burst length is the number of distinct lost segments.
+"""
+
+from __future__ import annotations
+
+from parsers.records import ACK, FIN, RST, SYN, ConnectionSummary, RttSample, TcpEvent
+from parsers.tcp import _reassembly as ra
+from parsers.tcp._flows import addr_str, make_conn_id, server_is_lo
+from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, PendingRetx
+
+M32 = 0xFFFFFFFF
+_SFR = SYN | FIN | RST
+
+DUP_WINDOW_IPID_NS = 250_000_000
+DUP_WINDOW_NOID_NS = 50_000
+SIG_KEEP = 16
+RTO_MIN_NS = 180_000_000
+FAST_WIN_NS = 20_000_000
+OOO_DEFAULT_NS = 3_000_000
+BURST_GAP_NS = 1_000_000_000
+HOLE_TIMEOUT_NS = 3_000_000_000
+MAX_BUF_BYTES = 8 << 20
+PENDING_RETX_NS = 2_000_000_000
+FIN_LINGER_NS = 1_000_000_000
+TOMBSTONE_NS = 60_000_000_000
+STRAGGLER_SEQ = 1 << 20
+
+
+def unwrap(v: int, ref: int) -> int:
+    d = (v - ref) & M32
+    if d >= 0x80000000:
+        d -= 0x100000000
+    return ref + d
+
+
+class PacketPath:
+    """Mixin for :class:`TcpAnalyzer`: the per-packet state machine."""
+
+    # attributes provided by TcpAnalyzer
+    _table: dict
+    _by_key: dict
+    _tomb: dict
+    _events: list
+    _rtts: list
+    _done: list
+    _late: list
+    _next_key: int
+    _next_burst: int
+    _now: int
+    stats: dict
+
+    # ------------------------------------------------------------------ connections
+
+    def _new_conn(self, key6: tuple, src_is_lo: bool, fl: int, ts: int, ipv: int) -> Conn:
+        if fl & SYN and not fl & ACK:
+            client_is_lo, known = src_is_lo, True
+        elif fl & SYN:
+            client_is_lo, known = not src_is_lo, True
+        else:
+            client_is_lo, known = not server_is_lo(key6[2], key6[5]), False
+        key = self._next_key
+        self._next_key += 1
+        conn = Conn(key, make_conn_id(key6, ts), key6, client_is_lo, known, ipv, ts)
+        if not known:
+            conn.hist.add("^")
+        if not fl & SYN:
+            conn.hist.add("~")  # window scale unknown: handshake not seen
+        self._table[key6] = conn
+        self._by_key[key] = conn
+        self._tomb.pop(key6, None)
+        return conn
+
+    def _new_incarnation(self, conn: Conn, d: int, fl: int, seq: int) -> bool:
+        """A SYN on a known 4-tuple: a retransmitted SYN, or a new connection?"""
+        if not fl & ACK:
+            return d != 0 or conn.dirs[0].isn != seq
+        if d != 1:
+            return True
+        s = conn.dirs[1]
+        if s.isn is not None:
+            return s.isn != seq
+        return conn.syn_n == 0
+
+    def _straggler(self, key6: tuple, src_is_lo: bool, fl: int, seq: int, ts: int) -> bool:
+        """A late packet of a connection that already finished (final ACK, RST, ...)."""
+        t = self._tomb.get(key6)
+        if t is None or fl & SYN:
+            return False
+        close_ts, seqs = t
+        if ts - close_ts > TOMBSTONE_NS:
+            del self._tomb[key6]
+            return False
+        ref = seqs[0 if src_is_lo else 1]
+        if ref is None:
+            return True
+        return abs(unwrap(seq, ref) - ref) < STRAGGLER_SEQ
+
+    # ------------------------------------------------------------------ per packet
+
+    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv) -> None:
+        ts_l = b.ts_ns[rows].tolist()
+        fr_l = b.frame_no[rows].tolist()
+        fl_l = b.flags[rows].tolist()
+        seq_l = b.seq[rows].tolist()
+        ack_l = b.ack[rows].tolist()
+        win_l = b.window[rows].tolist()
+        pl_l = b.payload_len[rows].tolist()
+        wl_l = b.payload_wire_len[rows].tolist()
+        hts_l = b.has_ts[rows].tolist()
+        tsv_l = b.ts_val[rows].tolist()
+        tse_l = b.ts_ecr[rows].tolist()
+        ipid_l = b.ip_id[rows].tolist()
+        ws_l = b.wscale[rows].tolist()
+        mss_l = b.mss[rows].tolist()
+        off_l = b.payload_off[rows].tolist()
+        sw_l = swap[rows].tolist()
+        row_l = rows.tolist()
+        ipv = int(b.ip_version[rows[0]])
+        sack = b.sack
+        conn = self._table.get(key6)
+        self.stats["slow_rows"] += len(row_l)
+        for k in range(len(row_l)):
+            sk = sack.get(row_l[k]) if sack else None
+            conn = self._packet(
+                conn, key6, not sw_l[k], ts_l[k], fr_l[k], fl_l[k], seq_l[k], ack_l[k],
+                win_l[k], pl_l[k], wl_l[k], hts_l[k], tsv_l[k], tse_l[k], ipid_l[k],
+                ws_l[k], mss_l[k], off_l[k], sk, ipv, out, mv,
+            )  # fmt: skip
+
+    def _packet(self, conn, key6, src_is_lo, ts, fr, fl, seq, ack, win, pl, wl, hts, tsv,
+                tse, ipid, ws, mss, off, sk, ipv, out, mv):  # fmt: skip
+        if ts > self._now:
+            self._now = ts
+        if conn is None or conn.state == DONE:
+            conn = self._table.get(key6)
+            if conn is None:
+                if self._straggler(key6, src_is_lo, fl, seq, ts):
+                    self.stats["stragglers"] += 1
+                    return None
+                conn = self._new_conn(key6, src_is_lo, fl, ts, ipv)
+        elif fl & SYN:
+            d0 = 0 if src_is_lo == conn.client_is_lo else 1
+            if self._new_incarnation(conn, d0, fl, seq):
+                self._finalize(conn, out, tomb=False)
+                conn = self._new_conn(key6, src_is_lo, fl, ts, ipv)
+        d = 0 if src_is_lo == conn.client_is_lo else 1
+        D = conn.dirs[d]
+        R = conn.dirs[1 - d]
+
+        # capture duplicates: the same packet captured twice is not a retransmission
+        if ipid > 0:
+            dw = DUP_WINDOW_IPID_NS
+        elif wl or hts:
+            dw = DUP_WINDOW_NOID_NS
+        else:
+            dw = 0
+        if dw:
+            sig = (ipid, seq, ack, fl, wl, win, tsv if hts else -1, tuple(sk) if sk else ())
+            t0 = D.sigd.get(sig)
+            if t0 is not None and 0 <= ts - t0 <= dw:
+                D.dups += 1
+                self.stats["duplicates"] += 1
+                conn.hist.add_side("X", d)
+                return conn
+            D.sigd[sig] = ts
+            D.sigq.append(sig)
+            if len(D.sigq) > SIG_KEEP:
+                D.sigd.pop(D.sigq.popleft(), None)
+
+        if ts > conn.last_ns:
+            conn.last_ns = ts
+        D.pkts += 1
+        if ipid >= 0:
+            if D.ipid_last >= 0:
+                delta = (ipid - D.ipid_last) & 0xFFFF
+                if 0 < delta <= 64:
+                    D.ipid_good += 1
+                else:
+                    D.ipid_bad += 1
+            D.ipid_last = ipid
+        tsv_u = None
+        if hts:
+            tsv_u = tsv if D.tsv_u is None else unwrap(tsv, D.tsv_u)
+            if D.tsv_u is None or tsv_u > D.tsv_u:
+                D.tsv_u = tsv_u
+
+        if fl & RST:
+            srel = unwrap(seq, D.seq_ref) - D.base if D.base is not None else 0
+            self._events.append(TcpEvent(ts, conn.key, d, "rst", srel, 0, fr))
+            conn.hist.add_side("R", d)
+            conn.rst = True
+            self._finalize(conn, out, tomb=True)
+            return conn
+        if fl & SYN:
+            self._syn(conn, d, D, R, ts, fr, fl, seq, ack, win, ws, mss, tsv_u)
+            return conn
+        if D.base is None:
+            D.base = D.seq_ref = D.ack_ref = seq
+        seq_abs = unwrap(seq, D.seq_ref)
+        if seq_abs > D.seq_ref:
+            D.seq_ref = seq_abs
+        srel = seq_abs - D.base
+        if fl & ACK and R.base is not None:
+            self._ack(conn, d, D, R, ts, fr, fl, ack, win, wl, srel, hts, tse, sk, out)
+        if wl or fl & FIN:
+            self._data(conn, d, D, R, ts, fr, fl, srel, wl, pl, off, mv, ipid, tsv_u, out)
+        elif not conn.hist.has("A" if d == 0 else "a"):
+            conn.hist.add_side("A", d)
+        if D.holes or R.holes or D.pending_retx or R.pending_retx:
+            self._timeouts(conn, ts, fr, out)
+        return conn
+
+    # ------------------------------------------------------------------ handshake
+
+    def _syn(self, conn, d, D, R, ts, fr, fl, seq, ack, win, ws, mss, tsv_u) -> None:
+        if not fl & ACK:
+            if D.isn is None:
+                self._set_isn(D, seq, ws, mss)
+                conn.syn_ts = ts
+                conn.syn_n = 1
+                conn.hist.add_side("S", d)
+            else:
+                conn.syn_n += 1
+                self._syn_retx(conn, D, ts, fr, conn.syn_ts)
+        else:
+            if D.isn is None:
+                self._set_isn(D, seq, ws, mss)
+                conn.synack_ts = ts
+                conn.synack_n = 1
+                conn.hist.add_side("H", d)
+                if conn.syn_ts is not None and conn.syn_n == 1:
+                    # SYN -> SYN/ACK: capture point -> server -> capture point
+                    self._rtt(conn, R, ts - conn.syn_ts, ts, "handshake")
+            else:
+                conn.synack_n += 1
+                self._syn_retx(conn, D, ts, fr, conn.synack_ts)
+            if R.base is None:  # the client's SYN was not captured
+                R.base = R.seq_ref = R.ack_ref = ack
+            D.last_ack32 = ack
+        D.last_win = win
+        R.rwnd = win  # windows in SYN segments are never scaled
+        R.rwnd_known = True
+        if tsv_u is not None:
+            D.tsq.add(tsv_u, ts)
+        self._update_ws(conn)
+
+    @staticmethod
+    def _set_isn(D: Dir, seq: int, ws: int, mss: int) -> None:
+        D.isn = seq
+        D.base = seq + 1
+        D.seq_ref = seq + 1
+        D.ack_ref = seq + 1
+        D.ws_opt = ws
+        D.mss = mss
+
+    def _syn_retx(self, conn, D, ts, fr, t0) -> None:
+        D.retx += 1
+        conn.hist.add_side("T", D.idx)
+        rec = (ts - t0) / 1e6 if t0 is not None else None
+        self._events.append(TcpEvent(ts, conn.key, D.idx, "rto_retransmission", 0, 0, fr, rec))
+
+    @staticmethod
+    def _update_ws(conn: Conn) -> None:
+        c, s = conn.dirs
+        if c.isn is not None and s.isn is not None:
+            both = c.ws_opt >= 0 and s.ws_opt >= 0
+            c.ws = c.ws_opt if both else 0
+            s.ws = s.ws_opt if both else 0
+            c.ws_known = s.ws_known = True
+        elif s.isn is not None:  # SYN/ACK only: its option tells whether scaling is on
+            if s.ws_opt < 0:
+                c.ws = s.ws = 0
+                c.ws_known = s.ws_known = True
+            else:
+                s.ws = s.ws_opt
+                s.ws_known = True
+        elif c.isn is not None and c.ws_opt < 0:
+            c.ws = s.ws = 0
+            c.ws_known = s.ws_known = True
+
+    # ------------------------------------------------------------------ ACK side
+
+    def _ack(self, conn, d, D, R, ts, fr, fl, ack, win, wl, srel, hts, tse, sk, out) -> None:
+        a_abs = unwrap(ack, R.ack_ref)
+        arel = a_abs - R.base
+        if (
+            wl == 0
+            and not fl & _SFR
+            and win
+            and win == D.last_win
+            and ack == D.last_ack32
+            and srel == D.hi + (D.fin is not None)
+        ):
+            if not R.keepalive:
+                R.dupacks += 1
+                R.n_dupacks += 1
+                R.dupack_ts = ts
+                self._events.append(TcpEvent(ts, conn.key, R.idx, "dup_ack", arel, 0, fr))
+        R.keepalive = False
+        D.last_win = win
+        D.last_ack32 = ack
+        R.rwnd = win << D.ws
+        R.rwnd_known = D.ws_known
+        if win == 0:
+            if R.zw_since is None and not fl & _SFR:
+                R.zw_since = ts
+                R.zw_frame = fr
+                R.zw_seq = arel
+                R.zero_windows += 1
+                conn.hist.add_side("W", d)
+        elif R.zw_since is not None:
+            self._zw_end(conn, R, ts)
+        if not conn.hs_done and conn.synack_ts is not None and d == 0:
+            conn.hs_done = True
+            if conn.synack_n == 1 and arel >= 0:
+                # SYN/ACK -> ACK: capture point -> client -> capture point
+                self._rtt(conn, R, ts - conn.synack_ts, ts, "handshake")
+                if conn.syn_n == 1 and conn.syn_ts is not None:
+                    conn.hs_rtt = ts - conn.syn_ts
+        if sk:
+            self._sack(conn, R, sk, arel, ts)
+        if arel > R.acked:
+            if a_abs > R.ack_ref:
+                R.ack_ref = a_abs
+            self._advance(conn, R, arel, ts, fr, hts, tse, out)
+
+    def _zw_end(self, conn: Conn, R: Dir, ts: int | None) -> None:
+        rec = None if ts is None else (ts - R.zw_since) / 1e6
+        self._events.append(
+            TcpEvent(R.zw_since, conn.key, R.idx, "zero_window", R.zw_seq, 0, R.zw_frame, rec)
+        )
+        R.zw_since = None
+
+    def _sack(self, conn: Conn, R: Dir, blocks, arel: int, ts: int) -> None:
+        base, ref = R.base, R.ack_ref
+        rel = [(unwrap(a, ref) - base, unwrap(b, ref) - base) for a, b in blocks]
+        l0, r0 = rel[0]
+        if r0 <= arel or (len(rel) > 1 and rel[1][0] <= l0 and r0 <= rel[1][1]):
+            # D-SACK (RFC 2883): the receiver got these bytes twice
+            keep = []
+            for p in R.pending_retx:
+                if p.start < r0 and max(p.end, p.start + 1) > l0:
+                    self._verdict(conn, R, p, True)
+                else:
+                    keep.append(p)
+            R.pending_retx = keep
+            rel = rel[1:]
+        if rel:
+            R.sacks = rel
+            hi = max(r for _, r in rel)
+            if hi > R.sack_hi:
+                R.sack_hi = hi
+            R.sack_ts = ts
+
+    def _advance(self, conn, R, arel, ts, fr, hts, tse, out) -> None:
+        """The far end's cumulative ACK for R's data moved forward to ``arel``."""
+        data_ack = arel if R.fin is None else min(arel, R.fin)
+        unseen = 0
+        first = -1
+        for h in R.holes:
+            if h.start >= data_ack:
+                break
+            for m0, m1 in h.missing:
+                if m0 < data_ack:
+                    unseen += min(m1, data_ack) - m0
+                    if first < 0:
+                        first = m0
+        if data_ack > R.hi:
+            if first < 0:
+                first = R.hi
+            unseen += data_ack - R.hi
+        if unseen:
+            # the far end has bytes the capture never saw: capture loss, not network loss
+            R.cap_loss += unseen
+            conn.hist.add_side("G", R.idx)
+            self._events.append(TcpEvent(ts, conn.key, R.idx, "capture_loss", first, unseen, fr))
+            self._drop_holes_below(conn, R, data_ack)
+            if data_ack > R.hi:
+                R.hi = data_ack
+            ra.drain(conn, R, ts, fr, out, upto=data_ack)
+        R.acked = arel
+        R.progress_ts = ts
+        R.acks.append(ts, data_ack)
+        R.dupacks = 0
+        if R.sack_hi and arel >= R.sack_hi:
+            R.sack_hi = 0
+            R.sacks = []
+        t0, _any_rx = R.segs.ack(data_ack)
+        if t0 is not None:
+            self._rtt(conn, R, ts - t0, ts, "data_ack")
+        e_u = None
+        if hts and R.tsv_u is not None:
+            e_u = unwrap(tse, R.tsv_u)
+            t1 = R.tsq.echo(e_u, ts)
+            if t1 is not None:
+                self._rtt(conn, R, ts - t1, ts, "tsecr")
+        if R.pending_retx:
+            keep = []
+            for p in R.pending_retx:
+                if arel > p.start and ts >= p.ts:
+                    # Eifel (RFC 3522): the ACK echoes a TSval older than the retransmission
+                    self._verdict(conn, R, p, e_u is not None and p.tsv is not None and e_u < p.tsv)
+                else:
+                    keep.append(p)
+            R.pending_retx = keep
+        if R.burst_id is not None and arel >= R.burst_end:
+            self._close_burst(R)
+        if conn.state == CLOSING:
+            self._maybe_closed(conn, out)
+
+    def _rtt(self, conn: Conn, X: Dir, rtt_ns: int, ts: int, source: str) -> None:
+        if rtt_ns < 0:
+            return
+        self._rtts.append(RttSample(ts, conn.key, X.idx, rtt_ns / 1e6, source))
+        X.srtt = float(rtt_ns) if X.srtt is None else X.srtt * 0.875 + rtt_ns * 0.125
+        if X.min_rtt is None or rtt_ns < X.min_rtt:
+            X.min_rtt = rtt_ns
+
+    # ------------------------------------------------------------------ data side
+
+    def _data(self, conn, d, D, R, ts, fr, fl, srel, wl, pl, off, mv, ipid, tsv_u, out) -> None:
+        erel = srel + wl
+        if fl & FIN:
+            if D.fin is None:
+                D.fin = erel
+                conn.hist.add_side("F", d)
+                if R.fin is not None and conn.state == OPEN:
+                    conn.state = CLOSING
+                    conn.closing_since = ts
+            elif wl == 0 and srel == D.fin:
+                self._retx_seen(conn, D, srel, srel + 1, 0, ts, fr, tsv_u)
+                return
+        if wl == 0:
+            return
+        if not conn.hist.has("D" if d == 0 else "d"):
+            conn.hist.add_side("D", d)
+        if wl <= 1 and srel == D.hi - 1 and D.acked >= D.hi and not D.holes:
+            D.keepalive = True  # keep-alive probe: one old byte, nothing to deliver
+            return
+        if D.rwnd_known and D.rwnd is not None and erel >= D.acked + D.rwnd:
+            self._events.append(TcpEvent(ts, conn.key, d, "window_full", srel, wl, fr))
+        if srel >= D.hi:
+            if srel > D.hi:
+                D.holes.append(Hole(D.hi, srel, ts, fr, ipid, tsv_u))
+                conn.hist.add_side("L", d)
+            D.segs.append(srel, erel, ts)
+            self._set_hi(D, erel, ts, ipid, tsv_u)
+        else:
+            top = erel if erel < D.hi else D.hi
+            new, hole = ra.new_bytes(D, srel, top)
+            if new == 0:
+                self._retx_seen(conn, D, srel, erel, wl, ts, fr, tsv_u)
+            else:
+                if new == top - srel and self._late_original(conn, D, hole, ts, ipid, tsv_u):
+                    D.ooo += 1
+                    conn.hist.add_side("O", d)
+                    rec = (ts - hole.first_seen) / 1e6
+                    self._events.append(
+                        TcpEvent(ts, conn.key, d, "out_of_order", srel, wl, fr, rec)
+                    )
+                    self._fill_holes(conn, D, srel, top, ts, None)
+                    D.segs.append(srel, top, ts)
+                else:
+                    kind = self._retx_kind(conn, D, srel, ts, hole.first_seen)
+                    burst = self._burst(D, srel, erel, ts)
+                    D.retx += 1
+                    conn.hist.add_side("T", d)
+                    rec = (ts - hole.first_seen) / 1e6
+                    self._events.append(TcpEvent(ts, conn.key, d, kind, srel, wl, fr, rec, burst))
+                    self._fill_holes(conn, D, srel, top, ts, burst)
+                    D.segs.append(srel, top, ts, True)
+            if erel > D.hi:
+                D.segs.append(D.hi, erel, ts)
+                self._set_hi(D, erel, ts, ipid, tsv_u)
+        if tsv_u is not None:
+            D.tsq.add(tsv_u, ts)
+        if pl:
+            data = bytes(mv[off : off + pl])
+        else:
+            data = b""
+        if pl < wl:
+            conn.hist.add_side("C", d)
+        if erel > D.nxt:
+            if srel > D.nxt and not self._has_new(D, srel, erel):
+                return  # every byte of it is buffered already
+            ra.insert(conn, D, srel, srel + pl, erel, data, ts, fr, out)
+            if D.buf_bytes > MAX_BUF_BYTES:
+                self._skip_first_hole(conn, D, ts, fr, out)
+
+    @staticmethod
+    def _set_hi(D: Dir, erel: int, ts: int, ipid: int, tsv_u) -> None:
+        D.hi = erel
+        D.hi_ts = ts
+        D.hi_ipid = ipid
+        D.hi_tsv = tsv_u
+
+    @staticmethod
+    def _has_new(D: Dir, s: int, e: int) -> bool:
+        """Does [s, e) hold bytes not in the out-of-order buffer yet?"""
+        pos = s
+        for bs, _ce, we, _data in D.buf:
+            if bs > pos:
+                break
+            if we > pos:
+                pos = we
+            if pos >= e:
+                return False
+        return pos < e
+
+    def _late_original(self, conn: Conn, D: Dir, hole: Hole, ts: int, ipid: int, tsv_u) -> bool:
+        """Hole bytes seen for the first time: sent before the segment that revealed the
+        hole (reordering), or after it (a retransmission of bytes lost upstream)?"""
+        if tsv_u is not None and hole.ev_tsv is not None and tsv_u != hole.ev_tsv:
+            return tsv_u < hole.ev_tsv
+        if (
+            ipid >= 0
+            and hole.ev_ipid >= 0
+            and D.ipid_good >= 8
+            and D.ipid_bad * 10 <= D.ipid_good
+            and ipid != hole.ev_ipid
+        ):
+            return ((ipid - hole.ev_ipid + 0x8000) & 0xFFFF) - 0x8000 < 0
+        full = conn.full_rtt()
+        thr = full if full else OOO_DEFAULT_NS
+        return ts - hole.first_seen < thr
+
+    def _retx_kind(self, conn: Conn, D: Dir, s: int, ts: int, t_orig: int | None) -> str:
+        full = conn.full_rtt()
+        fast_win = max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
+        if D.dupacks >= 2 and s <= D.acked and ts - D.dupack_ts <= fast_win:
+            return "fast_retransmission"
+        if D.sack_hi > s and ts - D.sack_ts <= fast_win:
+            return "fast_retransmission"
+        rto = max(RTO_MIN_NS, 1.5 * full) if full else RTO_MIN_NS
+        # a retransmission timer only fires when no ACK moved forward for a whole RTO; one
+        # right after an ACK is ACK-clocked (partial ACK recovery, PMTU re-segmentation)
+        if t_orig is not None and ts - t_orig >= rto and ts - D.progress_ts >= RTO_MIN_NS:
+            return "rto_retransmission"
+        return "retransmission"
+
+    def _retx_seen(self, conn, D, s, e, wl, ts, fr, tsv_u) -> None:
+        """A retransmission of bytes the capture saw before."""
+        D.retx += 1
+        conn.hist.add_side("T", D.idx)
+        if e <= D.acked or any(a <= s and e <= b for a, b in D.sacks):
+            self._events.append(TcpEvent(ts, conn.key, D.idx, "spurious_retransmission", s, wl, fr))
+            return
+        t_orig = D.segs.orig_ts(s, e)
+        kind = self._retx_kind(conn, D, s, ts, t_orig)
+        burst = self._burst(D, s, e, ts)
+        rec = (ts - t_orig) / 1e6 if t_orig is not None else None
+        ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst)
+        D.segs.mark_retx(s, e)
+        D.pending_retx.append(PendingRetx(ev, s, e, ts, tsv_u, burst))
+
+    def _verdict(self, conn: Conn, D: Dir, p: PendingRetx, spurious: bool) -> None:
+        ev = p.event
+        if spurious:
+            ev.kind = "spurious_retransmission"
+            ev.burst_id = None
+            if p.burst is not None and p.burst == D.burst_id:
+                D.burst_segs.discard(p.start)
+        self._events.append(ev)
+
+    def _burst(self, D: Dir, s: int, e: int, ts: int) -> int:
+        if D.burst_id is not None and (D.acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
+            self._close_burst(D)
+        if D.burst_id is None:
+            D.burst_id = self._next_burst
+            self._next_burst += 1
+            D.burst_segs = set()
+            # the whole flight in flight at the first loss belongs to this episode
+            D.burst_end = e if e > D.hi else D.hi
+        D.burst_segs.add(s)
+        if e > D.burst_end:
+            D.burst_end = e
+        D.burst_last = ts
+        return D.burst_id
+
+    @staticmethod
+    def _close_burst(D: Dir) -> None:
+        if D.burst_segs:
+            D.bursts += 1
+            if len(D.burst_segs) > D.longest:
+                D.longest = len(D.burst_segs)
+        D.burst_id = None
+        D.burst_segs = set()
+
+    # ------------------------------------------------------------------ holes
+
+    def _resolve_hole(self, conn: Conn, D: Dir, h: Hole, ts: int | None, burst) -> None:
+        rec = None if ts is None else (ts - h.first_seen) / 1e6
+        self._events.append(
+            TcpEvent(h.first_seen, conn.key, D.idx, "lost_segment", h.start, h.end - h.start,
+                     h.frame, rec, burst if h.retx else None)
+        )  # fmt: skip
+
+    def _fill_holes(self, conn: Conn, D: Dir, s: int, e: int, ts: int, burst) -> None:
+        keep = []
+        for h in D.holes:
+            if h.start < e and h.end > s and ra.subtract(h, s, e):
+                if burst is not None:
+                    h.retx = True
+                if not h.missing:
+                    self._resolve_hole(conn, D, h, ts, burst)
+                    continue
+            keep.append(h)
+        D.holes = keep
+
+    def _drop_holes_below(self, conn: Conn, D: Dir, upto: int) -> None:
+        """Holes below ``upto`` will never be filled (skipped): resolve them unfilled."""
+        keep = []
+        for h in D.holes:
+            if h.start < upto:
+                ra.subtract(h, h.start, upto)
+                if not h.missing:
+                    self._resolve_hole(conn, D, h, None, None)
+                    continue
+            keep.append(h)
+        D.holes = keep
+
+    def _skip_first_hole(self, conn: Conn, D: Dir, ts: int, fr: int, out: list) -> None:
+        target = D.buf[0][0] if D.buf else D.hi
+        if target <= D.nxt:
+            return
+        conn.hist.add_side("K", D.idx)
+        self._events.append(
+            TcpEvent(ts, conn.key, D.idx, "reassembly_skip", D.nxt, target - D.nxt, fr)
+        )
+        self._drop_holes_below(conn, D, target)
+        ra.drain(conn, D, ts, fr, out, upto=target)
+
+    def _timeouts(self, conn: Conn, ts: int, fr: int, out: list) -> None:
+        for D in conn.dirs:
+            while D.holes and ts - D.holes[0].first_seen > HOLE_TIMEOUT_NS and D.buf:
+                self._skip_first_hole(conn, D, ts, fr, out)
+            if D.pending_retx and ts - D.pending_retx[0].ts > PENDING_RETX_NS:
+                keep = []
+                for p in D.pending_retx:
+                    if ts - p.ts > PENDING_RETX_NS:
+                        self._verdict(conn, D, p, False)
+                    else:
+                        keep.append(p)
+                D.pending_retx = keep
+
+    # ------------------------------------------------------------------ closing
+
+    def _maybe_closed(self, conn: Conn, out: list | None) -> None:
+        c, s = conn.dirs
+        if c.fin is not None and s.fin is not None and c.acked > c.fin and s.acked > s.fin:
+            self._finalize(conn, out, tomb=True)
+
+    def _finalize(self, conn: Conn, out: list | None, tomb: bool) -> None:
+        """The connection is over: flush everything pending, summarise, forget it."""
+        if conn.state == DONE:
+            return
+        ts = conn.last_ns
+        sink = out if out is not None else self._late
+        for D in conn.dirs:
+            if D.buf:
+                # holes that can no longer be filled: deliver what is buffered after them
+                end = max(x[2] for x in D.buf)
+                gap = end - D.nxt - sum(x[1] - x[0] for x in D.buf)
+                conn.hist.add_side("K", D.idx)
+                self._events.append(
+                    TcpEvent(ts, conn.key, D.idx, "reassembly_skip", D.nxt, max(gap, 0), 0)
+                )
+                ra.drain(conn, D, ts, 0, sink, upto=end)
+            for h in D.holes:
+                self._resolve_hole(conn, D, h, None, None)
+            D.holes = []
+            for p in D.pending_retx:
+                self._verdict(conn, D, p, False)
+            D.pending_retx = []
+            if D.zw_since is not None:
+                self._zw_end(conn, D, None)
+            if D.burst_id is not None:
+                self._close_burst(D)
+        conn.state = DONE
+        if self._table.get(conn.tuple6) is conn:
+            del self._table[conn.tuple6]
+            if tomb:
+                lo = conn.dirs[0 if conn.client_is_lo else 1]
+                hi = conn.dirs[1 if conn.client_is_lo else 0]
+                self._tomb[conn.tuple6] = (
+                    ts,
+                    tuple(None if x.base is None else x.seq_ref & M32 for x in (lo, hi)),
+                )
+        self._by_key.pop(conn.key, None)
+        self._closed_info[conn.key] = self._ports(conn)
+        self._done.append(self._summary(conn))
+
+    _closed_info: dict
+
+    @staticmethod
+    def _ports(conn: Conn) -> tuple[int, int]:
+        t = conn.tuple6
+        return (t[2], t[5]) if conn.client_is_lo else (t[5], t[2])
+
+    def _summary(self, conn: Conn) -> ConnectionSummary:
+        t = conn.tuple6
+        lo = (addr_str(t[0], t[1]), t[2])
+        hi = (addr_str(t[3], t[4]), t[5])
+        cl, sv = (lo, hi) if conn.client_is_lo else (hi, lo)
+        c, s = conn.dirs
+        return ConnectionSummary(
+            conn_key=conn.key,
+            conn_id=conn.conn_id,
+            client_addr=cl[0],
+            client_port=cl[1],
+            server_addr=sv[0],
+            server_port=sv[1],
+            client_known=conn.client_known,
+            start_ns=conn.start_ns,
+            end_ns=conn.last_ns,
+            packets=(c.pkts, s.pkts),
+            bytes=(c.hi, s.hi),
+            syn_seen=conn.syn_n > 0 or conn.synack_n > 0,
+            handshake_rtt_ms=None if conn.hs_rtt is None else conn.hs_rtt / 1e6,
+            history=str(conn.hist),
+            retransmissions=(c.retx, s.retx),
+            loss_bursts=(c.bursts, s.bursts),
+            longest_loss_burst=max(c.longest, s.longest),
+            out_of_order=(c.ooo, s.ooo),
+            zero_windows=(c.zero_windows, s.zero_windows),
+            capture_loss_bytes=(c.cap_loss, s.cap_loss),
+            ip_version=conn.ip_version,
+            ack_progress=(c.acks.arrays(), s.acks.arrays()),
+        )

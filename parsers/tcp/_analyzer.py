@@ -1,0 +1,171 @@
+"""TcpAnalyzer: the public, sans-I/O entry point (see the package docstring)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parsers.records import ConnectionSummary, PayloadChunk, RttSample, SegmentBatch, TcpEvent
+from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath
+from parsers.tcp._fast import BulkPath
+from parsers.tcp._flows import group_flows
+from parsers.tcp._state import CLOSING, DONE, Conn
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+FAST_MIN_ROWS = 24  # shorter runs are cheaper per packet than in bulk
+FAST_WINDOW = 16384  # rows checked per bulk attempt (bounds re-checking after a stop)
+SLOW_BLOCK = 32  # rows handled per packet after a bulk stop before trying bulk again
+MAX_CLOSED_INFO = 200_000
+
+
+class TcpAnalyzer(PacketPath, BulkPath):
+    """Per-connection, per-direction TCP reassembly and analysis over SegmentBatches.
+
+    Feed batches in capture order; collect in-order payload from :meth:`feed`, events
+    and RTT samples from :meth:`take_events`, finished connections from
+    :meth:`take_closed` / :meth:`finish`.
+    """
+
+    def __init__(self) -> None:
+        self._table: dict[tuple, Conn] = {}
+        self._by_key: dict[int, Conn] = {}
+        self._tomb: dict[tuple, tuple] = {}
+        self._closed_info: dict[int, tuple[int, int]] = {}
+        self._events: list[TcpEvent] = []
+        self._rtts: list[RttSample] = []
+        self._done: list[ConnectionSummary] = []
+        self._late: list[PayloadChunk] = []
+        self._next_key = 1
+        self._next_burst = 1
+        self._now = 0
+        self.stats: dict[str, int] = {
+            "segments": 0,
+            "fast_rows": 0,
+            "slow_rows": 0,
+            "duplicates": 0,
+            "stragglers": 0,
+        }
+
+    # ------------------------------------------------------------------ input
+
+    def feed(self, segments: SegmentBatch) -> list[PayloadChunk]:
+        """Process one batch (capture order); returns newly deliverable in-order bytes."""
+        n = len(segments)
+        out: list[PayloadChunk] = []
+        if self._late:
+            out.extend(self._late)
+            self._late = []
+        if n == 0:
+            return out
+        self.stats["segments"] += n
+        b = segments
+        g = group_flows(b)
+        sackm = None
+        if b.sack:
+            sackm = np.zeros(n, dtype=bool)
+            sackm[np.fromiter(b.sack.keys(), dtype=np.int64, count=len(b.sack))] = True
+        mv = memoryview(b.buf)
+        order = g.order
+        # flows in order of their first packet: connection keys follow capture order
+        first = np.argsort(order[g.starts], kind="stable")
+        starts, stops = g.starts[first].tolist(), g.stops[first].tolist()
+        for a, z in zip(starts, stops, strict=True):
+            idx = order[a:z]
+            key6 = g.key(int(idx[0]))
+            self._group(key6, idx, b, g.swap, sackm, mv, out)
+        if len(self._tomb) > 4096:
+            horizon = self._now - 60_000_000_000
+            self._tomb = {k: v for k, v in self._tomb.items() if v[0] >= horizon}
+        return out
+
+    def _group(self, key6: tuple, idx: np.ndarray, b, swap, sackm, mv, out: list) -> None:
+        n = len(idx)
+        pos = 0
+        while pos < n:
+            conn = self._table.get(key6)
+            if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
+                w = min(n - pos, FAST_WINDOW)
+                k = self._fast(conn, idx[pos : pos + w], b, swap, sackm, mv, out)
+                pos += k
+                if k == w:
+                    continue
+            if n - pos < FAST_MIN_ROWS * 2:
+                self._slow_rows(key6, idx[pos:], b, swap, out, mv)
+                return
+            z = min(n, pos + SLOW_BLOCK)
+            self._slow_rows(key6, idx[pos:z], b, swap, out, mv)
+            pos = z
+
+    # ------------------------------------------------------------------ outputs
+
+    def take_events(self) -> tuple[list[TcpEvent], list[RttSample]]:
+        """Events and RTT samples produced since the last call."""
+        ev, rt = self._events, self._rtts
+        self._events, self._rtts = [], []
+        return ev, rt
+
+    def take_chunks(self) -> list[PayloadChunk]:
+        """Payload made deliverable outside :meth:`feed` (buffered data flushed when a
+        connection is closed by :meth:`take_closed` / :meth:`finish`); :meth:`feed` also
+        returns it first."""
+        out, self._late = self._late, []
+        return out
+
+    def ack_progress(self, conn_key: int, direction: int) -> tuple[np.ndarray, np.ndarray]:
+        """(ts_ns, acked offset of ``direction``), both non-decreasing."""
+        conn = self._by_key.get(conn_key)
+        if conn is None:
+            return _EMPTY, _EMPTY
+        return conn.dirs[direction].acks.arrays()
+
+    def prune_acks(self, conn_key: int, direction: int, below_offset: int) -> None:
+        conn = self._by_key.get(conn_key)
+        if conn is not None:
+            conn.dirs[direction].acks.prune(below_offset)
+
+    def take_closed(self, idle_ns: int | None = None) -> list[ConnectionSummary]:
+        """Connections that finished (RST, or FIN both ways and ACKed / lingering 1 s),
+        plus, with ``idle_ns``, those silent for longer than that (relative to the last
+        packet time seen); they are removed from the table."""
+        now = self._now
+        for conn in list(self._by_key.values()):
+            if conn.state == CLOSING and now - conn.closing_since > FIN_LINGER_NS:
+                self._finalize(conn, None, tomb=True)
+            elif idle_ns is not None and conn.state != DONE and now - conn.last_ns > idle_ns:
+                self._finalize(conn, None, tomb=False)
+        out, self._done = self._done, []
+        return out
+
+    def finish(self) -> list[ConnectionSummary]:
+        """Close every remaining connection (end of input)."""
+        for conn in list(self._by_key.values()):
+            self._finalize(conn, None, tomb=False)
+        out, self._done = self._done, []
+        return out
+
+    def connection_info(self, conn_key: int) -> tuple[int, int]:
+        """(client_port, server_port) as currently oriented."""
+        conn = self._by_key.get(conn_key)
+        if conn is not None:
+            return self._ports(conn)
+        return self._closed_info[conn_key]
+
+    def flip_connection(self, conn_key: int) -> None:
+        """Swap client and server of a live connection (e.g. the HTTP/2 preface showed
+        the heuristic guessed wrong). Later chunks, events and the summary use the new
+        orientation; what was already returned is not changed (see ``flip_*``)."""
+        conn = self._by_key[conn_key]
+        conn.client_is_lo = not conn.client_is_lo
+        conn.client_known = True
+        c, s = conn.dirs
+        c.idx, s.idx = 1, 0
+        conn.dirs = (s, c)
+        h = conn.hist
+        h.chars = [ch.swapcase() for ch in h.chars]
+        h.counts = {k.swapcase(): v for k, v in h.counts.items()}
+
+    def _finalize(self, conn: Conn, out, tomb: bool) -> None:  # noqa: D401 - see PacketPath
+        super()._finalize(conn, out, tomb)
+        if len(self._closed_info) > MAX_CLOSED_INFO:
+            for k in list(self._closed_info)[: MAX_CLOSED_INFO // 2]:
+                del self._closed_info[k]

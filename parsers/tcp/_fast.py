@@ -1,0 +1,423 @@
+"""Bulk (numpy) path for clean runs of a connection's segments.
+
+A run is *clean* when, for every row: no SYN/FIN/RST, ACK set, not cut by the
+snaplen, no SACK option, window non-zero; data of each direction is exactly
+contiguous (each segment starts where the previous one ended, pure ACKs sit at the
+next sequence number); cumulative ACKs never go backwards, never cover bytes the
+capture has not seen, and no pure ACK repeats the previous ACK and window (dup ACK).
+The connection state must be clean too (no holes, buffer, pending verdicts, zero
+window, FIN). For such rows the per-packet rules reduce to array operations:
+delivery in order, ACK progress where the running ACK advances, data->ACK RTT samples
+(the segment holding byte ack-1, once per segment) and TSecr samples (first echo of
+each TSval), window-full checks against the forward-filled ACK and window of the far
+end. The first row that breaks a rule ends the run; the per-packet path takes over
+there, so both paths give the same result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from parsers.records import ACK, FIN, RST, SYN, PayloadChunk, RttSample, TcpEvent
+from parsers.tcp._analysis import SIG_KEEP
+from parsers.tcp._state import Conn, Dir
+
+_SFR = SYN | FIN | RST
+_M32 = np.int64(0xFFFFFFFF)
+_H31 = np.int64(0x80000000)
+_BIG = np.int64(1 << 62)
+
+
+def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
+    """Unwrap 32-bit values to 64 bits, step by step from ``ref`` (exact while each
+    step is below 2**31)."""
+    d = np.empty(len(v), dtype=np.int64)
+    d[0] = v[0] - (ref & 0xFFFFFFFF)
+    d[1:] = v[1:] - v[:-1]
+    d = ((d + _H31) & _M32) - _H31
+    return ref + np.cumsum(d)
+
+
+def _ewma(srtt: float | None, s: np.ndarray) -> float:
+    if srtt is None:
+        srtt = float(s[0])
+        s = s[1:]
+    s = s[-64:]  # older samples weigh < 0.875**64
+    m = len(s)
+    if not m:
+        return srtt
+    w = 0.125 * 0.875 ** np.arange(m - 1, -1, -1)
+    return srtt * 0.875**m + float(np.dot(w, s))
+
+
+class BulkPath:
+    """Mixin for :class:`TcpAnalyzer`."""
+
+    _events: list
+    _rtts: list
+    stats: dict
+
+    def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
+              mv, out: list) -> int:  # fmt: skip
+        """Process the longest clean prefix of rows ``idx``; returns its length."""
+        n = len(idx)
+        fl = b.flags[idx]
+        wl = b.payload_wire_len[idx].astype(np.int64)
+        win = b.window[idx].astype(np.int64)
+        bad = ((fl & _SFR) != 0) | ((fl & ACK) == 0) | (wl != b.payload_len[idx]) | (win == 0)
+        if sackm is not None:
+            bad |= sackm[idx]
+        dirv = swap[idx] == conn.client_is_lo  # True: server -> client
+        seq = b.seq[idx].astype(np.int64)
+        ack = b.ack[idx].astype(np.int64)
+        P = (np.flatnonzero(~dirv), np.flatnonzero(dirv))
+        per: list[dict | None] = [None, None]
+        for d in (0, 1):
+            D, R = conn.dirs[d], conn.dirs[1 - d]
+            p = P[d]
+            if not len(p):
+                continue
+            if D.base is None:  # first packet of this direction: per-packet path
+                bad[p[0]] = True
+                continue
+            s_abs = _unwrap(seq[p], D.seq_ref)
+            rel = s_abs - D.base
+            w = wl[p]
+            isdata = w > 0
+            cnt = np.cumsum(isdata)
+            ends = (rel + w)[isdata]
+            hi_before = np.concatenate(([D.hi], ends))[cnt - isdata]
+            bad[p[rel != hi_before]] = True
+            x = {"p": p, "s_abs": s_abs, "rel": rel, "w": w, "isdata": isdata, "cnt": cnt,
+                 "ends": ends}  # fmt: skip
+            if R.base is not None:
+                a32 = ack[p]
+                a_abs = _unwrap(a32, R.ack_ref)
+                a_rel = a_abs - R.base
+                prev = np.concatenate(([R.acked], a_rel[:-1]))
+                bad[p[a_rel < prev]] = True
+                wd = win[p]
+                la = -1 if D.last_ack32 is None else D.last_ack32
+                lw = -1 if D.last_win is None else D.last_win
+                dup = (
+                    ~isdata
+                    & (a32 == np.concatenate(([la], a32[:-1])))
+                    & (wd == np.concatenate(([lw], wd[:-1])))
+                )
+                bad[p[dup]] = True
+                x.update(a32=a32, a_abs=a_abs, a_rel=a_rel, wd=wd)
+            per[d] = x
+        # ACKs must not cover bytes the capture has not seen (that is capture loss)
+        hi_pos: list[np.ndarray | None] = [None, None]
+        for d in (0, 1):
+            x = per[d]
+            arr = np.full(n, conn.dirs[d].hi, dtype=np.int64)
+            if x is not None:
+                arr[x["p"][x["isdata"]]] = x["ends"]
+            hi_pos[d] = np.maximum.accumulate(arr)
+        for d in (0, 1):
+            x = per[d]
+            if x is not None and "a_rel" in x:
+                bad[x["p"][x["a_rel"] > hi_pos[1 - d][x["p"]]]] = True
+        bp = np.flatnonzero(bad)
+        k = int(bp[0]) if len(bp) else n
+        if k == 0:
+            return 0
+
+        # ---- apply the clean prefix [0, k)
+        ts = b.ts_ns[idx[:k]]
+        fr = b.frame_no[idx[:k]]
+        key = conn.key
+        kd = [0, 0]
+        nd = [0, 0]
+        for d in (0, 1):
+            x = per[d]
+            if x is None:
+                continue
+            kk = int(np.searchsorted(x["p"], k))
+            kd[d] = kk
+            if kk == 0:
+                per[d] = None
+                continue
+            nd[d] = int(x["cnt"][kk - 1])
+            for name in ("p", "s_abs", "rel", "w", "isdata", "a32", "a_abs", "a_rel", "wd"):
+                if name in x:
+                    x[name] = x[name][:kk]
+            x["ends"] = x["ends"][: nd[d]]
+
+        rwnd0 = [conn.dirs[0].rwnd, conn.dirs[1].rwnd]  # before this run's ACKs change them
+        # sender side: sequence space, delivery, header memory
+        chunk_pos: list[np.ndarray] = []
+        chunk_dir: list[np.ndarray] = []
+        chunk_rel: list[np.ndarray] = []
+        new_segs: list[tuple | None] = [None, None]
+        new_tsv: list[tuple | None] = [None, None]
+        for d in (0, 1):
+            x = per[d]
+            if x is None:
+                continue
+            D, R = conn.dirs[d], conn.dirs[1 - d]
+            p = x["p"]
+            rows = idx[p]
+            D.pkts += kd[d]
+            last_abs = int(x["s_abs"][-1])
+            if last_abs > D.seq_ref:
+                D.seq_ref = last_abs
+            isdata = x["isdata"]
+            dts = ts[p]
+            if nd[d]:
+                dp = p[isdata]
+                st = x["rel"][isdata]
+                en = x["ends"]
+                new_segs[d] = (st, en, dts[isdata])
+                D.hi = D.nxt = int(en[-1])
+                D.hi_ts = int(dts[isdata][-1])
+                last_row = int(idx[dp[-1]])
+                D.hi_ipid = int(b.ip_id[last_row])
+                chunk_pos.append(dp)
+                chunk_dir.append(np.full(len(dp), d, dtype=np.int64))
+                chunk_rel.append(st)
+            hts = b.has_ts[rows]
+            if hts.any():
+                tv = b.ts_val[rows].astype(np.int64)
+                ref = D.tsv_u if D.tsv_u is not None else int(tv[np.argmax(hts)])
+                tvh = tv[hts]
+                tv_u = _unwrap(tvh, ref)
+                mx = int(tv_u.max())
+                if D.tsv_u is None or mx > D.tsv_u:
+                    D.tsv_u = mx
+                sel = isdata[hts]
+                if nd[d] and sel.any():
+                    new_tsv[d] = (tv_u[sel], dts[hts][sel])
+                if nd[d]:
+                    li = int(np.flatnonzero(isdata)[-1])
+                    D.hi_tsv = int(tv_u[int(hts[: li + 1].sum()) - 1]) if hts[li] else None
+            elif nd[d]:
+                D.hi_tsv = None
+            ipids = b.ip_id[rows].astype(np.int64)
+            if ipids[0] >= 0:
+                prev = np.concatenate(([D.ipid_last], ipids[:-1]))
+                valid = prev >= 0
+                delta = (ipids - prev) & 0xFFFF
+                good = valid & (delta > 0) & (delta <= 64)
+                ng = int(good.sum())
+                D.ipid_good += ng
+                D.ipid_bad += int(valid.sum()) - ng
+                D.ipid_last = int(ipids[-1])
+            if "a32" in x:
+                D.last_ack32 = int(x["a32"][-1])
+                D.last_win = int(x["wd"][-1])
+                R.rwnd = D.last_win << D.ws
+                R.rwnd_known = D.ws_known
+            self._fast_sigs(D, rows, b, x, dts)
+            hist = conn.hist
+            if not hist.has("A" if d == 0 else "a") and not isdata.all():
+                hist.add_side("A", d)
+            if nd[d] and not hist.has("D" if d == 0 else "d"):
+                hist.add_side("D", d)
+
+        # window full: data reaching the far end's advertised window
+        for d in (0, 1):
+            x = per[d]
+            D, R = conn.dirs[d], conn.dirs[1 - d]
+            if x is None or not nd[d] or not D.rwnd_known:
+                continue
+            y = per[1 - d]
+            dp = x["p"][x["isdata"]]
+            if y is not None and "a_rel" in y:
+                arr = np.full(k, D.acked, dtype=np.int64)
+                arr[y["p"]] = y["a_rel"]
+                acked_pos = np.maximum.accumulate(arr)[dp]
+                li = np.full(k, -1, dtype=np.int64)
+                li[y["p"]] = np.arange(len(y["p"]))
+                li = np.maximum.accumulate(li)[dp]
+                wy = y["wd"] << R.ws
+                rw0 = _BIG if rwnd0[d] is None else rwnd0[d]
+                rw = np.where(li >= 0, wy[np.maximum(li, 0)], rw0)
+            else:
+                acked_pos = D.acked
+                rw = _BIG if rwnd0[d] is None else rwnd0[d]
+            full = x["ends"] >= acked_pos + rw
+            if full.any():
+                for j in np.flatnonzero(full).tolist():
+                    pos = int(dp[j])
+                    s = int(x["rel"][x["isdata"]][j])
+                    self._events.append(
+                        TcpEvent(int(ts[pos]), key, d, "window_full", s,
+                                 int(x["ends"][j]) - s, int(fr[pos]))
+                    )  # fmt: skip
+
+        # far-end side: ACK progress, RTT samples, TSecr samples
+        for d in (0, 1):
+            y = per[1 - d]  # rows of the other side carry the ACKs for d's data
+            X = conn.dirs[d]
+            segs_new = new_segs[d]
+            if y is None or "a_rel" not in y:
+                if segs_new is not None:
+                    self._seg_extend(X, segs_new)
+                if new_tsv[d] is not None:
+                    self._tsq_extend(key, X, new_tsv[d], None, None)
+                continue
+            a_rel = y["a_rel"]
+            prev = np.concatenate(([X.acked], a_rel[:-1]))
+            adv = a_rel > prev
+            if not adv.any():
+                if segs_new is not None:
+                    self._seg_extend(X, segs_new)
+                if new_tsv[d] is not None:
+                    self._tsq_extend(key, X, new_tsv[d], None, None)
+                continue
+            A = a_rel[adv]
+            ya = y["p"][adv]
+            TA = ts[ya]
+            X.acks.extend(TA, A)
+            last_abs = int(y["a_abs"][-1])
+            if last_abs > X.ack_ref:
+                X.ack_ref = last_abs
+            X.acked = int(A[-1])
+            X.progress_ts = int(TA[-1])
+            X.dupacks = 0
+            if X.sack_hi and X.acked >= X.sack_hi:
+                X.sack_hi = 0
+                X.sacks = []
+            samples = self._seg_ack(conn, X, segs_new, A, TA)
+            ts_samples = None
+            yrows = idx[ya]
+            yh = b.has_ts[yrows]
+            if yh.any() and X.tsv_u is not None:
+                te = b.ts_ecr[yrows][yh].astype(np.int64)
+                e_u = _unwrap(te, X.tsv_u)
+                ts_samples = self._tsq_extend(key, X, new_tsv[d], e_u, TA[yh])
+            elif new_tsv[d] is not None:
+                self._tsq_extend(key, X, new_tsv[d], None, None)
+            for s_arr in (samples, ts_samples):
+                if s_arr is not None and len(s_arr):
+                    X.srtt = _ewma(X.srtt, s_arr.astype(np.float64))
+                    m = int(s_arr.min())
+                    if X.min_rtt is None or m < X.min_rtt:
+                        X.min_rtt = m
+            if X.burst_id is not None and X.acked >= X.burst_end:
+                self._close_burst(X)
+
+        # in-order payload, in capture order
+        if chunk_pos:
+            cp = np.concatenate(chunk_pos)
+            cd = np.concatenate(chunk_dir)
+            cr = np.concatenate(chunk_rel)
+            if len(chunk_pos) > 1:
+                o = np.argsort(cp, kind="stable")
+                cp, cd, cr = cp[o], cd[o], cr[o]
+            rows = idx[cp]
+            offs = b.payload_off[rows]
+            ends = offs + b.payload_len[rows]
+            out.extend(
+                PayloadChunk(key, dd, bytes(mv[o0:o1]), t, f, s0, 0)
+                for dd, o0, o1, t, f, s0 in zip(
+                    cd.tolist(), offs.tolist(), ends.tolist(), ts[cp].tolist(),
+                    fr[cp].tolist(), cr.tolist(), strict=True,
+                )
+            )  # fmt: skip
+        last = int(ts[k - 1])
+        if last > conn.last_ns:
+            conn.last_ns = last
+        if last > self._now:
+            self._now = last
+        self.stats["fast_rows"] += k
+        return k
+
+    # ------------------------------------------------------------------ helpers
+
+    @staticmethod
+    def _seg_extend(X: Dir, segs_new: tuple) -> None:
+        st0, en0, ts0 = X.segs.arrays()
+        st, en, t = segs_new
+        X.segs.set_arrays(np.concatenate((st0, st)), np.concatenate((en0, en)),
+                          np.concatenate((ts0, t)))  # fmt: skip
+
+    def _seg_ack(self, conn: Conn, X: Dir, segs_new, A: np.ndarray, TA: np.ndarray):
+        """data->ACK RTT samples (segment holding byte ack-1, first ACK reaching it)."""
+        st, en, t = X.segs.arrays()
+        if segs_new is not None:
+            st = np.concatenate((st, segs_new[0]))
+            en = np.concatenate((en, segs_new[1]))
+            t = np.concatenate((t, segs_new[2]))
+        out = None
+        if len(en):
+            j = np.searchsorted(en, A, side="left")
+            ok = j < len(en)
+            jj = np.minimum(j, len(en) - 1)
+            ok &= (st[jj] < A) & (t[jj] <= TA) & (en[jj] > X.segs.sampled_end)
+            first = np.ones(len(jj), dtype=bool)
+            first[1:] = jj[1:] != jj[:-1]
+            ok &= first
+            if ok.any():
+                js = jj[ok]
+                out = TA[ok] - t[js]
+                X.segs.sampled_end = int(en[js[-1]])
+                key, di = conn.key, X.idx
+                self._rtts.extend(
+                    RttSample(a, key, di, r / 1e6, "data_ack")
+                    for a, r in zip(TA[ok].tolist(), out.tolist(), strict=True)
+                )
+            keep = en > X.acked
+            st, en, t = st[keep], en[keep], t[keep]
+        sampled = X.segs.sampled_end
+        X.segs.set_arrays(st, en, t)
+        X.segs.sampled_end = sampled
+        return out
+
+    def _tsq_extend(self, key: int, X: Dir, new, e_u: np.ndarray | None,
+                    te_ts: np.ndarray | None):  # fmt: skip
+        """Add new TSvals (first occurrences) and match echoes; returns RTT samples."""
+        q = X.tsq
+        tv, tt = q.arrays()
+        last_echo = q.last_echo
+        if new is not None:
+            ntv, ntt = new
+            prev_max = np.maximum.accumulate(np.concatenate(([tv[-1] if len(tv) else -1], ntv)))
+            firsts = (ntv > prev_max[:-1]) & (ntv > last_echo)
+            tv = np.concatenate((tv, ntv[firsts]))
+            tt = np.concatenate((tt, ntt[firsts]))
+        out = None
+        if e_u is not None and len(e_u):
+            run = np.maximum.accumulate(np.concatenate(([last_echo], e_u)))
+            first = e_u > run[:-1]
+            if first.any() and len(tv):
+                e = e_u[first]
+                et = te_ts[first]
+                kk = np.searchsorted(tv, e)
+                kc = np.minimum(kk, len(tv) - 1)
+                ok = (kk < len(tv)) & (tv[kc] == e) & (tt[kc] <= et)
+                if ok.any():
+                    out = et[ok] - tt[kc[ok]]
+                    di = X.idx
+                    self._rtts.extend(
+                        RttSample(a, key, di, r / 1e6, "tsecr")
+                        for a, r in zip(et[ok].tolist(), out.tolist(), strict=True)
+                    )
+            last_echo = max(last_echo, int(run[-1]))
+        keep = tv > last_echo
+        q.set_arrays(tv[keep], tt[keep], last_echo)
+        return out
+
+    def _fast_sigs(self, D: Dir, rows: np.ndarray, b, x: dict, dts: np.ndarray) -> None:
+        """Remember the last packets' signatures for capture-duplicate detection."""
+        m = min(SIG_KEEP, len(rows))
+        r = rows[-m:]
+        ipid = b.ip_id[r].tolist()
+        seq = b.seq[r].tolist()
+        ack = b.ack[r].tolist()
+        fl = b.flags[r].tolist()
+        wl = b.payload_wire_len[r].tolist()
+        win = b.window[r].tolist()
+        hts = b.has_ts[r].tolist()
+        tsv = b.ts_val[r].tolist()
+        tl = dts[-m:].tolist()
+        sigd, sigq = D.sigd, D.sigq
+        for i in range(m):
+            if ipid[i] > 0 or wl[i] or hts[i]:
+                sig = (ipid[i], seq[i], ack[i], fl[i], wl[i], win[i], tsv[i] if hts[i] else -1, ())
+                sigd[sig] = tl[i]
+                sigq.append(sig)
+                if len(sigq) > SIG_KEEP:
+                    sigd.pop(sigq.popleft(), None)

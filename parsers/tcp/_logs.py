@@ -1,0 +1,217 @@
+"""Per-direction logs shared by the per-packet path and the bulk (numpy) path.
+
+* :class:`SegLog`: segments sent but not yet cumulatively ACKed (start, end, first send
+  time, retransmitted flag) for data->ACK RTT samples (Karn) and original send times.
+* :class:`TsLog`: TSvals of data segments not yet echoed, for TSecr RTT samples.
+* :class:`AckLog`: ACK progress (time, acknowledged offset), non-decreasing.
+
+The per-packet path appends to Python lists; the bulk path converts the (short)
+outstanding part to numpy and back. Consumed entries are dropped lazily (head index).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+
+import numpy as np
+
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
+
+
+class SegLog:
+    __slots__ = ("st", "en", "ts", "rx", "h", "n_rx", "sampled_end")
+
+    def __init__(self) -> None:
+        self.st: list[int] = []
+        self.en: list[int] = []
+        self.ts: list[int] = []
+        self.rx: list[bool] = []
+        self.h = 0  # entries before h are ACKed
+        self.n_rx = 0  # retransmitted entries still outstanding
+        self.sampled_end = -1  # end of the last segment that gave an RTT sample
+
+    def __len__(self) -> int:
+        return len(self.st) - self.h
+
+    def append(self, s: int, e: int, ts: int, rx: bool = False) -> None:
+        if self.st and len(self.st) > self.h and s < self.st[-1]:
+            self.insert(s, e, ts, rx)
+            return
+        self.st.append(s)
+        self.en.append(e)
+        self.ts.append(ts)
+        self.rx.append(rx)
+        if rx:
+            self.n_rx += 1
+
+    def insert(self, s: int, e: int, ts: int, rx: bool) -> None:
+        i = bisect_right(self.st, s, self.h)
+        self.st.insert(i, s)
+        self.en.insert(i, e)
+        self.ts.insert(i, ts)
+        self.rx.insert(i, rx)
+        if rx:
+            self.n_rx += 1
+
+    def _first_overlap(self, s: int) -> int:
+        # entries are in start order; ends are (nearly) sorted too, scan from a bisect
+        i = bisect_right(self.st, s, self.h) - 1
+        return max(i, self.h)
+
+    def orig_ts(self, s: int, e: int) -> int | None:
+        """Earliest send time of the outstanding bytes in [s, e)."""
+        best = None
+        i = self._first_overlap(s)
+        st, en, ts = self.st, self.en, self.ts
+        n = len(st)
+        while i < n and st[i] < e:
+            if en[i] > s and (best is None or ts[i] < best):
+                best = ts[i]
+            i += 1
+        return best
+
+    def mark_retx(self, s: int, e: int) -> None:
+        i = self._first_overlap(s)
+        st, en, rx = self.st, self.en, self.rx
+        n = len(st)
+        while i < n and st[i] < e:
+            if en[i] > s and not rx[i]:
+                rx[i] = True
+                self.n_rx += 1
+            i += 1
+
+    def ack(self, a: int) -> tuple[int | None, bool]:
+        """Cumulative ACK up to ``a``: drop covered entries. Returns (send time of the
+        segment holding byte a-1 when it may give a sample, any retransmitted covered)."""
+        st, en, ts, rx = self.st, self.en, self.ts, self.rx
+        h = self.h
+        n = len(st)
+        any_rx = False
+        cand = None
+        cand_rx = False
+        cand_end = -1
+        while h < n and en[h] <= a:
+            if rx[h]:
+                any_rx = True
+                self.n_rx -= 1
+            cand, cand_rx, cand_end = ts[h], rx[h], en[h]
+            h += 1
+        if h < n and st[h] < a:  # partially ACKed segment holds byte a-1
+            cand, cand_rx, cand_end = ts[h], rx[h], en[h]
+            any_rx = any_rx or rx[h]
+        self.h = h
+        if h > 256 and h * 2 > n:
+            del st[:h], en[:h], ts[:h], rx[:h]
+            self.h = 0
+        if cand is None or cand_rx or any_rx or cand_end <= self.sampled_end:
+            return None, any_rx
+        self.sampled_end = cand_end
+        return cand, any_rx
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        h = self.h
+        return (
+            np.array(self.st[h:], dtype=np.int64),
+            np.array(self.en[h:], dtype=np.int64),
+            np.array(self.ts[h:], dtype=np.int64),
+        )
+
+    def set_arrays(self, st: np.ndarray, en: np.ndarray, ts: np.ndarray) -> None:
+        """Bulk path: replace the log with these (never-retransmitted) segments."""
+        self.st = st.tolist()
+        self.en = en.tolist()
+        self.ts = ts.tolist()
+        self.rx = [False] * len(self.st)
+        self.h = 0
+        self.n_rx = 0
+
+
+class TsLog:
+    """TSvals (unwrapped to 64 bits) of data segments, first occurrence only."""
+
+    __slots__ = ("tv", "t", "h", "last_echo")
+
+    def __init__(self) -> None:
+        self.tv: list[int] = []
+        self.t: list[int] = []
+        self.h = 0
+        self.last_echo = -1
+
+    def add(self, tv: int, ts: int) -> None:
+        if (not self.tv or tv > self.tv[-1]) and tv > self.last_echo:
+            self.tv.append(tv)
+            self.t.append(ts)
+
+    def echo(self, e: int, now: int) -> int | None:
+        """The far end echoed TSval ``e``: the send time of that TSval, once."""
+        if e <= self.last_echo:
+            return None
+        self.last_echo = e
+        tv, h = self.tv, self.h
+        n = len(tv)
+        if h < n and tv[h] < e:
+            h = bisect_left(tv, e, h)
+        out = None
+        if h < n and tv[h] == e:
+            if self.t[h] <= now:
+                out = self.t[h]
+            h += 1
+        self.h = h
+        if h > 256 and h * 2 > n:
+            del self.tv[:h], self.t[:h]
+            self.h = 0
+        return out
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        h = self.h
+        return np.array(self.tv[h:], dtype=np.int64), np.array(self.t[h:], dtype=np.int64)
+
+    def set_arrays(self, tv: np.ndarray, t: np.ndarray, last_echo: int) -> None:
+        self.tv = tv.tolist()
+        self.t = t.tolist()
+        self.h = 0
+        self.last_echo = last_echo
+
+
+class AckLog:
+    """(ts_ns, acked offset) pairs, both non-decreasing."""
+
+    __slots__ = ("_chunks", "_tts", "_toff")
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._tts: list[int] = []
+        self._toff: list[int] = []
+
+    def append(self, ts: int, off: int) -> None:
+        self._tts.append(ts)
+        self._toff.append(off)
+
+    def extend(self, ts: np.ndarray, off: np.ndarray) -> None:
+        if len(ts):
+            self._flush_tail()
+            self._chunks.append((ts, off))
+
+    def _flush_tail(self) -> None:
+        if self._tts:
+            self._chunks.append(
+                (np.array(self._tts, dtype=np.int64), np.array(self._toff, dtype=np.int64))
+            )
+            self._tts = []
+            self._toff = []
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        self._flush_tail()
+        if not self._chunks:
+            return _EMPTY_I64, _EMPTY_I64
+        if len(self._chunks) > 1:
+            ts = np.concatenate([c[0] for c in self._chunks])
+            off = np.concatenate([c[1] for c in self._chunks])
+            self._chunks = [(ts, off)]
+        return self._chunks[0]
+
+    def prune(self, below: int) -> None:
+        ts, off = self.arrays()
+        k = int(np.searchsorted(off, below, side="left"))
+        if k:
+            self._chunks = [(ts[k:].copy(), off[k:].copy())] if k < len(off) else []
