@@ -20,7 +20,7 @@ from h2_builders import (
     window_update,
 )
 
-from parsers.records import TO_CLIENT, TO_SERVER
+from parsers.records import TO_CLIENT, TO_SERVER, PayloadChunk
 from parsers.session import AppSession, sniff_protocol
 
 
@@ -391,3 +391,67 @@ def test_mid_frame_start_resync_event() -> None:
     (q,) = r.requests
     assert q.stream_id == 2 and not q.headers_known and q.response_messages == 1
     assert q.end == conv.ts(1) and full.chunks == []
+
+
+def test_fuzz_corrupted_rechunked_connections_never_break() -> None:
+    """Random byte corruption, random packet boundaries and capture gaps over a valid
+    gRPC connection: never an exception, never a stream id that was not on the wire
+    when the framing was intact."""
+    rng = random.Random(11)
+    clean = 0
+    for _trial in range(40):
+        conv, ch, sh = Conv(), Hpack(), Hpack()
+        conv.send(0, PREFACE + settings({4: 3000}), 0)
+        conv.send(1, settings({3: 5}) + settings(ack=True), 0)
+        for sid in range(1, 20, 2):
+            req = headers(
+                sid, ch.block(grpc_request_headers(f"/s/M{sid}")), pad=rng.choice([None, 3])
+            )
+            conv.send(0, req + data(sid, grpc_msg(b"q" * rng.randrange(50)), end=True), sid)
+            body = grpc_msg(b"a" * rng.randrange(3000)) + grpc_msg(b"b")
+            conv.send(
+                1,
+                headers(sid, sh.block(GRPC_RESPONSE))
+                + data(sid, body, pad=rng.choice([None, 0, 5])),
+                sid + 0.5,
+            )
+            conv.send(1, headers(sid, sh.block([("grpc-status", "0")]), end_stream=True), sid + 0.7)
+        wire = [b"".join(c.data for c in conv.chunks if c.direction == d) for d in (0, 1)]
+        corrupt = rng.random() < 0.5
+        for d in (0, 1):
+            b = bytearray(wire[d])
+            for _ in range(rng.randrange(0, 3) if corrupt else 0):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            wire[d] = bytes(b)
+        chunks, pos, t = [], [0, 0], conv.t0
+        while pos[0] < len(wire[0]) or pos[1] < len(wire[1]):
+            d = rng.randrange(2)
+            if pos[d] >= len(wire[d]):
+                d = 1 - d
+            gap = rng.randrange(1, 400) if rng.random() < 0.03 else 0
+            pos[d] += gap
+            piece = wire[d][pos[d] : pos[d] + rng.randrange(1, 2500)]
+            if not piece:
+                break
+            t += 1000
+            chunks.append(PayloadChunk(1, d, piece, t, len(chunks) + 1, pos[d], gap))
+            pos[d] += len(piece)
+        s = AppSession(1, 1, 2)
+        taken_r, taken_m = [], []
+        for c in chunks:
+            s.feed(c)
+            if rng.random() < 0.1:
+                tr, tm, _te = s.take_records()
+                taken_r += tr
+                taken_m += tm
+        r = s.finish(t)
+        r.requests[:0] = taken_r
+        r.messages[:0] = taken_m
+        assert not [i for i in r.issues if i.kind == "h2_internal_error"]
+        if not corrupt:
+            assert all(q.stream_id % 2 == 1 and q.stream_id < 20 for q in r.requests)
+            if not any(c.gap_before for c in chunks):
+                clean += 1
+                assert len(r.requests) == 10 and all(q.grpc_status == 0 for q in r.requests)
+                assert sum(m.direction == TO_CLIENT for m in r.messages) == 20
+    assert clean >= 5

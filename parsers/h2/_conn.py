@@ -45,6 +45,10 @@ from ._streams import Stream
 
 _CLOSED_KEEP = 4096  # recently closed stream ids remembered to ignore late frames
 _HOLD_LIMIT = 20000  # records held while the orientation is unknown
+# Largest believable jump between consecutive new stream ids (2 per stream); after a
+# capture gap many HEADERS may have been lost, so allow more.
+_MAX_SID_JUMP = 2 * 64
+_MAX_SID_JUMP_LOSSY = 2 * 1_000_000
 
 
 class _Dir:
@@ -125,6 +129,7 @@ class H2Connection:
         self.streams: dict[int, Stream] = {}
         self.closed: dict[int, bool] = {}
         self.first_opened = [0, 0]  # first stream id opened by HEADERS, per id parity
+        self.last_opened = [0, 0]  # highest stream id opened by HEADERS, per id parity
         self.lossy = False
         self.done: list[Stream] = []
         self.messages: list[MessageRecord] = []
@@ -821,10 +826,15 @@ class H2Connection:
         if st is None:
             if sid in self.closed:
                 return
+            if not self._may_open(sid, ":method" in h):
+                self._issue("h2_bad_stream_id", f"HEADERS cannot open stream {sid} here; ignored")
+                return
             st = Stream(sid)
             st.opener = d
-            if ":method" in h and not self.first_opened[sid & 1]:
-                self.first_opened[sid & 1] = sid
+            if ":method" in h:
+                if not self.first_opened[sid & 1]:
+                    self.first_opened[sid & 1] = sid
+                self.last_opened[sid & 1] = sid
             if ":method" not in h and (":status" in h or "grpc-status" in h):
                 # we missed the request's HEADERS: mid-connection
                 st.mid = True
@@ -869,6 +879,19 @@ class H2Connection:
         st.last_off[d] = end_off
         if flags & FLAG_END_STREAM:
             self._end_stream(st, d, ts, end_off)
+
+    def _may_open(self, sid: int, is_request: bool) -> bool:
+        """Stream ids only grow (RFC 9113 5.1.1): a new request on an id at or below the
+        last one opened, or far beyond it, means the bytes are not what they seem (the
+        block was still decoded, so HPACK stays aligned). Streams whose request we never
+        saw only exist mid-connection or after loss."""
+        if not is_request:
+            return self.mid or self.lossy
+        last = self.last_opened[sid & 1]
+        if not last:
+            return True
+        jump = sid - last
+        return 0 < jump <= (_MAX_SID_JUMP_LOSSY if self.lossy else _MAX_SID_JUMP)
 
     def _check_concurrency(self, d: int, ts: int, sid: int) -> None:
         limit = self.max_conc[1 - d]
