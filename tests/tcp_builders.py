@@ -353,3 +353,75 @@ def read_capture(path: str | Path) -> SegmentBatch:
 def rows_of(b: SegmentBatch, idx: Iterable[int]) -> list[dict]:
     """Debug helper: rows as dicts."""
     return [{k: getattr(b, k)[i].item() for k in _COLS} for i in idx]
+
+
+def decode_file(path: str | Path, batch_packets: int = 65536) -> list[SegmentBatch]:
+    """Decode a capture with the project's bulk decoder (``parsers.capture``)."""
+    from parsers.capture import CaptureDecoder, decode_segments
+    from parsers.records import DecodeStats
+
+    dec = CaptureDecoder(batch_packets=batch_packets)
+    stats = DecodeStats()
+    issues: list = []
+    data = Path(path).read_bytes()
+    batches = dec.feed(data) + dec.close()
+    return [decode_segments(b, stats, issues) for b in batches]
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass
+class Run:
+    """Everything a TcpAnalyzer produced for some input."""
+
+    chunks: list
+    events: list
+    rtts: list
+    summaries: list
+    an: object
+
+    def kinds(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for e in self.events:
+            out[e.kind] = out.get(e.kind, 0) + 1
+        return out
+
+    def of(self, kind: str) -> list:
+        return [e for e in self.events if e.kind == kind]
+
+    def data(self, direction: int, conn_key: int | None = None) -> bytes:
+        return b"".join(
+            c.data
+            for c in self.chunks
+            if c.direction == direction and (conn_key is None or c.conn_key == conn_key)
+        )
+
+    def dir_chunks(self, direction: int) -> list:
+        return [c for c in self.chunks if c.direction == direction]
+
+    def summary(self, conn_key: int | None = None):
+        ss = [s for s in self.summaries if conn_key is None or s.conn_key == conn_key]
+        assert len(ss) == 1, ss
+        return ss[0]
+
+
+def analyze(batches: SegmentBatch | Sequence[SegmentBatch], batch_size: int | None = None,
+            finish: bool = True) -> Run:  # fmt: skip
+    """Feed batches (optionally re-cut into ``batch_size`` rows) to a fresh analyzer."""
+    from parsers.tcp import TcpAnalyzer
+
+    if isinstance(batches, SegmentBatch):
+        batches = [batches]
+    if batch_size:
+        batches = [x for b in batches for x in batches_of(b, batch_size)]
+    an = TcpAnalyzer()
+    chunks: list = []
+    for b in batches:
+        chunks += an.feed(b)
+    summaries = []
+    if finish:
+        summaries = an.take_closed() + an.finish()
+        chunks += an.take_chunks()
+    events, rtts = an.take_events()
+    return Run(chunks, events, rtts, summaries, an)

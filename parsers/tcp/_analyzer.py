@@ -52,9 +52,6 @@ class TcpAnalyzer(PacketPath, BulkPath):
         """Process one batch (capture order); returns newly deliverable in-order bytes."""
         n = len(segments)
         out: list[PayloadChunk] = []
-        if self._late:
-            out.extend(self._late)
-            self._late = []
         if n == 0:
             return out
         self.stats["segments"] += n
@@ -105,9 +102,10 @@ class TcpAnalyzer(PacketPath, BulkPath):
         return ev, rt
 
     def take_chunks(self) -> list[PayloadChunk]:
-        """Payload made deliverable outside :meth:`feed` (buffered data flushed when a
-        connection is closed by :meth:`take_closed` / :meth:`finish`); :meth:`feed` also
-        returns it first."""
+        """Payload made deliverable outside :meth:`feed`: out-of-order data still buffered
+        behind a hole when :meth:`take_closed` / :meth:`finish` closed its connection
+        (delivered after a gap). Call before handling the returned summaries if the
+        session layer should see those bytes; otherwise they are dropped at the next call."""
         out, self._late = self._late, []
         return out
 
@@ -127,6 +125,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
         """Connections that finished (RST, or FIN both ways and ACKed / lingering 1 s),
         plus, with ``idle_ns``, those silent for longer than that (relative to the last
         packet time seen); they are removed from the table."""
+        self._late = []
         now = self._now
         for conn in list(self._by_key.values()):
             if conn.state == CLOSING and now - conn.closing_since > FIN_LINGER_NS:
@@ -138,6 +137,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
 
     def finish(self) -> list[ConnectionSummary]:
         """Close every remaining connection (end of input)."""
+        self._late = []
         for conn in list(self._by_key.values()):
             self._finalize(conn, None, tomb=False)
         out, self._done = self._done, []
