@@ -455,3 +455,17 @@ def test_fuzz_corrupted_rechunked_connections_never_break() -> None:
                 assert len(r.requests) == 10 and all(q.grpc_status == 0 for q in r.requests)
                 assert sum(m.direction == TO_CLIENT for m in r.messages) == 20
     assert clean >= 5
+
+
+def test_first_chunk_after_a_hole_is_scanned_not_trusted() -> None:
+    """The pipeline may start a direction with gap_before > 0 (capture began mid-stream):
+    those bytes are not at a frame boundary even though the other side sent the preface."""
+    conv, ch = Conv(), Hpack()
+    conv.send(0, PREFACE + settings() + headers(1, ch.block(grpc_request_headers())), 0)
+    tail = data(1, grpc_msg(b"x" * 500))[200:]  # inside a DATA frame
+    conv.send(1, tail + data(1, grpc_msg(b"ok")) + ping() + ping(), 1, gap=1000)
+    _s, r = run_session(conv.chunks)
+    ev = [e for e in r.h2_events if e.kind == "resync"]
+    assert len(ev) == 1 and ev[0].value == len(tail) and ev[0].detail == "gap=1000"
+    assert [m.size for m in r.messages] == [2]
+    assert not [i for i in r.issues if i.kind == "h2_bad_frame"]

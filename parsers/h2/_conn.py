@@ -225,6 +225,9 @@ class H2Connection:
         buf = D.buf
         if D.base < 0:
             D.base = off
+            if gap > 0:
+                # this direction's first bytes already follow a hole: no frame boundary
+                self._lost(D, d, gap, ts)
         elif gap > 0 or off != D.base + len(buf):
             if gap <= 0:
                 gap = off - (D.base + len(buf))
