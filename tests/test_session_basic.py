@@ -466,3 +466,26 @@ def test_first_chunk_after_a_hole_is_scanned_not_trusted() -> None:
     assert len(ev) == 1 and ev[0].value == len(tail) and ev[0].detail == "gap=1000"
     assert [m.size for m in r.messages] == [2]
     assert not [i for i in r.issues if i.kind == "h2_bad_frame"]
+
+
+def test_http1_sse_chunked_and_read_until_close() -> None:
+    conv = Conv()
+    conv.send(0, b"POST /v1/completions HTTP/1.1\r\nHost: llm\r\nContent-Length: 2\r\n\r\n{}", 0)
+    conv.send(
+        1,
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n",
+        1,
+    )
+    conv.send(1, b"e\r\ndata: hello\n\n\r\n", 2)
+    conv.send(1, b"f\r\ndata: [DONE]\n\n\r\n0\r\n\r\n", 3)
+    conv.send(0, b"GET /old HTTP/1.0\r\n\r\n", 4)
+    conv.send(1, b"HTTP/1.0 200 OK\r\n\r\nbody until close", 5)
+    _s, r = run_session(conv.chunks, end_ns=conv.ts(9))
+    sse, old = sorted(r.requests, key=lambda q: q.stream_id)
+    assert sse.kind == "sse" and sse.response_messages == 2
+    assert sse.first_message == conv.ts(2) and sse.end == conv.ts(3)
+    assert [(m.stream_id, m.direction, m.ts_ns) for m in r.messages] == [
+        (0, TO_CLIENT, conv.ts(2)),
+        (0, TO_CLIENT, conv.ts(3)),
+    ]
+    assert old.path == "/old" and old.response_bytes == 16 and old.end == conv.ts(5)
