@@ -99,5 +99,8 @@ def h2_streams(path: Path, decode_ports: tuple[int, ...] = ()) -> dict[tuple[fro
                 continue
             st = streams[(ports, next(iter(data_streams)))]
             if sport == st.server_port:
-                st.grpc_messages.extend(ts for g in grpc if "grpc.message_length" in g)
+                # frame_type 1 is a gRPC-Web trailer frame, not a message
+                st.grpc_messages.extend(
+                    ts for g in grpc if "grpc.message_length" in g and g.get("grpc.frame_type", "0") == "0"
+                )
     return {k: v for k, v in streams.items() if v.has_headers or v.data_frames}
