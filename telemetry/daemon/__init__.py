@@ -1,0 +1,1 @@
+"""`tailtap daemon`: continuous ring-buffer capture, ingest, Prometheus metrics, retention."""
