@@ -12,7 +12,7 @@ Classification rules (``TcpEvent.kind``), all per data direction:
 * ``out_of_order``: the first sight of bytes inside a hole that were *sent before* the
   segment that revealed the hole (a late original, reordering): evidence in order TSval
   (older than the revealing segment's), IPv4 ID (older, when the sender's IDs are
-  sequential), else timing like tshark (late by less than the round trip, 3 ms when no
+  sequential: at least 8 small forward steps and 5 times more of them than other steps), else timing like tshark (late by less than the round trip, 3 ms when no
   RTT is known). ``recovery_ms`` = how late.
 * retransmissions: bytes the capture saw before, or the first sight of hole bytes that
   were sent after the revealing segment (lost upstream of the capture point):
@@ -216,14 +216,6 @@ class PacketPath:
         if ts > conn.last_ns:
             conn.last_ns = ts
         D.pkts += 1
-        if ipid >= 0:
-            if D.ipid_last >= 0:
-                delta = (ipid - D.ipid_last) & 0xFFFF
-                if 0 < delta <= 64:
-                    D.ipid_good += 1
-                else:
-                    D.ipid_bad += 1
-            D.ipid_last = ipid
         tsv_u = None
         if hts:
             tsv_u = tsv if D.tsv_u is None else unwrap(tsv, D.tsv_u)
@@ -254,6 +246,14 @@ class PacketPath:
             conn.hist.add_side("A", d)
         if D.holes or R.holes or D.pending_retx or R.pending_retx:
             self._timeouts(conn, ts, fr, out)
+        if ipid >= 0:  # after the analysis: a late packet must not vouch for itself
+            if D.ipid_last >= 0:
+                delta = (ipid - D.ipid_last) & 0xFFFF
+                if 0 < delta <= 64:
+                    D.ipid_good += 1
+                else:
+                    D.ipid_bad += 1
+            D.ipid_last = ipid
         return conn
 
     # ------------------------------------------------------------------ handshake
@@ -424,9 +424,10 @@ class PacketPath:
             if data_ack > R.hi:
                 R.hi = data_ack
             ra.drain(conn, R, ts, fr, out, upto=data_ack)
+        if R.fin is None or R.acked < R.fin:  # the ACK of a FIN adds no payload offset
+            R.acks.append(ts, data_ack)
         R.acked = arel
         R.progress_ts = ts
-        R.acks.append(ts, data_ack)
         R.dupacks = 0
         if R.sack_hi and arel >= R.sack_hi:
             R.sack_hi = 0
@@ -562,7 +563,7 @@ class PacketPath:
             ipid >= 0
             and hole.ev_ipid >= 0
             and D.ipid_good >= 8
-            and D.ipid_bad * 10 <= D.ipid_good
+            and D.ipid_bad * 5 <= D.ipid_good
             and ipid != hole.ev_ipid
         ):
             return ((ipid - hole.ev_ipid + 0x8000) & 0xFFFF) - 0x8000 < 0

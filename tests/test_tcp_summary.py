@@ -1,0 +1,142 @@
+"""parsers.tcp connection summaries, ids, closing, history and orientation flips."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from tcp_builders import Flow, analyze, concat_batches
+
+from parsers.records import TO_CLIENT, TO_SERVER, RttSample, TcpEvent
+from parsers.tcp import TcpAnalyzer, flip_event, flip_history, flip_rtt_sample, flip_summary
+
+
+def _conversation(**kw) -> Flow:
+    f = Flow(**kw).handshake()
+    f.c(1, 1, "AP", b"GET")
+    f.s(1, 4, "AP", b"response")
+    f.c(4, 9, "A")
+    return f
+
+
+def test_conn_id_is_stable_across_runs_and_batching():
+    ids = {analyze(_conversation().batch(), batch_size=bs).summary().conn_id for bs in (1, 2, None)}
+    assert len(ids) == 1
+    other = analyze(_conversation(t0_ns=1_700_000_000_000_000_001).batch()).summary().conn_id
+    assert other not in ids
+
+
+def test_summary_fields():
+    s = analyze(_conversation().batch()).summary()
+    assert (s.client_addr, s.client_port, s.server_addr, s.server_port) == (
+        "10.0.0.1",
+        40000,
+        "10.0.0.2",
+        50051,
+    )
+    assert s.ip_version == 4 and s.start_ns < s.end_ns
+    assert s.packets == (4, 2) and s.bytes == (3, 8)
+    assert (
+        s.retransmissions
+        == s.loss_bursts
+        == s.out_of_order
+        == s.zero_windows
+        == s.capture_loss_bytes
+        == (0, 0)
+    )
+    v6 = analyze(
+        _conversation(client=("2001:db8::1", 41000), server=("2001:db8::2", 443)).batch()
+    ).summary()
+    assert (v6.client_addr, v6.server_addr, v6.ip_version) == ("2001:db8::1", "2001:db8::2", 6)
+
+
+def test_flip_summary_event_and_sample():
+    s = analyze(_conversation().batch()).summary()
+    s = dataclasses.replace(s, retransmissions=(1, 2), zero_windows=(3, 0), history="^~ShADdTw")
+    f = flip_summary(s, client_known=True)
+    assert (f.client_port, f.server_port, f.client_addr) == (50051, 40000, "10.0.0.2")
+    assert f.packets == (2, 4) and f.bytes == (8, 3) and f.retransmissions == (2, 1)
+    assert f.zero_windows == (0, 3) and f.history == "^~sHadDtW" and f.client_known
+    assert f.ack_progress[TO_SERVER][1].tolist() == s.ack_progress[TO_CLIENT][1].tolist()
+    back = flip_summary(f, client_known=s.client_known)
+    assert dataclasses.replace(back, ack_progress=None) == dataclasses.replace(s, ack_progress=None)
+    assert flip_history("SHad^") == "shAD^"
+    e = TcpEvent(1, 2, TO_SERVER, "dup_ack", 5, 0, 7)
+    assert flip_event(e).direction == TO_CLIENT and e.direction == TO_SERVER
+    assert flip_rtt_sample(RttSample(1, 2, TO_CLIENT, 1.5, "tsecr")).direction == TO_SERVER
+
+
+def test_flip_connection_live():
+    f = Flow(client=("10.0.0.1", 3000), server=("10.0.0.2", 41000))  # no SYN: guessed wrong
+    f.c(1, 1, "AP", b"PRI * HTTP/2.0")  # the real client happens to use port 3000
+    f.s(1, 15, "A")
+    an = TcpAnalyzer()
+    first = an.feed(f.batch())
+    assert first[0].direction == TO_CLIENT and an.connection_info(1) == (41000, 3000)
+    an.flip_connection(1)
+    assert an.connection_info(1) == (3000, 41000)
+    g = Flow(client=("10.0.0.1", 3000), server=("10.0.0.2", 41000), t0_ns=f.t0_ns + 10**9)
+    g.c(15, 1, "AP", b"more")
+    later = an.feed(g.batch())
+    assert [(c.direction, c.stream_offset) for c in later] == [(TO_SERVER, 14)]
+    (s,) = an.finish()
+    assert s.client_port == 3000 and s.client_known and s.history.startswith("^~")
+    assert s.packets == (2, 1) and s.bytes == (18, 0)
+
+
+def test_fin_both_ways_and_acked_closes_in_feed():
+    f = _conversation()
+    f.c(4, 9, "AF")
+    f.s(9, 5, "AF")
+    f.c(5, 10, "A")
+    an = TcpAnalyzer()
+    an.feed(f.batch())
+    (s,) = an.take_closed()
+    assert s.history == "ShADdFf"
+    assert an.connection_info(s.conn_key) == (40000, 50051)
+    assert an.ack_progress(s.conn_key, TO_SERVER)[0].size == 0  # forgotten; the summary has it
+    assert s.ack_progress[TO_SERVER][1].tolist() == [3]
+
+
+def test_fin_without_final_ack_lingers_one_second_and_idle_close():
+    a = _conversation()
+    a.c(4, 9, "AF")
+    a.s(9, 5, "AF")  # the last ACK was not captured
+    b = _conversation(client=("10.0.0.3", 40001), t0_ns=a.t0_ns + 500_000_000)
+    c = _conversation(client=("10.0.0.4", 40002), t0_ns=a.t0_ns + 3_000_000_000)
+    an = TcpAnalyzer()
+    an.feed(a.batch())
+    assert an.take_closed() == []
+    an.feed(b.batch())
+    assert an.take_closed() == []  # 0.5 s later: still lingering
+    an.feed(c.batch())
+    closed = an.take_closed(idle_ns=2_000_000_000)
+    assert sorted(s.client_port for s in closed) == [40000, 40001]
+    assert [s.client_port for s in an.finish()] == [40002]
+
+
+def test_history_repeats_at_powers_of_ten():
+    f = Flow().handshake()
+    for _ in range(12):
+        f.c(1, 1, "A", 10, dt_us=300_000)  # 12 timeouts of the same segment
+    f.s(1, 11, "A")
+    s = analyze(f.batch()).summary()
+    assert s.history == "ShADTTa" and s.retransmissions == (11, 0)
+
+
+def test_mixed_batches_of_many_connections():
+    flows = [
+        _conversation(client=("10.0.0.1", 40000 + i), t0_ns=Flow.t0_ns + i * 50_000)
+        for i in range(30)
+    ]
+    rows = concat_batches([f.batch() for f in flows])
+    order = np.argsort(rows.ts_ns, kind="stable")
+    from tcp_builders import _COLS, SegmentBatch
+
+    b = SegmentBatch(**{k: getattr(rows, k)[order] for k in _COLS}, buf=rows.buf, sack={})
+    r = analyze(b, batch_size=13)
+    assert len(r.summaries) == 30
+    assert {r.data(TO_CLIENT, s.conn_key) for s in r.summaries} == {b"response"}
+    assert [s.client_port for s in sorted(r.summaries, key=lambda s: s.conn_key)] == list(
+        range(40000, 40030)
+    )
