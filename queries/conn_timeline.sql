@@ -44,7 +44,7 @@ keys AS (
 )
 SELECT
     k.conn_id,
-    make_timestamp_ns(k.bucket * (SELECT bucket_ns FROM params)) AS bucket_start,
+    CAST(make_timestamp_ns(k.bucket * (SELECT bucket_ns FROM params)) AS TIMESTAMPTZ) AS bucket_start,
     coalesce(tcp.retransmissions, 0) AS retransmissions,
     coalesce(tcp.spurious_retransmissions, 0) AS spurious_retransmissions,
     coalesce(tcp.lost_segments, 0) AS lost_segments,

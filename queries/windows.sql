@@ -4,7 +4,7 @@
 -- depends_on: request_metrics
 SELECT
     window_id,
-    make_timestamp_ns(CAST(window_id * getvariable('window_s') * 1e9 AS BIGINT)) AS window_start,
+    CAST(make_timestamp_ns(CAST(window_id * getvariable('window_s') * 1e9 AS BIGINT)) AS TIMESTAMPTZ) AS window_start,
     count(*) AS requests,
     count(*) FILTER (WHERE coalesce(grpc_status, 0) <> 0 OR http_status >= 400) AS errors,
     quantile_cont(latency_eff_ms, 0.50) AS latency_p50_ms,

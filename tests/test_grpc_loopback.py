@@ -42,30 +42,26 @@ def _generate(request: bytes, context):
         time.sleep(TOKEN_INTERVAL_S)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def grpc_server():
-    port = _free_port()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     handler = grpc.method_handlers_generic_handler(
         "tailtap.test.LLM",
         {"Generate": grpc.unary_stream_rpc_method_handler(_generate)},
     )
     server.add_generic_rpc_handlers((handler,))
-    server.add_insecure_port(f"127.0.0.1:{port}")
+    port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     yield port
     server.stop(grace=None)
 
 
 def _start_tcpdump(port: int, out: Path) -> subprocess.Popen:
+    """tcpdump on lo, returned once it demonstrably captures: a probe connection shows up
+    in the file. --immediate-mode: without it libpcap hands packets over in blocks with a
+    1 s timeout, and what is still in the block when tcpdump is stopped is lost."""
     proc = subprocess.Popen(
-        [TCPDUMP, "-i", "lo", "-U", "-n", "--time-stamp-precision=nano", "-w", str(out), f"tcp port {port}"],
+        [TCPDUMP, "-i", "lo", "-U", "--immediate-mode", "-n", "-Z", "root", "--time-stamp-precision=nano", "-w", str(out), f"tcp port {port}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
     deadline = time.monotonic() + 10
@@ -77,7 +73,14 @@ def _start_tcpdump(port: int, out: Path) -> subprocess.Popen:
     if b"listening on" not in line:
         proc.kill()
         pytest.fail(f"tcpdump did not start: {line!r}")
-    return proc
+    while time.monotonic() < deadline:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            pass
+        time.sleep(0.05)
+        if out.exists() and out.stat().st_size > 24:  # more than the pcap file header
+            return proc
+    proc.kill()
+    pytest.fail("tcpdump captured nothing of a probe connection")
 
 
 def test_ttft_and_messages_match_the_client(tmp_path, grpc_server):
@@ -95,10 +98,10 @@ def test_ttft_and_messages_match_the_client(tmp_path, grpc_server):
         time.sleep(0.2)  # let the last ACKs and the connection close reach tcpdump
     finally:
         dump.send_signal(signal.SIGINT)
-        dump.wait(timeout=10)
+        _, tail = dump.communicate(timeout=10)
     store = Store(tmp_path / "store")
     result = ingest_file(capture, store, IngestOptions())
-    assert result.error is None, result.error
+    assert result.error is None, f"{result.error}; tcpdump said: {tail.decode(errors='replace')}"
     rows = connect(store).execute(
         "SELECT stream_id, path, kind, response_messages, grpc_status, epoch_ns(request_start), "
         "epoch_ns(first_message), epoch_ns(last_message), ttft_ms FROM requests ORDER BY stream_id"
