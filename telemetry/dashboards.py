@@ -140,10 +140,11 @@ def export(folder: Path = DASHBOARDS_DIR) -> list[Path]:
 _TIME_FILTER = re.compile(r"\$__timeFilter\(([^)]+)\)")
 
 
-def render_macros(sql: str, from_iso: str, to_iso: str) -> str:
-    """Expand the Grafana macros the panels use, as the data source plugin does."""
+def render_macros(sql: str, from_rfc3339: str, to_rfc3339: str) -> str:
+    """Expand the Grafana macros the panels use as the data source plugin does (its sqlds
+    default: RFC 3339 UTC string literals, cast by DuckDB to the column's type)."""
     return _TIME_FILTER.sub(
-        lambda m: f"{m.group(1)} BETWEEN TIMESTAMPTZ '{from_iso}' AND TIMESTAMPTZ '{to_iso}'", sql
+        lambda m: f"{m.group(1)} >= '{from_rfc3339}' AND {m.group(1)} <= '{to_rfc3339}'", sql
     )
 
 

@@ -7,6 +7,7 @@ records what grafana-client sends (the request Grafana's API would receive).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -68,7 +69,7 @@ def test_every_panel_query_runs_on_a_real_store(tmp_path):
     nonempty = 0
     for d in DASHBOARDS:
         for p in d.panels:
-            sql = render_macros(p.sql, lo.isoformat(), hi.isoformat())
+            sql = render_macros(p.sql, f"{lo:%Y-%m-%dT%H:%M:%SZ}", f"{hi + dt.timedelta(seconds=1):%Y-%m-%dT%H:%M:%SZ}")
             try:
                 rows = con.execute(sql).fetchall()
             except duckdb.Error as exc:
