@@ -314,7 +314,12 @@ def report(
         **parse_slo(slo),
     }
     sections = report_sections(_open_store(store_dir), params)
-    render.emit(console, fmt.value, sections, title="tailtap report")
+    if fmt == Format.table:
+        from telemetry.report import print_report
+
+        print_report(console, sections)
+    else:
+        render.emit(console, fmt.value, sections, title="tailtap report")
 
 
 @app.command()
@@ -339,7 +344,12 @@ def explain(
     except RequestNotFound as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(EXIT_INPUT) from None
-    render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
+    if fmt == Format.table:
+        from telemetry.report import print_explain
+
+        print_explain(console, sections)
+    else:
+        render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
 
 
 dashboards_app = typer.Typer(

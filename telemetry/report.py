@@ -22,7 +22,11 @@ def analyze_sections(store: Store, capture_ids: list[str] | None = None, params:
 
 
 def analyze_report(store: Store, fmt: str, console: Console, capture_ids: list[str] | None = None) -> None:
-    render.emit(console, fmt, analyze_sections(store, capture_ids), title="tailtap analyze")
+    sections = analyze_sections(store, capture_ids)
+    if fmt == "table":
+        print_analyze(console, sections)
+    else:
+        render.emit(console, fmt, sections, title="tailtap analyze")
 
 
 def report_sections(store: Store, params: dict | None = None) -> dict[str, render.Rows | str]:
@@ -90,3 +94,112 @@ def explain_sections(store: Store, conn_id: str, stream_id: int, params: dict | 
             key,
         ),
     }
+
+
+# -- terminal layouts: short headers, one block per method, ids kept on one line ----------
+def _num(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.1f}" if abs(v) >= 10 else f"{v:.2f}"
+    return str(v)
+
+
+def _table(*headers: str, title: str | None = None):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(*headers, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
+    if headers and headers[0] == "request":
+        t.columns[0].no_wrap = True  # ids are copied into `tailtap explain`: never cut them
+    return t
+
+
+def print_analyze(console: Console, s: dict) -> None:
+    caps = s["captures"]
+    packets = sum(c["packets"] or 0 for c in caps)
+    conns = ", ".join(f"{c['connections']} {c['protocol']}" for c in s["connections"]) or "none"
+    requests = sum(m["requests"] for m in s["methods"])
+    console.print(f"[bold]tailtap analyze[/bold]: {len(caps)} capture(s), {packets:,} packets, connections: {conns}, {requests} requests")
+    net = [c for c in s["connections"] if c["retransmissions"] or c["out_of_order"] or c["zero_windows"]]
+    for c in net:
+        console.print(
+            f"  network ({c['protocol']}): {c['retransmissions']} retransmissions in {c['loss_bursts']} loss bursts, "
+            f"{c['out_of_order']} out-of-order, {c['zero_windows']} zero windows"
+        )
+    for m in s["methods"]:
+        console.print(f"\n[bold]{m['method']}[/bold]  {m['requests']} requests, {m['errors']} errors"
+                      + (f", {m['headers_unknown']} with HPACK context missing" if m["headers_unknown"] else ""))
+        t = _table("", "p50", "p90", "p99", "max")
+        for label, key in (("latency ms", "latency"), ("TTFT ms", "ttft"), ("token gap ms", "gap")):
+            t.add_row(label, *(_num(m.get(f"{key}_{q}_ms")) for q in ("p50", "p90", "p99", "max")))
+        console.print(t)
+    if s["errors"]:
+        t = _table("method", "grpc-status", "http", "reset", "requests", title="\n[bold]errors[/bold]")
+        for e in s["errors"]:
+            t.add_row(e["method"], f"{_num(e['grpc_status'])} {e['grpc_status_name'] or ''}".strip(), _num(e["http_status"]), _num(e["reset_code"]), str(e["requests"]))
+        console.print(t)
+    if s["slowest_requests"]:
+        t = _table("request", "method", "latency ms", "TTFT ms", "max gap ms", "msgs", "status",
+                   title="\n[bold]slowest requests[/bold] (tailtap explain --request ...)")
+        for r in s["slowest_requests"]:
+            status = f"grpc {r['grpc_status']}" if r["grpc_status"] is not None else f"http {_num(r['http_status'])}"
+            t.add_row(f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
+                      _num(r["max_gap_ms"]), _num(r["response_messages"]), status)
+        console.print(t)
+
+
+def print_report(console: Console, s: dict) -> None:
+    t = _table("window", "reqs", "lat p50", "lat p99", "lat p99.9", "TTFT p50", "TTFT p99", "gap p50", "gap p99",
+               title="[bold]timeline[/bold] (ms; client-side estimates where the ACKs give them)")
+    spiked = {str(sp["window_start"]) for sp in s["spikes"]}
+    for w in s["timeline"]:
+        mark = " *" if str(w["window_start"]) in spiked else ""
+        t.add_row(f"{w['window_start']:%H:%M:%S}{mark}", str(w["requests"]), *(_num(w[k]) for k in (
+            "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "ttft_p50_ms", "ttft_p99_ms", "gap_p50_ms", "gap_p99_ms")))
+    console.print(t)
+    console.print(f"[bold]verdict[/bold]: {s['verdict']}")
+    for sp in s["spikes"]:
+        console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {', '.join(sp['spiked_metrics'])} "
+                      f"(latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
+                      f"TTFT p99 {_num(sp['ttft_p99_ms'])} vs {_num(sp['ttft_baseline_p99_ms'])}, "
+                      f"gap p99 {_num(sp['gap_p99_ms'])} vs {_num(sp['gap_baseline_p99_ms'])} ms baseline)")
+        t = _table("cause", "slow reqs", "share", "delay ms", "where")
+        for a in s["spike_attribution"]:
+            if a["window_id"] != sp["window_id"]:
+                continue
+            label = a["cause"] + (f" ({a['kind']})" if a["kind"] else "")
+            t.add_row(label, str(a["slow_requests"]), f"{a['request_share']:.0%}", _num(a["delay_ms"]),
+                      f"conns {a['top_connections']}; clients {a['top_clients']}")
+        console.print(t)
+    if s["slowest_requests"]:
+        t = _table("request", "method", "latency", "TTFT", "gap", "slow on", "causes",
+                   title="\n[bold]slowest requests[/bold] (ms)")
+        for r in s["slowest_requests"]:
+            t.add_row(f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
+                      _num(r["max_gap_ms"]), r["slow_on"], r["causes"] or "-")
+        console.print(t)
+
+
+def print_explain(console: Console, s: dict) -> None:
+    (r,) = s["request"]
+    console.print(f"[bold]{r['conn_id']}:{r['stream_id']}[/bold] {r['method']} ({r['kind']}) "
+                  f"{r['client_addr']} -> {r['server_addr']}: latency {_num(r['latency_ms'])} ms, TTFT {_num(r['ttft_ms'])} ms, "
+                  f"largest gap {_num(r['max_gap_ms'])} ms, {r['response_messages']} messages"
+                  + (" (client-side estimates)" if r["client_side_estimated"] else " (at the capture point)"))
+    t = _table("+ms", "layer", "event", "detail", title="\n[bold]timeline[/bold]")
+    for e in s["timeline"]:
+        t.add_row(_num(e["t_ms"]), e["layer"], e["event"], e["detail"] or "")
+    console.print(t)
+    if isinstance(s["causes"], str):
+        console.print(f"[bold]causes[/bold]: {s['causes']}")
+    else:
+        t = _table("cause", "delay ms", "evidence", title="\n[bold]causes[/bold]")
+        for c in s["causes"]:
+            t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else ""), _num(c["delay_ms"]), c["evidence"])
+        console.print(t)
+    for d in s["decomposition"]:
+        parts = ", ".join(f"{k.removesuffix('_ms').replace('_', ' ')} {_num(d[k])}" for k in (
+            "path_rtt_ms", "queueing_ms", "loss_recovery_ms", "reordering_ms", "flow_control_ms", "server_ms"))
+        console.print(f"\n[bold]where the {_num(d['latency_ms'])} ms went[/bold]: {parts}"
+                      + (" (overlapping network delays scaled down)" if d["overlap_scaled"] else ""))
