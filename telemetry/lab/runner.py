@@ -33,6 +33,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ class Proc:
     def __init__(self, name: str, argv: list[str], log: Path, stdin: bool = True) -> None:
         self.name = name
         self.log = log
+        self.python = "telemetry.lab." in " ".join(argv)
         self.err = open(log, "wb")  # noqa: SIM115 - closed in stop()
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         self.p = subprocess.Popen(
@@ -157,6 +159,9 @@ class Proc:
             try:
                 self.p.wait(timeout)
             except subprocess.TimeoutExpired:
+                if self.python:  # faulthandler in our modules: stacks into its log
+                    self.kill_group(signal.SIGUSR1)
+                    time.sleep(0.5)
                 self.kill_group(signal.SIGKILL)
                 self.p.wait(3)
         else:
@@ -195,34 +200,39 @@ def _raise_terminated(signum: int, frame: Any) -> None:
     raise _Terminated(f"signal {signum}")
 
 
-def read_pcap_summary(path: Path) -> dict[str, Any]:
-    """Packets, bytes, first/last timestamp and the largest frame of a classic pcap."""
+def iter_pcap(path: Path | str) -> Iterator[tuple[int, int, bytes]]:
+    """(timestamp ns, original length, captured bytes) of each record of a classic pcap."""
     import struct
 
-    out: dict[str, Any] = {"packets": 0, "bytes": 0, "max_frame_len": 0, "frames_over_mtu": 0}
     with open(path, "rb") as f:
         head = f.read(24)
         if len(head) < 24:
-            return out
+            return
         magic = struct.unpack("<I", head[:4])[0]
         endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
         nano = magic in (0xA1B23C4D, 0x4D3CB2A1)
         rec = struct.Struct(endian + "IIII")
-        first = last = None
         while True:
             h = f.read(16)
             if len(h) < 16:
-                break
+                return
             sec, frac, incl, orig = rec.unpack(h)
-            f.seek(incl, 1)
-            ts = sec * NS_PER_S + (frac if nano else frac * 1000)
-            first = ts if first is None else first
-            last = ts
-            out["packets"] += 1
-            out["bytes"] += orig
-            out["max_frame_len"] = max(out["max_frame_len"], orig)
-            if orig > MTU + 14:
-                out["frames_over_mtu"] += 1
+            data = f.read(incl)
+            yield sec * NS_PER_S + (frac if nano else frac * 1000), orig, data
+
+
+def read_pcap_summary(path: Path) -> dict[str, Any]:
+    """Packets, bytes, first/last timestamp and the largest frame of a classic pcap."""
+    out: dict[str, Any] = {"packets": 0, "bytes": 0, "max_frame_len": 0, "frames_over_mtu": 0}
+    first = last = None
+    for ts, orig, _data in iter_pcap(path):
+        first = ts if first is None else first
+        last = ts
+        out["packets"] += 1
+        out["bytes"] += orig
+        out["max_frame_len"] = max(out["max_frame_len"], orig)
+        if orig > MTU + 14:
+            out["frames_over_mtu"] += 1
     out["first_ns"], out["last_ns"] = first, last
     return out
 
@@ -614,9 +624,16 @@ def _finish(
 
     from telemetry.lab.bridge import EVENT_COLUMNS
 
-    bridge = json.loads((work / "bridge.json").read_text())
-    server = json.loads((work / "server.json").read_text())
-    meta = json.loads((work / "client_meta.json").read_text())
+    def report(name: str, logname: str) -> dict[str, Any]:
+        try:
+            return json.loads((work / name).read_text())
+        except (OSError, ValueError) as e:
+            tail = (work / logname).read_text(errors="replace")[-1500:]
+            raise RuntimeError(f"no usable {name} ({e}); {logname}: {tail}") from None
+
+    bridge = report("bridge.json", "bridge.log")
+    server = report("server.json", "server.log")
+    meta = report("client_meta.json", "client.log")
 
     # client truth + in_window
     table = pq.read_table(work / "client.parquet")

@@ -43,6 +43,7 @@ import struct
 import sys
 import threading
 import time
+import traceback
 from concurrent import futures
 from typing import Any
 
@@ -201,7 +202,8 @@ class LLMServer:
             "t0_ns": self.t0_ns,
             "late_threshold_ms": self.late_ns / NS_PER_MS,
             "disturbed": merge_periods(self.late, 250 * NS_PER_MS),
-            "rpcs": self.rows,
+            # copies: handler threads of streams not yet torn down may still touch rows
+            "rpcs": [dict(r) for r in list(self.rows)],
         }
 
 
@@ -249,13 +251,21 @@ def serve(cfg: dict[str, Any]) -> None:
     done.wait(float(cfg.get("max_runtime_s", 120)))
     srv.stopping.set()
     # Report first (every RPC of the run is over by now), then stop grpc: a shutdown that
-    # hangs must not cost the log. os._exit: no waiting on handler threads at exit.
-    with open(cfg["log"] + ".tmp", "w") as f:
-        json.dump(srv.report(), f)
-    os.replace(cfg["log"] + ".tmp", cfg["log"])
-    server.stop(grace=0.5).wait(2)
-    sys.stdout.flush()
-    os._exit(0)
+    # hangs must not cost the log. os._exit: never wait for handler threads at exit.
+    code = 1
+    try:
+        with open(cfg["log"] + ".tmp", "w") as f:
+            json.dump(srv.report(), f)
+        os.replace(cfg["log"] + ".tmp", cfg["log"])
+        code = 0
+        server.stop(grace=0.5).wait(2)
+    except BaseException:
+        traceback.print_exc()  # os._exit below would swallow it
+        raise
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:
