@@ -221,9 +221,9 @@ class DaemonMetrics:
         self.max_gap = Histogram(r, "tailtap_request_max_gap_seconds", "Largest gap between consecutive response messages of a request, by method.", ["method"], GAP_BUCKETS)
         # recent window (recomputed with DuckDB over the store)
         self.recent_requests = Gauge(r, "tailtap_recent_requests", "Requests in the recent window (--metrics-window-seconds), by method.", ["method"])
-        self.recent_latency = Gauge(r, "tailtap_recent_request_latency_seconds", "Latency quantiles over the recent window, by method.", ["method", "quantile"])
-        self.recent_ttft = Gauge(r, "tailtap_recent_request_ttft_seconds", "TTFT quantiles over the recent window, by method.", ["method", "quantile"])
-        self.recent_gap = Gauge(r, "tailtap_recent_request_max_gap_seconds", "Quantiles of the per-request largest token gap over the recent window, by method.", ["method", "quantile"])
+        self.recent_latency = Gauge(r, "tailtap_recent_request_latency_seconds", "Latency percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
+        self.recent_ttft = Gauge(r, "tailtap_recent_request_ttft_seconds", "TTFT percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
+        self.recent_gap = Gauge(r, "tailtap_recent_request_max_gap_seconds", "Percentiles (p50, p99) of the per-request largest token gap over the recent window, by method.", ["method", "percentile"])
         self.recent_spikes = Gauge(r, "tailtap_recent_spike_windows", "Windows of the recent window whose p99 spiked (spikes view), by spiked metric.", ["metric"])
         self.recent_slow = Gauge(r, "tailtap_recent_slow_requests", "Slow requests in the recent window (slow_requests view).")
         self.recent_causes = Gauge(r, "tailtap_recent_slow_request_causes", "Slow requests of the recent window per cause (request_cause view); kind empty when none.", ["cause", "kind"])
@@ -312,9 +312,10 @@ class DaemonMetrics:
             label = self.method_label(method)
             counts.append(({"method": label}, n))
             for series, qs in ((lat, lq), (ttft, tq), (gap, gq)):
-                for q, v in zip(("0.5", "0.99"), qs or (None, None), strict=True):
+                # not "quantile": that label belongs to summaries, whose _count/_sum are counters
+                for q, v in zip(("p50", "p99"), qs or (None, None), strict=True):
                     if v is not None:
-                        series.append(({"method": label, "quantile": q}, v / 1e3))
+                        series.append(({"method": label, "percentile": q}, v / 1e3))
         spikes = con.execute("SELECT m, count(*) FROM spikes, unnest(spiked_metrics) AS t(m) GROUP BY m").fetchall()
         slow = con.execute("SELECT count(*) FROM slow_requests WHERE len(slow_metrics) > 0").fetchone()[0]
         causes = con.execute(

@@ -190,7 +190,6 @@ class Daemon:
         cap = self.capturer
         assert cap is not None and self.worker is not None
         m = self.metrics
-        deadline = time.monotonic() + c.duration_s if c.duration_s is not None else None
         cap.start()
         if not cap.wait_ready(READY_TIMEOUT_S):
             # at start a failure is a configuration problem: say so and exit
@@ -198,6 +197,8 @@ class Daemon:
             detail = cap.error_tail() or (f"exit status {rc}" if rc is not None else "no 'listening' line")
             raise DaemonError(f"{cap.tool} did not start capturing on {c.interface!r}: {detail}", EXIT_FAILED)
         log.info("capturing on %s with %s (pid %d), a file every %d s into %s", c.interface, cap.tool, cap.pid, c.rotate_seconds, c.spool)
+        # a bounded run counts from the moment the tool listens
+        deadline = time.monotonic() + c.duration_s if c.duration_s is not None else None
         backoff = BACKOFF_MIN_S
         restart_at: float | None = None
         next_stats = time.monotonic() + STATS_EVERY_S
@@ -213,10 +214,8 @@ class Daemon:
                 rc = cap.returncode()
                 m.capture_restarts.inc()
                 self._take_stats()
-                log.error(
-                    "%s (pid %s) exited with status %s: %s; restarting in %.0f s",
-                    cap.tool, cap.pid, rc, cap.error_tail() or "no message", backoff,
-                )
+                how = f"was killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 else f"exited with status {rc}"
+                log.error("%s (pid %s) %s: %s; restarting in %.0f s", cap.tool, cap.pid, how, cap.error_tail() or "no message", backoff)
                 restart_at = now + backoff
                 backoff = min(backoff * 2, BACKOFF_MAX_S)
             if restart_at is not None and now >= restart_at:

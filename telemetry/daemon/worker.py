@@ -64,7 +64,7 @@ def has_packets(path: Path) -> bool:
             if not head:
                 return False
             if head in _PCAP_MAGICS:
-                return os.fstat(fh.fileno()).st_size > 24
+                return os.fstat(fh.fileno()).st_size != 24  # shorter: a broken header, for ingest to report
             if head != _PCAPNG_SHB:
                 return True
             fh.seek(0)

@@ -1,0 +1,536 @@
+"""`tailtap daemon`: the exposition format, retention, the spool worker, CLI errors, and the
+real thing: the daemon capturing gRPC traffic on loopback with tcpdump, rotating files,
+ingesting them, surviving a killed capture, being scraped by a real Prometheus, and
+stopping cleanly on SIGTERM.
+
+Every process a test starts is killed by pid in a finally block.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from concurrent import futures
+from pathlib import Path
+
+import pytest
+from capture_builders import ether, ipv4, pcap, tcp
+from typer.testing import CliRunner
+
+from telemetry.daemon import retention
+from telemetry.daemon.cli import daemon_app
+from telemetry.daemon.metrics import Counter, DaemonMetrics, Gauge, Histogram, Registry
+from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets
+from telemetry.db import connect
+from telemetry.ingest import IngestOptions
+from telemetry.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+TCPDUMP = shutil.which("tcpdump")
+PROMTOOL = shutil.which("promtool")
+PROMETHEUS = shutil.which("prometheus")
+CAN_CAPTURE = TCPDUMP is not None and os.geteuid() == 0
+needs_capture = pytest.mark.skipif(not CAN_CAPTURE, reason="needs root and tcpdump to capture on lo")
+METHOD = "/tailtap.test.LLM/Generate"
+TOKENS = 6
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 2.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})? (\S+)$")
+
+
+def _samples(text: str, name: str) -> list[tuple[str, float]]:
+    out = []
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if m and m.group(1) == name:
+            out.append((m.group(2) or "", float(m.group(3))))
+    return out
+
+
+def _total(text: str, name: str) -> float:
+    return sum(v for _, v in _samples(text, name))
+
+
+def _wait_for(what: str, timeout: float, probe):
+    """Poll probe() until it returns something truthy; fail with what was last seen."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except OSError as exc:  # endpoint not up yet
+            last = exc
+        else:
+            if last:
+                return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}; last: {str(last)[:500]}")
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> command name of the processes whose parent is pid."""
+    out = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        ppid = int(text[text.rindex(")") + 2 :].split()[1])
+        if ppid == pid:
+            out[int(stat.parent.name)] = comm
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _promtool_check(text: str) -> None:
+    if PROMTOOL is None:
+        return
+    proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=20)
+    assert proc.returncode == 0, f"promtool check metrics:\n{proc.stdout}{proc.stderr}"
+
+
+# -- exposition format ---------------------------------------------------------------------
+
+
+def test_exposition_format_and_promtool():
+    r = Registry()
+    c = Counter(r, "demo_requests_total", "Requests.\nSecond line \\ backslash.", ["method"])
+    g = Gauge(r, "demo_temperature_celsius", "A gauge.")
+    h = Histogram(r, "demo_latency_seconds", "Latency.", ["method"], buckets=(0.1, 1.0))
+    c.inc(2, method='/a"b\\c\nd')
+    c.inc(method="/plain")
+    g.set(21.5)
+    h.observe_many([0.05, 0.1, 0.5, 3.0, None, float("nan")], method="/plain")
+    text = r.render()
+    assert '# HELP demo_requests_total Requests.\\nSecond line \\\\ backslash.' in text
+    assert 'demo_requests_total{method="/a\\"b\\\\c\\nd"} 2' in text
+    assert "demo_temperature_celsius 21.5" in text
+    # le is inclusive; NaN and None are not observations
+    assert 'demo_latency_seconds_bucket{method="/plain",le="0.1"} 2' in text
+    assert 'demo_latency_seconds_bucket{method="/plain",le="1"} 3' in text
+    assert 'demo_latency_seconds_bucket{method="/plain",le="+Inf"} 4' in text
+    assert 'demo_latency_seconds_count{method="/plain"} 4' in text
+    assert _samples(text, "demo_latency_seconds_sum") == [('{method="/plain"}', 3.65)]
+    with pytest.raises(ValueError):
+        c.inc(-1, method="/plain")
+    with pytest.raises(ValueError):
+        Counter(r, "demo_bad", "counters end in _total")
+    _promtool_check(text)
+
+
+def test_daemon_metrics_on_an_empty_store_render_and_lint(tmp_path):
+    m = DaemonMetrics(max_methods=2)
+    m.refresh_recent(Store(tmp_path / "store"), window_s=300, bucket_s=10)  # nothing stored yet
+    assert m.refresh_errors.value() == 0
+    assert [m.method_label(x) for x in ("/a", "/b", "/c", "/a")] == ["/a", "/b", "(other)", "/a"]
+    text = m.registry.render()
+    assert "tailtap_recent_slow_requests 0" in text
+    _promtool_check(text)
+
+
+# -- retention -----------------------------------------------------------------------------
+
+
+def test_retention_deletes_only_old_hour_partitions(tmp_path):
+    root = tmp_path / "store"
+    now = 1_700_000_000.0  # 2023-11-14T22:13:20Z
+    layout = {
+        "requests/date=2023-11-14/hour=18/a-00001.parquet": True,  # ended 18:59, > 3 h ago
+        "requests/date=2023-11-14/hour=19/a-00002.parquet": False,  # ended 20:00 > cutoff 19:13
+        "requests/date=2023-11-14/hour=22/b-00001.parquet": False,
+        "messages/date=2023-11-13/hour=23/a-00003.parquet": True,
+        "captures/date=1970-01-01/hour=00/x-00001.parquet": True,  # rows without any time
+        "requests/date=2023-11-14/hour=99/odd.parquet": False,  # not a partition name
+        "requests/date=2023-11-14/notes/keep.txt": False,
+        "requests/README": False,
+        "not_a_table/date=2000-01-01/hour=00/keep.parquet": False,
+        ".staging/c/requests/date=2000-01-01/hour=00/c-00001.parquet": False,
+    }
+    for rel in layout:
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    result = retention.prune_store(root, retention_hours=3, now=now)
+    assert not result.errors
+    for rel, deleted in layout.items():
+        assert (root / rel).exists() != deleted, rel
+    assert sorted(p.relative_to(root).as_posix() for p in result.removed) == [
+        "captures/date=1970-01-01/hour=00",
+        "messages/date=2023-11-13/hour=23",
+        "requests/date=2023-11-14/hour=18",
+    ]
+    assert not (root / "messages/date=2023-11-13").exists()  # emptied date folders go too
+    assert not (root / "captures/date=1970-01-01").exists()
+    assert retention.prune_store(root, retention_hours=3, now=now).removed == []
+    assert retention.partition_start("date=2023-11-14", "hour=19") == 1_699_988_400.0
+    assert retention.partition_start("date=2023-02-30", "hour=01") is None
+
+
+def test_prune_kept_files_by_age_and_count(tmp_path):
+    now = time.time()
+    for i, age_h in enumerate([30, 5, 4, 3, 2]):
+        p = tmp_path / f"f{i}.pcap"
+        p.write_bytes(b"x")
+        os.utime(p, (now - age_h * 3600, now - age_h * 3600))
+    removed = retention.prune_files(tmp_path, retention_hours=24, max_files=3, now=now)
+    assert sorted(p.name for p in removed) == ["f0.pcap", "f1.pcap"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f2.pcap", "f3.pcap", "f4.pcap"]
+
+
+# -- spool and worker ----------------------------------------------------------------------
+
+
+def _tiny_pcap(t0_ns: int) -> bytes:
+    syn = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 50051, seq=1, flags=0x02)))
+    synack = ether(ipv4("10.0.0.2", "10.0.0.1", tcp(50051, 40000, seq=9, ack=2, flags=0x12)))
+    data = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 50051, seq=2, ack=10, payload=b"hello")))
+    return pcap([(t0_ns, syn), (t0_ns + 100_000, synack), (t0_ns + 200_000, data)], nano=True)
+
+
+def test_has_packets_tells_header_only_files():
+    import capture_builders as cb
+
+    assert not has_packets_bytes(pcap([]))
+    assert has_packets_bytes(_tiny_pcap(10**18))
+    assert not has_packets_bytes(b"")
+    assert not has_packets_bytes(cb.shb() + cb.idb())
+    assert has_packets_bytes(cb.shb() + cb.idb() + cb.epb(0, 1, b"\x00" * 60))
+    assert has_packets_bytes(b"garbage, let ingest say what is wrong")
+
+
+def has_packets_bytes(data: bytes) -> bool:
+    import tempfile
+
+    with tempfile.NamedTemporaryFile() as fh:
+        fh.write(data)
+        fh.flush()
+        return has_packets(Path(fh.name))
+
+
+def test_worker_ingests_fails_and_bounds_the_spool(tmp_path):
+    spool = Spool(tmp_path / "spool")
+    spool.prepare()
+    store = Store(tmp_path / "store")
+    metrics = DaemonMetrics()
+    worker = Worker(
+        spool, store, metrics, WorkerSettings(IngestOptions(), max_files=2),
+        open_files=lambda: {spool.root / "tailtap-1-0009.pcap"}, capturing=lambda: True,
+    )
+    good = spool.root / "tailtap-1-0001.pcap"
+    good.write_bytes(_tiny_pcap(time.time_ns()))
+    empty = spool.root / "tailtap-1-0002.pcap"
+    empty.write_bytes(pcap([]))
+    bad = spool.root / "tailtap-1-0010.pcap"
+    bad.write_bytes(b"this is not a capture file at all" * 4)
+    writing = spool.root / "tailtap-1-0009.pcap"
+    writing.write_bytes(b"")
+    (spool.root / "unrelated.txt").write_text("not ours")
+    # natural order (0009 before 0010), the open file excluded, foreign files ignored
+    assert [p.name for p in spool.completed({writing}, capturing=True)] == [good.name, empty.name, bad.name]
+    # without /proc the newest file is the one being written
+    assert [p.name for p in spool.completed(None, capturing=True)] == [good.name, empty.name, writing.name]
+    assert len(spool.completed(set(), capturing=False)) == 4
+    for path in (good, empty, bad):
+        worker.ingest(path)
+    assert not good.exists() and not empty.exists() and not bad.exists()
+    assert metrics.captures_ingested.value() == 1 and metrics.packets.value() == 3
+    assert metrics.spool_empty.value() == 1
+    assert metrics.ingest_errors.value() == 1
+    assert (spool.failed_dir / bad.name).exists()
+    assert str(bad) in (spool.failed_dir / f"{bad.name}.error").read_text()
+    assert spool.failed_count() == 1
+    assert connect(store).execute("SELECT count(*) FROM connections").fetchone()[0] == 1
+    # ring-buffer bound: more than max_files waiting -> the oldest go, counted
+    writing.unlink()
+    waiting = []
+    for i in range(4):
+        p = spool.root / f"tailtap-2-{i:04d}.pcap"
+        p.write_bytes(pcap([]))
+        waiting.append(p)
+    kept = worker._bound(spool.completed(set(), capturing=False))
+    assert kept == waiting[2:]
+    assert metrics.spool_dropped.value() == 2
+    assert not waiting[0].exists() and waiting[3].exists()
+
+
+def test_spool_is_locked_by_one_daemon(tmp_path):
+    from telemetry.daemon.worker import SpoolBusy
+
+    first = Spool(tmp_path / "spool")
+    first.prepare()
+    try:
+        with pytest.raises(SpoolBusy, match=f"pid {os.getpid()}"):
+            Spool(tmp_path / "spool").prepare()
+    finally:
+        first.release()
+    second = Spool(tmp_path / "spool")
+    second.prepare()
+    second.release()
+
+
+# -- CLI errors ----------------------------------------------------------------------------
+
+
+def test_missing_interface_is_one_clear_line(tmp_path):
+    result = CliRunner().invoke(daemon_app, ["run", "-i", "nope-tailtap0", "--store", str(tmp_path / "s"), "--spool", str(tmp_path / "sp")])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and "interface 'nope-tailtap0' not found (available:" in errors[0], result.output
+    assert "Traceback" not in result.output
+
+
+def test_missing_tcpdump_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # no tcpdump here
+    result = CliRunner().invoke(daemon_app, ["run", "-i", "lo", "--store", str(tmp_path / "s"), "--spool", str(tmp_path / "sp")])
+    assert result.exit_code == 1, result.output
+    assert "tcpdump not found on PATH" in result.output and "Traceback" not in result.output
+
+
+@needs_capture
+def test_bad_filter_is_a_usage_error(tmp_path):
+    result = CliRunner().invoke(daemon_app, ["run", "-i", "lo", "-f", "tcp prot 80", "--store", str(tmp_path / "s"), "--spool", str(tmp_path / "sp")])
+    assert result.exit_code == 2, result.output
+    assert "bad capture filter 'tcp prot 80'" in result.output
+
+
+# -- the real thing ------------------------------------------------------------------------
+
+
+grpc = pytest.importorskip("grpc")
+
+
+def _generate(request: bytes, context):
+    n = int(request.decode())
+    time.sleep(0.005)
+    for i in range(n):
+        yield f"token-{i:03d}".encode()
+        time.sleep(0.003)
+
+
+class _GrpcLoad:
+    """A server-streaming gRPC service and a client thread calling it on fresh connections
+    (a local subchannel pool per channel: every call has its own HPACK context)."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.method_handlers_generic_handler("tailtap.test.LLM", {"Generate": grpc.unary_stream_rpc_method_handler(_generate)})
+        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_insecure_port(f"127.0.0.1:{self.port}")
+        self.calls = 0
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> _GrpcLoad:
+        self.server.start()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                with grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
+                    got = list(ch.unary_stream(METHOD)(str(TOKENS).encode(), timeout=5))
+                assert len(got) == TOKENS
+                self.calls += 1
+            except Exception as exc:  # reported by the test, not raised in a thread
+                self.errors.append(repr(exc))
+            self._stop.wait(0.03)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self.server.stop(grace=None)
+
+
+def _daemon(tmp_path: Path, port: int, metrics_port: int, *extra: str) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "telemetry.daemon", "run", "-i", "lo", "-f", f"tcp port {port}",
+        "--store", str(tmp_path / "store"), "--spool", str(tmp_path / "spool"), "--rotate-seconds", "1",
+        "--metrics-addr", f"127.0.0.1:{metrics_port}", "--metrics-refresh-seconds", "1",
+        "--metrics-window-seconds", "600", "--window-seconds", "2", *extra,
+    ]
+    log = open(tmp_path / "daemon.log", "wb")  # noqa: SIM115 (kept open for the child)
+    return subprocess.Popen(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen[bytes], int]:
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: tailtap\n    static_configs: [{{targets: ['{target}']}}]\n"
+    )
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"),  # noqa: SIM115
+    )
+    return proc, port
+
+
+def _log(tmp_path: Path) -> str:
+    path = tmp_path / "daemon.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+@needs_capture
+def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
+    load = _GrpcLoad().start()
+    metrics_port = _free_port()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    prom = prom_port = None
+    if PROMETHEUS:  # start early: it takes a moment to come up
+        prom, prom_port = _prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
+    daemon = _daemon(tmp_path, load.port, metrics_port)
+    seen_children: set[int] = set()
+    try:
+        _wait_for("the capture to be up", 20, lambda: _total(_get(metrics_url), "tailtap_capture_up") == 1)
+        seen_children |= set(_children(daemon.pid))
+
+        # files rotate (1 s) and get ingested while traffic flows
+        def ingested() -> str | None:
+            t = _get(metrics_url)
+            ok = _total(t, "tailtap_captures_ingested_total") >= 2 and _total(t, "tailtap_requests_total") > 0
+            return t if ok else None
+
+        text = _wait_for("two ingested files with requests", 25, ingested)
+        assert any(METHOD in labels for labels, v in _samples(text, "tailtap_requests_total") if v > 0), text
+
+        # a capture process that dies is reported and restarted
+        tools = {pid: comm for pid, comm in _children(daemon.pid).items() if comm == "tcpdump"}
+        assert len(tools) == 1, _children(daemon.pid)
+        (old_pid,) = tools
+        ingested_before = _total(text, "tailtap_captures_ingested_total")
+        os.kill(old_pid, signal.SIGKILL)
+        _wait_for(
+            "the capture to be restarted", 15,
+            lambda: _total(t := _get(metrics_url), "tailtap_capture_restarts_total") >= 1
+            and _total(t, "tailtap_capture_up") == 1,
+        )
+        new_tools = [pid for pid, comm in _children(daemon.pid).items() if comm == "tcpdump"]
+        assert new_tools and old_pid not in new_tools
+        seen_children |= set(new_tools)
+        _wait_for(
+            "files of the restarted capture to be ingested", 15,
+            lambda: _total(_get(metrics_url), "tailtap_captures_ingested_total") >= ingested_before + 2,
+        )
+        assert f"tcpdump (pid {old_pid}) was killed by SIGKILL" in _log(tmp_path) and "restarting in 1 s" in _log(tmp_path)
+
+        # /metrics is valid Prometheus text
+        text = _get(metrics_url)
+        _promtool_check(text)
+        assert _total(text, "tailtap_ingest_errors_total") == 0, _log(tmp_path)
+        assert _total(text, "tailtap_ingested_packets_total") > 0
+        assert _total(text, "tailtap_request_ttft_seconds_count") > 0
+        assert _samples(text, "tailtap_recent_request_latency_seconds"), text
+        assert _total(text, "tailtap_last_ingest_timestamp_seconds") > time.time() - 30
+        lag = _total(text, "tailtap_ingest_lag_seconds")
+        assert 0 <= lag < 30, lag
+
+        # a real Prometheus scrapes it
+        if prom is not None:
+            def scraped():
+                body = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=tailtap_requests_total"))
+                values = [float(r["value"][1]) for r in body["data"]["result"]]
+                return values if values and max(values) > 0 else None
+
+            values = _wait_for("Prometheus to scrape tailtap_requests_total", 20, scraped)
+            assert max(values) > 0
+            up = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
+            assert [r["value"][1] for r in up] == ["1"], up
+        load.stop()
+        assert load.calls > 0 and not load.errors, load.errors
+
+        # SIGTERM: capture stopped, current ingest finished, exit 0, no child left
+        seen_children |= set(_children(daemon.pid))
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(20) == 0, _log(tmp_path)
+        for pid in seen_children:
+            assert not _alive(pid), f"child {pid} survived the daemon"
+        assert "SIGTERM: stopping" in _log(tmp_path) and "stopped" in _log(tmp_path)
+        assert "Traceback" not in _log(tmp_path), _log(tmp_path)
+    finally:
+        for proc in (daemon, prom):
+            if proc is not None and proc.poll() is None:
+                _kill(proc.pid)
+                proc.wait(10)
+        for pid in seen_children:
+            _kill(pid)
+        load.stop()
+
+    rows = connect(Store(tmp_path / "store")).execute(
+        "SELECT count(*), count(*) FILTER (WHERE path = ? AND response_messages = ? AND grpc_status = 0) FROM requests",
+        [METHOD, TOKENS],
+    ).fetchone()
+    assert rows[1] > 0 and rows[1] >= 0.5 * rows[0], rows  # most calls whole inside one file
+    assert not list((tmp_path / "spool" / "failed").iterdir())
+
+
+@needs_capture
+def test_bounded_run_ingests_leftovers_and_keeps_bad_files(tmp_path):
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    # files an earlier run left: ingested first; the bad one is kept in failed/ with its error
+    (spool / "tailtap-1-20200101T000000.pcap").write_bytes(_tiny_pcap(1_577_836_800 * 10**9))
+    (spool / "tailtap-1-20200101T000001.pcap").write_bytes(pcap([]))
+    (spool / "tailtap-1-20200101T000002.pcap").write_bytes(b"\xd4\xc3\xb2\xa1 truncated header")
+    load = _GrpcLoad().start()
+    daemon = _daemon(tmp_path, load.port, _free_port(), "--duration", "3", "--retention-hours", "100000")
+    try:
+        assert daemon.wait(40) == 0, _log(tmp_path)
+    finally:
+        if daemon.poll() is None:
+            _kill(daemon.pid)
+            daemon.wait(10)
+        load.stop()
+    log = _log(tmp_path)
+    assert "3 capture file(s) left by an earlier run" in log
+    assert "--duration reached" in log and "Traceback" not in log, log
+    assert not [p for p in spool.iterdir() if p.name.startswith("tailtap-")], "bounded run must drain the spool"
+    failed = spool / "failed" / "tailtap-1-20200101T000002.pcap"
+    assert failed.exists() and (spool / "failed" / f"{failed.name}.error").read_text().strip()
+    con = connect(Store(tmp_path / "store"))
+    captures = con.execute("SELECT count(*), min(first_ts) FROM captures").fetchone()
+    assert captures[0] >= 2  # the leftover + at least one live file
+    requests = con.execute("SELECT count(*) FROM requests WHERE path = ?", [METHOD]).fetchone()[0]
+    assert requests > 0 and load.calls > 0
