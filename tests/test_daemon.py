@@ -305,6 +305,31 @@ def test_spool_is_locked_by_one_daemon(tmp_path):
     second.release()
 
 
+def test_capture_commands_and_tool_counters(tmp_path):
+    from telemetry.daemon.capture import CaptureConfig, Capturer
+
+    config = CaptureConfig("eth1", tmp_path, rotate_seconds=30, rotate_mb=100, bpf="tcp port 50051", snaplen=9000, buffer_mb=64)
+    cmd = Capturer(config, "/usr/sbin/tcpdump").command()
+    assert cmd[:3] == ["/usr/sbin/tcpdump", "-i", "eth1"] and cmd[-1] == "tcp port 50051"
+    assert ["-G", "30"] == cmd[cmd.index("-G") : cmd.index("-G") + 2] and "-C" in cmd and "-W" not in cmd  # -W would exit
+    assert cmd[cmd.index("-B") + 1] == "65536"  # KiB
+    assert re.fullmatch(re.escape(str(tmp_path)) + r"/tailtap-\d{13}-%Y%m%dT%H%M%S\.pcap", cmd[cmd.index("-w") + 1])
+    dump = Capturer(config, "/usr/bin/dumpcap").command()
+    assert ["-b", "duration:30", "-b", "filesize:100000"] == dump[4:8] and dump[-2:] == ["-f", "tcp port 50051"]
+
+    cap = Capturer(config, "/usr/sbin/tcpdump")
+    # SIGUSR1 line, then the exit lines: cumulative per process, handed out as deltas
+    cap._parse_stats("tcpdump: 10 packets captured, 12 packets received by filter, 2 packets dropped by kernel")
+    assert cap.take_stats() == (12, 2)
+    cap._parse_stats("15 packets received by filter")
+    cap._parse_stats("3 packets dropped by kernel")
+    cap._parse_stats("1 packet dropped by interface")
+    assert cap.take_stats() == (3, 1) and cap.take_stats() == (0, 0)
+    cap._seen = [0, 0]  # what start() does for a new process
+    cap._parse_stats("Packets received/dropped on interface 'Loopback: lo': 7/1 (pcap:1/dumpcap:0/flushed:0/ps_ifdrop:0) (12.5%)")
+    assert cap.take_stats() == (7, 1)
+
+
 # -- CLI errors ----------------------------------------------------------------------------
 
 
@@ -507,7 +532,10 @@ def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
 
 
 @needs_capture
-def test_bounded_run_ingests_leftovers_and_keeps_bad_files(tmp_path):
+@pytest.mark.parametrize("capturer", ["tcpdump", "dumpcap"])
+def test_bounded_run_ingests_leftovers_and_keeps_bad_files(tmp_path, capturer):
+    if shutil.which(capturer) is None:
+        pytest.skip(f"{capturer} not installed")
     spool = tmp_path / "spool"
     spool.mkdir()
     # files an earlier run left: ingested first; the bad one is kept in failed/ with its error
@@ -515,7 +543,7 @@ def test_bounded_run_ingests_leftovers_and_keeps_bad_files(tmp_path):
     (spool / "tailtap-1-20200101T000001.pcap").write_bytes(pcap([]))
     (spool / "tailtap-1-20200101T000002.pcap").write_bytes(b"\xd4\xc3\xb2\xa1 truncated header")
     load = _GrpcLoad().start()
-    daemon = _daemon(tmp_path, load.port, _free_port(), "--duration", "3", "--retention-hours", "100000")
+    daemon = _daemon(tmp_path, load.port, _free_port(), "--duration", "3", "--retention-hours", "100000", "--capturer", capturer)
     try:
         assert daemon.wait(40) == 0, _log(tmp_path)
     finally:
