@@ -320,3 +320,22 @@ def test_ack_progress_is_monotonic_and_prunable():
     an.prune_acks(1, TO_CLIENT, 35)
     assert an.ack_progress(1, TO_CLIENT)[1].tolist() == [40, 50, 60]
     assert an.ack_progress(99, TO_CLIENT)[0].size == 0
+
+
+def test_one_sided_capture_keeps_memory_bounded(monkeypatch):
+    """Only the server's packets were captured (asymmetric routing): nothing is ever
+    ACKed or echoed, yet the logs stay bounded and the payload is complete."""
+    from parsers.tcp import _logs
+
+    monkeypatch.setattr(_logs, "MAX_ENTRIES", 64)
+    f = Flow()
+    for i in range(1000):
+        f.s(1 + 100 * i, 1, "A", 100, tsval=5000 + i)
+    r = analyze(f.batch(), finish=False)
+    conn = r.an._by_key[1]
+    d = conn.dirs[TO_CLIENT]
+    assert len(d.segs) <= 64 and len(d.tsq.tv) - d.tsq.h <= 64
+    assert len(b"".join(c.data for c in r.chunks)) == 100_000
+    assert r.events == [] and r.rtts == []
+    (s,) = r.an.finish()
+    assert s.packets == (0, 1000) and s.bytes == (0, 100_000)

@@ -16,6 +16,8 @@ there, so both paths give the same result.
 
 from __future__ import annotations
 
+from itertools import repeat
+
 import numpy as np
 
 from parsers.records import ACK, FIN, RST, SYN, PayloadChunk, RttSample, TcpEvent
@@ -310,12 +312,10 @@ class BulkPath:
             rows = idx[cp]
             offs = b.payload_off[rows]
             ends = offs + b.payload_len[rows]
+            datas = [bytes(mv[o0:o1]) for o0, o1 in zip(offs.tolist(), ends.tolist(), strict=True)]
             out.extend(
-                PayloadChunk(key, dd, bytes(mv[o0:o1]), t, f, s0, 0)
-                for dd, o0, o1, t, f, s0 in zip(
-                    cd.tolist(), offs.tolist(), ends.tolist(), ts[cp].tolist(),
-                    fr[cp].tolist(), cr.tolist(), strict=True,
-                )
+                map(PayloadChunk, repeat(key), cd.tolist(), datas, ts[cp].tolist(),
+                    fr[cp].tolist(), cr.tolist(), repeat(0))
             )  # fmt: skip
         last = int(ts[k - 1])
         if last > conn.last_ns:
@@ -354,11 +354,10 @@ class BulkPath:
                 js = jj[ok]
                 out = TA[ok] - t[js]
                 X.segs.sampled_end = int(en[js[-1]])
-                key, di = conn.key, X.idx
                 self._rtts.extend(
-                    RttSample(a, key, di, r / 1e6, "data_ack")
-                    for a, r in zip(TA[ok].tolist(), out.tolist(), strict=True)
-                )
+                    map(RttSample, TA[ok].tolist(), repeat(conn.key), repeat(X.idx),
+                        (out / 1e6).tolist(), repeat("data_ack"))
+                )  # fmt: skip
             keep = en > X.acked
             st, en, t = st[keep], en[keep], t[keep]
         sampled = X.segs.sampled_end
@@ -390,11 +389,10 @@ class BulkPath:
                 ok = (kk < len(tv)) & (tv[kc] == e) & (tt[kc] <= et)
                 if ok.any():
                     out = et[ok] - tt[kc[ok]]
-                    di = X.idx
                     self._rtts.extend(
-                        RttSample(a, key, di, r / 1e6, "tsecr")
-                        for a, r in zip(et[ok].tolist(), out.tolist(), strict=True)
-                    )
+                        map(RttSample, et[ok].tolist(), repeat(key), repeat(X.idx),
+                            (out / 1e6).tolist(), repeat("tsecr"))
+                    )  # fmt: skip
             last_echo = max(last_echo, int(run[-1]))
         keep = tv > last_echo
         q.set_arrays(tv[keep], tt[keep], last_echo)

@@ -16,6 +16,9 @@ from bisect import bisect_left, bisect_right
 import numpy as np
 
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
+# Bound on outstanding entries: without ACKs (one-sided capture) nothing is ever
+# acknowledged or echoed; the oldest entries are dropped (they only feed RTT samples).
+MAX_ENTRIES = 1 << 16
 
 
 class SegLog:
@@ -43,6 +46,14 @@ class SegLog:
         self.rx.append(rx)
         if rx:
             self.n_rx += 1
+        if len(self.st) - self.h > MAX_ENTRIES:
+            self._drop(len(self.st) - self.h - MAX_ENTRIES // 2)
+
+    def _drop(self, k: int) -> None:
+        h = self.h
+        self.n_rx -= sum(self.rx[h : h + k])
+        del self.st[: h + k], self.en[: h + k], self.ts[: h + k], self.rx[: h + k]
+        self.h = 0
 
     def insert(self, s: int, e: int, ts: int, rx: bool) -> None:
         i = bisect_right(self.st, s, self.h)
@@ -118,6 +129,8 @@ class SegLog:
 
     def set_arrays(self, st: np.ndarray, en: np.ndarray, ts: np.ndarray) -> None:
         """Bulk path: replace the log with these (never-retransmitted) segments."""
+        if len(st) > MAX_ENTRIES:
+            st, en, ts = st[-MAX_ENTRIES // 2 :], en[-MAX_ENTRIES // 2 :], ts[-MAX_ENTRIES // 2 :]
         self.st = st.tolist()
         self.en = en.tolist()
         self.ts = ts.tolist()
@@ -141,6 +154,10 @@ class TsLog:
         if (not self.tv or tv > self.tv[-1]) and tv > self.last_echo:
             self.tv.append(tv)
             self.t.append(ts)
+            if len(self.tv) - self.h > MAX_ENTRIES:
+                k = len(self.tv) - MAX_ENTRIES // 2
+                del self.tv[:k], self.t[:k]
+                self.h = 0
 
     def echo(self, e: int, now: int) -> int | None:
         """The far end echoed TSval ``e``: the send time of that TSval, once."""
@@ -167,6 +184,8 @@ class TsLog:
         return np.array(self.tv[h:], dtype=np.int64), np.array(self.t[h:], dtype=np.int64)
 
     def set_arrays(self, tv: np.ndarray, t: np.ndarray, last_echo: int) -> None:
+        if len(tv) > MAX_ENTRIES:
+            tv, t = tv[-MAX_ENTRIES // 2 :], t[-MAX_ENTRIES // 2 :]
         self.tv = tv.tolist()
         self.t = t.tolist()
         self.h = 0
