@@ -218,6 +218,8 @@ class _Conn:
     sent: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
     acked: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
+    # stream -> ACK time of its first response message (resolved before the request is)
+    first_acked: dict[int, int | None] = field(default_factory=dict)
 
     def note_acks(self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray) -> None:
         """Fold ACK progress not yet seen into the per-bucket highest acked offset."""
@@ -328,7 +330,8 @@ class CapturePipeline:
         return self.tcp.ack_progress(conn.key, tcp_dir)
 
     def _resolve_acks(self, conn: _Conn, summary: ConnectionSummary | None) -> None:
-        """Give messages their ACK time; hand over those resolved (all, at close)."""
+        """Give messages their ACK time and requests their client-side times; hand over
+        what is resolved (everything, at close); then forget ACK progress nothing needs."""
         final = summary is not None
         for session_dir in (TO_SERVER, TO_CLIENT):
             pending = conn.pending[session_dir]
@@ -342,30 +345,40 @@ class CapturePipeline:
                 for p, i in zip(pending, idx.tolist(), strict=True):
                     if i < len(ack_ts):
                         p.acked_ts = int(ack_ts[i])
-            if final:
-                conn.rows.messages.extend(pending)
-                conn.pending[session_dir].clear()
-                continue
             # messages complete in offset order: the resolved ones form a prefix
-            n_done = 0
+            n_done = len(pending) if final else 0
             while n_done < len(pending) and pending[n_done].acked_ts is not None:
                 n_done += 1
-            if n_done:
-                conn.rows.messages.extend(pending[:n_done])
-                del pending[:n_done]
-                below = pending[0].record.end_offset if pending else conn.rows.messages[-1].record.end_offset
-                self.tcp.prune_acks(conn.key, session_dir ^ conn.flip, below)
+            for p in pending[:n_done]:
+                if p.record.direction == TO_CLIENT and p.record.index == 0:
+                    conn.first_acked[p.record.stream_id] = p.acked_ts
+            conn.rows.messages.extend(pending[:n_done])
+            del pending[:n_done]
         ready, waiting = [], []
         for r in conn.pending_requests:
             (ready if final or self._acked_through(conn, r.end_offset) else waiting).append(r)
         conn.pending_requests = waiting
         for r in ready:
             times = conn.response_times.pop(r.stream_id, [])
-            first_acked = self._acked_at(conn, r.first_message_end_offset, summary)
+            first_acked = conn.first_acked.pop(r.stream_id, None)
+            if first_acked is None:  # a non-gRPC response: no message rows, look it up
+                first_acked = self._acked_at(conn, r.first_message_end_offset, summary)
             end_acked = self._acked_at(conn, r.end_offset, summary)
             floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip)
             conn.rows.requests.append((r, times, first_acked, end_acked, floor))
             conn.requests += 1
+        if not final:
+            self._prune_acks(conn)
+
+    def _prune_acks(self, conn: _Conn) -> None:
+        """ACK progress below every offset still waiting for its ACK is not needed again."""
+        for session_dir in (TO_SERVER, TO_CLIENT):
+            needed = [p.record.end_offset for p in conn.pending[session_dir][:1]]
+            if session_dir == TO_CLIENT:
+                for r in conn.pending_requests:
+                    needed += [o for o in (r.first_message_end_offset, r.end_offset) if o is not None]
+            if needed:
+                self.tcp.prune_acks(conn.key, session_dir ^ conn.flip, min(needed))
 
     def _acked_through(self, conn: _Conn, offset: int | None) -> bool:
         if offset is None:
