@@ -290,7 +290,8 @@ class LoadGenerator:
                 self.dispatch_late.append((t, late))
             conn = self.conns[self.rng.randrange(len(self.conns))]
             if self.rng.random() < embed_share:
-                self.start_call("Embed", conn, None, 0, None, (self.rng.randint(64, 4096), 0))
+                lo_e, hi_e = cfg.get("embed_chars", [64, 4096])
+                self.start_call("Embed", conn, None, 0, None, (self.rng.randint(lo_e, hi_e), 0))
             else:
                 size = (self.rng.randint(lo_w, hi_w), self.rng.randint(lo_t, hi_t))
                 self.start_call("Generate", conn, None, 0, None, size)

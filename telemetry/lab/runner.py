@@ -515,16 +515,24 @@ def _run(
         + (", ".join(f"{w['name']} {w['start_offset_s']:.1f}-{w['end_offset_s']:.1f}s" for w in windows) or "none"))  # fmt: skip
     procs["client"] = Proc("client", net.exec_argv("client", _py("telemetry.lab.client", str(work / "client_cfg.json"))), work / "client.log", stdin=False)  # fmt: skip
     procs["client"].wait_line("READY", lead_s + 10)
-    freezer = Freezer(procs["client"].pid, [w for w in windows if w["layer"] == "client"
-                      and w["params"].get("freeze_ms")])  # fmt: skip
-    freezer.start()
+    # slow-reader windows: the client or the server frozen in slices (by pid)
+    freezers = {
+        role: Freezer(
+            procs[role].pid,
+            [w for w in windows if w["layer"] == role and w["params"].get("freeze_ms")],
+        )  # fmt: skip
+        for role in ("client", "server")
+    }
+    for f in freezers.values():
+        f.start()
     client_timeout = lead_s + duration + float(client_cfg["drain_s"]) + 20
     try:
         procs["client"].p.wait(client_timeout)
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"client did not finish in {client_timeout:.0f} s") from None
     finally:
-        freezer.stop()
+        for f in freezers.values():
+            f.stop()
     if procs["client"].p.returncode != 0:
         raise RuntimeError(f"client failed: {procs['client'].tail()}")
     procs.pop("client").stop()
@@ -540,12 +548,13 @@ def _run(
     t_end = time.time_ns()
 
     return _finish(scn, name, duration, seed, out, work, net, t_setup, t0, t_end, windows,
-                   idle_rtt, server_cfg, client_cfg, ccfg, freezer.frozen, log)  # fmt: skip
+                   idle_rtt, server_cfg, client_cfg, ccfg,
+                   {r: f.frozen for r, f in freezers.items()}, log)  # fmt: skip
 
 
 class Freezer:
-    """Client slow-reader windows: freeze the client process (SIGSTOP) for ``freeze_ms`` of
-    every ``freeze_ms + run_ms`` inside the window, by pid; always SIGCONT at the end."""
+    """Slow-reader windows: freeze a lab process (SIGSTOP) for ``freeze_ms`` of every
+    ``freeze_ms + run_ms`` inside the window, by pid; always SIGCONT at the end."""
 
     def __init__(self, pid: int, windows: list[dict[str, Any]]) -> None:
         import threading
@@ -616,7 +625,7 @@ def _finish(
     server_cfg: dict[str, Any],
     client_cfg: dict[str, Any],
     ccfg: dict[str, Any],
-    frozen: list[tuple[int, int]],
+    frozen_by_role: dict[str, list[tuple[int, int]]],
     log: Any,
 ) -> dict[str, Any]:
     import pyarrow as pa
@@ -631,6 +640,7 @@ def _finish(
             tail = (work / logname).read_text(errors="replace")[-1500:]
             raise RuntimeError(f"no usable {name} ({e}); {logname}: {tail}") from None
 
+    frozen = frozen_by_role["client"]
     bridge = report("bridge.json", "bridge.log")
     server = report("server.json", "server.log")
     meta = report("client_meta.json", "client.log")
@@ -666,9 +676,12 @@ def _finish(
             obs["rpcs_stalled"] = sum(1 for r in rpcs if r.get("stall") == w["name"])
         elif w["params"].get("kind") == "resource_exhausted":
             obs["rpcs_rejected"] = sum(1 for r in rpcs if r.get("window") == w["name"])
-        elif w["params"].get("kind") == "slow_reader":
+        if w["params"].get("kind") == "slow_reader":
             obs["calls_read_slowly"] = sum(1 for r in rows if r["slow_reader"])
-            mine = [(a, b) for a, b in frozen if w["start_ns"] <= a < w["end_ns"] + NS_PER_S]
+        if w["params"].get("freeze_ms"):
+            mine = [
+                (a, b) for a, b in frozen_by_role[w["layer"]] if w["start_ns"] <= a < w["end_ns"]
+            ]
             obs["freezes"] = len(mine)
             obs["frozen_ms"] = sum(b - a for a, b in mine) / NS_PER_MS
         obs["calls_in_window"] = sum(1 for r in rows if r["in_window"] == w["name"])
@@ -678,7 +691,15 @@ def _finish(
     pcap = read_pcap_summary(out / "capture.pcap")
     disturbed = (
         [{"source": "bridge", **d} for d in bridge["disturbed"]]
-        + [{"source": "server", **d} for d in server["disturbed"]]
+        + [
+            {"source": "server", **d}
+            for d in server["disturbed"]
+            # timers that fired late because the server was frozen on purpose
+            if not any(
+                a - 50 * NS_PER_MS <= d["start_ns"] <= b + 50 * NS_PER_MS
+                for a, b in frozen_by_role["server"]
+            )
+        ]
         + [
             {
                 "source": "client_dispatch",

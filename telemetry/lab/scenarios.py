@@ -49,6 +49,7 @@ CLIENT_DEFAULTS: dict[str, Any] = {
     "rate": 12.0,  # requests per second, Poisson
     "connections": 3,
     "embed_share": 0.15,
+    "embed_chars": [64, 4096],  # Embed input sizes
     "prompt_words": [16, 256],
     "max_tokens": [30, 80],
     "deadline_s": 20.0,
@@ -231,6 +232,27 @@ SCENARIOS: dict[str, Scenario] = {
                 WindowSpec(**{**_stall.__dict__, "start": 0.6, "end": 0.8}),
             ),
             duration_s=25.0,
+        ),
+        Scenario(
+            "server_slow_read",
+            "The server is slow to read: inside the window its process is frozen 250 ms of "
+            "every 500 ms (SIGSTOP/SIGCONT by the runner) with 16 KB socket buffers and larger "
+            "Embed inputs (2-12 KB), so the requests it does not read fill its receive buffer and it advertises a zero "
+            "window; its token streams pause too (frozen process).",
+            (
+                WindowSpec(
+                    "server_slow_read",
+                    "server",
+                    0.4,
+                    0.7,
+                    "throttling",
+                    "zero_window",
+                    params={"kind": "slow_read", "freeze_ms": 250.0, "run_ms": 250.0},
+                    settle_s=1.0,
+                ),
+            ),  # fmt: skip
+            client={"embed_share": 0.4, "embed_chars": [2048, 12288]},
+            sysctls={"server": {"net.ipv4.tcp_rmem": "4096 16384 16384"}},
         ),
         Scenario(
             "resource_exhausted",
