@@ -406,6 +406,17 @@ def dashboards_push(
 def _mount_optional() -> None:
     """Sub-commands whose modules may be absent in a trimmed install."""
     try:
+        from telemetry.daemon.cli import daemon_app
+    except ImportError:
+        pass
+    else:
+        app.add_typer(
+            daemon_app,
+            name="daemon",
+            help="Continuous capture on an interface (mirror port): ingest each capture file as it completes, "
+            "serve Prometheus metrics, keep the store bounded (needs root and tcpdump or dumpcap).",
+        )
+    try:
         from telemetry.lab.cli import lab_app
     except ImportError:
         return
