@@ -214,8 +214,8 @@ class _Conn:
     # RTT sample values per TCP direction (for the connection's min/p50/p99)
     rtt_values: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
     requests: int = 0
-    # flow_rates, per TCP direction: bucket -> new bytes seen; bucket -> highest acked offset
-    sent: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    # flow_rates, per TCP direction: bucket -> (new bytes, segments); bucket -> highest acked offset
+    sent: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]] = field(default_factory=lambda: ({}, {}))
     acked: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
     # stream -> ACK time of its first response message (resolved before the request is)
@@ -288,7 +288,8 @@ class CapturePipeline:
             conn.session.feed(chunk)
             sent = conn.sent[chunk.direction]
             bucket = chunk.ts_ns // RATE_BUCKET_NS
-            sent[bucket] = sent.get(bucket, 0) + len(chunk.data)
+            got = sent.get(bucket)
+            sent[bucket] = (got[0] + len(chunk.data), got[1] + 1) if got else (len(chunk.data), 1)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
@@ -497,7 +498,9 @@ class CapturePipeline:
                     delta = 0
                 cols["ts"].append(b * RATE_BUCKET_NS)
                 cols["direction"].append(DIRECTION_NAMES[tcp_dir ^ conn.flip])
-                cols["bytes_sent"].append(sent.get(b, 0))
+                got = sent.get(b, (0, 0))
+                cols["bytes_sent"].append(got[0])
+                cols["packets_sent"].append(got[1])
                 cols["bytes_acked"].append(max(delta, 0))
             sent.clear()
             acked.clear()

@@ -201,6 +201,7 @@ FLOW_RATES = _table(
     C("bucket_ms", pa.int32(), "Bucket length, ms."),
     C("direction", pa.string(), "to_server or to_client: direction of the data."),
     C("bytes_sent", pa.int64(), "New payload bytes first seen at the capture point in the bucket (retransmissions excluded)."),
+    C("packets_sent", pa.int64(), "Segments that carried those new bytes (wire overhead: a shaper or policer meters headers too)."),
     C("bytes_acked", pa.int64(), "Payload bytes of that direction newly acknowledged by the receiver in the bucket: the delivery rate."),
 )
 
