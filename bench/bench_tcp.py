@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from parsers.records import ACK, PSH, SYN, SegmentBatch  # noqa: E402
+from parsers.records import ACK, FIN, PSH, SYN, SegmentBatch  # noqa: E402
 from parsers.tcp import TcpAnalyzer  # noqa: E402
 
 MSS = 1448
@@ -148,6 +148,65 @@ def synth(n_segments: int, n_conns: int, seed: int = 7) -> SegmentBatch:
     )
 
 
+# one short connection: (direction, seq offset, ack offset, flags, payload length)
+_SHORT = [
+    (0, -1, 0, SYN, 0), (1, -1, 0, SYN | ACK, 0), (0, 0, 0, ACK, 0),
+    (0, 0, 0, ACK | PSH, 300), (1, 0, 300, ACK, 1448), (1, 1448, 300, ACK, 1448),
+    (0, 300, 2896, ACK, 0), (1, 2896, 300, ACK | PSH, 800), (0, 300, 3696, ACK, 0),
+    (0, 300, 3696, ACK | FIN, 0), (1, 3696, 301, ACK | FIN, 0), (0, 301, 3697, ACK, 0),
+]  # fmt: skip
+
+
+def synth_short(n_conns: int, seed: int = 11) -> SegmentBatch:
+    """Many short connections (handshake, request, 3 response segments, close), overlapping."""
+    rng = np.random.default_rng(seed)
+    k = len(_SHORT)
+    pat = np.array(_SHORT, dtype=np.int64)
+    d = np.tile(pat[:, 0], n_conns)
+    ci = np.repeat(np.arange(n_conns), k)
+    start = np.repeat(rng.integers(0, n_conns * 20_000, n_conns), k)  # ~50k new conns/s
+    ts = T0 + start + np.tile(np.arange(k) * 150_000, n_conns)
+    isn = rng.integers(0, 2**32, size=(n_conns, 2))
+    my_isn = np.where(d == 0, isn[ci, 0], isn[ci, 1])
+    peer_isn = np.where(d == 0, isn[ci, 1], isn[ci, 0])
+    seq = (my_isn + 1 + np.tile(pat[:, 1], n_conns)) & 0xFFFFFFFF
+    ack = (peer_isn + 1 + np.tile(pat[:, 2], n_conns)) & 0xFFFFFFFF
+    flags = np.tile(pat[:, 3], n_conns)
+    ln = np.tile(pat[:, 4], n_conns)
+    cli = (0xFFFF << 32) | (10 << 24) | (1 + ci // 60000)
+    srv = (0xFFFF << 32) | (10 << 24) | (200 << 8) | 1
+    cport = 1024 + ci % 60000
+    order = np.argsort(ts, kind="stable")
+    n = len(order)
+    payload = rng.integers(0, 256, size=64 * 1024, dtype=np.uint8)
+    col = lambda a, t: np.asarray(a)[order].astype(t)  # noqa: E731
+    return SegmentBatch(
+        frame_no=np.arange(1, n + 1, dtype=np.int64),
+        ts_ns=col(ts, np.int64),
+        ip_version=np.full(n, 4, dtype=np.uint8),
+        src_hi=np.zeros(n, dtype=np.uint64),
+        src_lo=col(np.where(d == 0, cli, srv), np.uint64),
+        dst_hi=np.zeros(n, dtype=np.uint64),
+        dst_lo=col(np.where(d == 0, srv, cli), np.uint64),
+        sport=col(np.where(d == 0, cport, 443), np.uint16),
+        dport=col(np.where(d == 0, 443, cport), np.uint16),
+        seq=col(seq, np.uint32),
+        ack=col(np.where(flags & ACK, ack, 0), np.uint32),
+        flags=col(flags, np.uint8),
+        window=np.full(n, 8000, dtype=np.uint16),
+        payload_off=(np.arange(n, dtype=np.int64) * 977) % (len(payload) - MSS),
+        payload_len=col(ln, np.int32),
+        payload_wire_len=col(ln, np.int32),
+        has_ts=np.zeros(n, dtype=bool),
+        ts_val=np.zeros(n, dtype=np.uint32),
+        ts_ecr=np.zeros(n, dtype=np.uint32),
+        wscale=col(np.where(flags & SYN, 7, -1), np.int8),
+        mss=col(np.where(flags & SYN, 1460, -1), np.int32),
+        ip_id=(np.arange(n) & 0xFFFF).astype(np.int32),
+        buf=payload,
+    )
+
+
 def split(b: SegmentBatch, size: int) -> list[SegmentBatch]:
     out = []
     names = [f for f in SegmentBatch.__dataclass_fields__ if f not in ("buf", "sack")]
@@ -165,16 +224,18 @@ def main() -> None:
     ap.add_argument("--conns", type=int, default=8)
     ap.add_argument("--batch", type=int, default=65536)
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--short", action="store_true",
+                    help="many short connections (--conns of them) instead of long-lived ones")  # fmt: skip
     args = ap.parse_args()
     t = time.perf_counter()
-    b = synth(args.segments, args.conns)
+    b = synth_short(args.conns) if args.short else synth(args.segments, args.conns)
     batches = split(b, args.batch)
     print(f"synthesised {len(b):,} segments ({int(b.payload_len.sum()) / 1e9:.2f} GB payload, "
           f"{args.conns} connections) in {time.perf_counter() - t:.1f} s")  # fmt: skip
     best = None
     for _ in range(args.repeat):
         an = TcpAnalyzer()
-        n_chunks = n_ev = n_rtt = 0
+        n_chunks = n_ev = n_rtt = n_closed = 0
         c0 = time.process_time()
         t0 = time.perf_counter()
         for bb in batches:
@@ -187,13 +248,15 @@ def main() -> None:
                     ts, off = an.ack_progress(ck, d)
                     if len(off):
                         an.prune_acks(ck, d, int(off[-1]))
+            n_closed += len(an.take_closed(idle_ns=10_000_000_000))
         sums = an.finish()
+        n_closed += len(sums)
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0
         best = wall if best is None else min(best, wall)
         print(f"wall {wall:.2f} s, cpu {cpu:.2f} s: {len(b) / wall:,.0f} segments/s wall, "
               f"{len(b) / cpu:,.0f} segments/s cpu; chunks {n_chunks:,}, events {n_ev:,}, "
-              f"rtt samples {n_rtt:,}, connections {len(sums)}, stats {an.stats}")  # fmt: skip
+              f"rtt samples {n_rtt:,}, connections {n_closed:,}, stats {an.stats}")  # fmt: skip
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"best {len(b) / best:,.0f} segments/s; max RSS {rss:.0f} MiB")
 

@@ -339,3 +339,15 @@ def test_one_sided_capture_keeps_memory_bounded(monkeypatch):
     assert r.events == [] and r.rtts == []
     (s,) = r.an.finish()
     assert s.packets == (0, 1000) and s.bytes == (0, 100_000)
+
+
+def test_fast_open_payload_in_the_syn():
+    f = Flow()
+    f.c(0, 0, "S", b"GET / HTTP/1.1\r\n", mss=1460)
+    f.s(0, 17, "SA", b"")
+    f.c(17, 1, "A", b"Host: x\r\n\r\n")
+    f.s(1, 28, "A")
+    r = analyze(f.batch())
+    assert r.data(TO_SERVER) == b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"
+    assert [c.stream_offset for c in r.dir_chunks(TO_SERVER)] == [0, 16]
+    assert r.events == [] and r.summary().ack_progress[TO_SERVER][1].tolist() == [16, 27]

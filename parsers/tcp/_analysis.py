@@ -10,10 +10,11 @@ Classification rules (``TcpEvent.kind``), all per data direction:
   seen, with ``recovery_ms`` = first sight -> the segment that filled it (None when it was
   never filled). It joins a loss burst only when a retransmission filled it.
 * ``out_of_order``: the first sight of bytes inside a hole that were *sent before* the
-  segment that revealed the hole (a late original, reordering): evidence in order TSval
-  (older than the revealing segment's), IPv4 ID (older, when the sender's IDs are
-  sequential: at least 8 small forward steps and 5 times more of them than other steps), else timing like tshark (late by less than the round trip, 3 ms when no
-  RTT is known). ``recovery_ms`` = how late.
+  segment that revealed the hole (a late original, reordering). Evidence, in order:
+  TSval (older than the revealing segment's), IPv4 ID (older, when the sender's IDs are
+  sequential: >= 8 small forward steps, 5 times more than other steps), else timing
+  like tshark (late by less than the round trip, 3 ms when no RTT is known).
+  ``recovery_ms`` = how late.
 * retransmissions: bytes the capture saw before, or the first sight of hole bytes that
   were sent after the revealing segment (lost upstream of the capture point):
   ``fast_retransmission`` when >= 2 dup ACKs for this offset (tshark's rule: some may be
@@ -70,6 +71,19 @@ PENDING_RETX_NS = 2_000_000_000
 FIN_LINGER_NS = 1_000_000_000
 TOMBSTONE_NS = 60_000_000_000
 STRAGGLER_SEQ = 1 << 20
+
+
+def columns(b, swap, rows) -> tuple[list, ...]:
+    """The columns the per-packet path reads, for ``rows``, as Python lists."""
+    return (
+        b.ts_ns[rows].tolist(), b.frame_no[rows].tolist(), b.flags[rows].tolist(),
+        b.seq[rows].tolist(), b.ack[rows].tolist(), b.window[rows].tolist(),
+        b.payload_len[rows].tolist(), b.payload_wire_len[rows].tolist(),
+        b.has_ts[rows].tolist(), b.ts_val[rows].tolist(), b.ts_ecr[rows].tolist(),
+        b.ip_id[rows].tolist(), b.wscale[rows].tolist(), b.mss[rows].tolist(),
+        b.payload_off[rows].tolist(), swap[rows].tolist(), rows.tolist(),
+        b.ip_version[rows].tolist(),
+    )  # fmt: skip
 
 
 def unwrap(v: int, ref: int) -> int:
@@ -143,25 +157,13 @@ class PacketPath:
 
     # ------------------------------------------------------------------ per packet
 
-    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv) -> None:
-        ts_l = b.ts_ns[rows].tolist()
-        fr_l = b.frame_no[rows].tolist()
-        fl_l = b.flags[rows].tolist()
-        seq_l = b.seq[rows].tolist()
-        ack_l = b.ack[rows].tolist()
-        win_l = b.window[rows].tolist()
-        pl_l = b.payload_len[rows].tolist()
-        wl_l = b.payload_wire_len[rows].tolist()
-        hts_l = b.has_ts[rows].tolist()
-        tsv_l = b.ts_val[rows].tolist()
-        tse_l = b.ts_ecr[rows].tolist()
-        ipid_l = b.ip_id[rows].tolist()
-        ws_l = b.wscale[rows].tolist()
-        mss_l = b.mss[rows].tolist()
-        off_l = b.payload_off[rows].tolist()
-        sw_l = swap[rows].tolist()
-        row_l = rows.tolist()
-        ipv = int(b.ip_version[rows[0]])
+    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv, cols=None) -> None:
+        """Per-packet path over rows (batch indices); ``cols`` = their columns as lists."""
+        if cols is None:
+            cols = columns(b, swap, rows)
+        ts_l, fr_l, fl_l, seq_l, ack_l, win_l, pl_l, wl_l, hts_l, tsv_l, tse_l, ipid_l, ws_l, \
+            mss_l, off_l, sw_l, row_l, ipv_l = cols  # fmt: skip
+        ipv = ipv_l[0]
         sack = b.sack
         conn = self._table.get(key6)
         self.stats["slow_rows"] += len(row_l)
@@ -230,7 +232,15 @@ class PacketPath:
             self._finalize(conn, out, tomb=True)
             return conn
         if fl & SYN:
+            first = D.isn is None
             self._syn(conn, d, D, R, ts, fr, fl, seq, ack, win, ws, mss, tsv_u)
+            if wl and first:  # TCP Fast Open: payload in the SYN starts the stream
+                self._data(conn, d, D, R, ts, fr, fl & ~SYN, 0, wl, pl, off, mv, ipid, tsv_u, out)
+            if fl & ACK and R.base is not None:  # a SYN/ACK acknowledging Fast Open data
+                a_abs = unwrap(ack, R.ack_ref)
+                if a_abs - R.base > R.acked:
+                    R.ack_ref = a_abs
+                    self._advance(conn, R, a_abs - R.base, ts, fr, hts, tse, out)
             return conn
         if D.base is None:
             D.base = D.seq_ref = D.ack_ref = seq

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from parsers.records import ConnectionSummary, PayloadChunk, RttSample, SegmentBatch, TcpEvent
-from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath
+from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath, columns
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
 from parsers.tcp._state import CLOSING, DONE, Conn
@@ -65,11 +65,19 @@ class TcpAnalyzer(PacketPath, BulkPath):
         order = g.order
         # flows in order of their first packet: connection keys follow capture order
         first = np.argsort(order[g.starts], kind="stable")
-        starts, stops = g.starts[first].tolist(), g.stops[first].tolist()
-        for a, z in zip(starts, stops, strict=True):
+        starts, stops = g.starts[first], g.stops[first]
+        small = (stops - starts) < 2 * FAST_MIN_ROWS
+        cols = None
+        if int((stops - starts)[small].sum()) * 4 >= n:
+            # many short flows: one conversion to lists for the whole batch is cheaper
+            cols = columns(b, g.swap, order)
+        for a, z, sm in zip(starts.tolist(), stops.tolist(), small.tolist(), strict=True):
             idx = order[a:z]
             key6 = g.key(int(idx[0]))
-            self._group(key6, idx, b, g.swap, sackm, mv, out)
+            if sm and cols is not None:
+                self._slow_rows(key6, idx, b, g.swap, out, mv, [c[a:z] for c in cols])
+            else:
+                self._group(key6, idx, b, g.swap, sackm, mv, out)
         if len(self._tomb) > 4096:
             horizon = self._now - 60_000_000_000
             self._tomb = {k: v for k, v in self._tomb.items() if v[0] >= horizon}

@@ -65,6 +65,11 @@ def insert(conn: Conn, d: Dir, start: int, cap_end: int, wire_end: int, data: by
     """A segment's bytes [start, wire_end), of which [start, cap_end) were captured."""
     if wire_end <= d.nxt:
         return
+    if start <= d.nxt and not d.buf and cap_end == wire_end:  # the common case: in order
+        nxt = d.nxt
+        emit(conn, d, nxt, data[nxt - start :] if nxt > start else data, ts, frame, out)
+        d.nxt = cap_end
+        return
     if start <= d.nxt:
         d.buf.insert(0, [start, cap_end, wire_end, data])
         d.buf_bytes += len(data)
