@@ -180,7 +180,7 @@ def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progres
         result.error = f"{path}: nothing could be read ({reason})"
 
 
-@dataclass
+@dataclass(slots=True)
 class _PendingMessage:
     record: MessageRecord
     gap_ms: float | None
@@ -210,9 +210,10 @@ class _Conn:
     pending: tuple[list[_PendingMessage], list[_PendingMessage]] = field(default_factory=lambda: ([], []))
     pending_requests: list[RequestRecord] = field(default_factory=list)
     response_times: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
-    last_msg_ts: dict[tuple[int, int], int] = field(default_factory=dict)
+    last_msg_ts: dict[int, int] = field(default_factory=dict)  # stream_id * 2 + direction -> ts
     # RTT sample values per TCP direction (for the connection's min/p50/p99)
     rtt_values: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
     requests: int = 0
     # flow_rates, per TCP direction: bucket -> (new bytes, segments); bucket -> highest acked offset
     sent: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]] = field(default_factory=lambda: ({}, {}))
@@ -240,8 +241,7 @@ class _Conn:
         return int(self.session.flipped) if self.session is not None else 0
 
     def rtt_floor_ms(self, tcp_direction: int) -> float | None:
-        vals = self.rtt_values[tcp_direction]
-        return min(vals) if vals else None
+        return self.rtt_floor[tcp_direction]
 
 
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
@@ -302,6 +302,9 @@ class CapturePipeline:
             conn = self._conn(s.conn_key)
             conn.rows.rtt.append(s)
             conn.rtt_values[s.direction].append(s.rtt_ms)
+            floor = conn.rtt_floor[s.direction]
+            if floor is None or s.rtt_ms < floor:
+                conn.rtt_floor[s.direction] = s.rtt_ms
         for conn in self.conns.values():
             if conn.session is not None:
                 requests, messages, h2_events = conn.session.take_records()
@@ -312,14 +315,14 @@ class CapturePipeline:
 
     def _take(self, conn: _Conn, requests, messages, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
+        last_ts, pending, response_times = conn.last_msg_ts, conn.pending, conn.response_times
         for m in messages:
-            stream_dir = (m.stream_id, m.direction)
-            prev = conn.last_msg_ts.get(stream_dir)
-            conn.last_msg_ts[stream_dir] = m.ts_ns
-            gap = None if prev is None else (m.ts_ns - prev) / 1e6
-            conn.pending[m.direction].append(_PendingMessage(m, gap))
+            key = m.stream_id * 2 + m.direction
+            prev = last_ts.get(key)
+            last_ts[key] = m.ts_ns
+            pending[m.direction].append(_PendingMessage(m, None if prev is None else (m.ts_ns - prev) / 1e6))
             if m.direction == TO_CLIENT:
-                conn.response_times[m.stream_id].append(m.ts_ns)
+                response_times[m.stream_id].append(m.ts_ns)
         conn.pending_requests.extend(requests)
 
     # -- ACK times ---------------------------------------------------------------------
@@ -523,10 +526,10 @@ class CapturePipeline:
             last = r.end if r.end is not None else r.last_message
             cols["ttft_ms"].append(_ms(ttft_from, r.first_message))
             cols["latency_ms"].append(_ms(start, last))
-            gaps = np.diff(np.asarray(times, dtype=np.int64)) / 1e6 if len(times) > 1 else None
-            cols["gap_p50_ms"].append(float(np.percentile(gaps, 50)) if gaps is not None else None)
-            cols["gap_p99_ms"].append(float(np.percentile(gaps, 99)) if gaps is not None else None)
-            cols["max_gap_ms"].append(float(gaps.max()) if gaps is not None else None)
+            gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True)) if len(times) > 1 else None
+            cols["gap_p50_ms"].append(_quantile(gaps, 0.50) if gaps else None)
+            cols["gap_p99_ms"].append(_quantile(gaps, 0.99) if gaps else None)
+            cols["max_gap_ms"].append(gaps[-1] if gaps else None)
             cols["first_message_acked"].append(first_acked)
             cols["end_acked"].append(end_acked)
             # Client-side estimates. The client sent the request half an RTT (capture point
@@ -624,6 +627,14 @@ _REQUEST_PASSTHROUGH = (
     "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
     "headers_known",
 )
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    """Linear-interpolated quantile of a sorted list (numpy's default method)."""
+    pos = q * (len(ordered) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _client_est(start: int | None, seen: int | None, acked: int | None, floor_ms: float) -> float | None:
