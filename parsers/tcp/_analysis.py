@@ -45,7 +45,8 @@ Loss bursts: loss events (non-spurious retransmissions, holes filled by a retran
 of one direction belong to the same burst (one loss episode) while the cumulative ACK
 has not passed the end of the flight that was in the air when the burst's first loss
 was detected (or a later lost byte of the burst), and the previous loss is less than
-1 s old. The burst length is the number of distinct lost segments.
+1 s old. The burst length is the number of distinct lost segments (as originally sent,
+when the capture saw them: one retransmission may carry several).
 """
 
 from __future__ import annotations
@@ -604,7 +605,8 @@ class PacketPath:
             return
         t_orig = D.segs.orig_ts(s, e)
         kind = self._retx_kind(conn, D, s, ts, t_orig)
-        burst = self._burst(D, s, e, ts)
+        # a retransmission may carry several lost segments (Linux collapses small ones)
+        burst = self._burst(D, s, e, ts, D.segs.starts_in(s, e))
         rec = (ts - t_orig) / 1e6 if t_orig is not None else None
         ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst)
         D.segs.mark_retx(s, e)
@@ -616,10 +618,11 @@ class PacketPath:
             ev.kind = "spurious_retransmission"
             ev.burst_id = None
             if p.burst is not None and p.burst == D.burst_id:
+                D.burst_segs.difference_update(D.segs.starts_in(p.start, p.end))
                 D.burst_segs.discard(p.start)
         self._events.append(ev)
 
-    def _burst(self, D: Dir, s: int, e: int, ts: int) -> int:
+    def _burst(self, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
         if D.burst_id is not None and (D.acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
             self._close_burst(D)
         if D.burst_id is None:
@@ -628,7 +631,10 @@ class PacketPath:
             D.burst_segs = set()
             # the whole flight in flight at the first loss belongs to this episode
             D.burst_end = e if e > D.hi else D.hi
-        D.burst_segs.add(s)
+        if starts:
+            D.burst_segs.update(starts)
+        else:
+            D.burst_segs.add(s)
         if e > D.burst_end:
             D.burst_end = e
         D.burst_last = ts

@@ -81,6 +81,18 @@ class SegLog:
             i += 1
         return best
 
+    def starts_in(self, s: int, e: int) -> list[int]:
+        """Starts of the outstanding (originally sent) segments overlapping [s, e)."""
+        out = []
+        i = self._first_overlap(s)
+        st, en = self.st, self.en
+        n = len(st)
+        while i < n and st[i] < e:
+            if en[i] > s:
+                out.append(st[i])
+            i += 1
+        return out
+
     def mark_retx(self, s: int, e: int) -> None:
         i = self._first_overlap(s)
         st, en, rx = self.st, self.en, self.rx
