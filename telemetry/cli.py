@@ -179,7 +179,11 @@ def sql(
     if not store_dir.is_dir():
         err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
         raise typer.Exit(EXIT_STORE)
-    con = connect(Store(store_dir))
+    try:
+        con = connect(Store(store_dir))
+    except RuntimeError as exc:  # a queries/ model does not bind on this store
+        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
     if query is None:
         _shell(con)
         return
@@ -313,7 +317,11 @@ def report(
         "slowest_n": top,
         **parse_slo(slo),
     }
-    sections = report_sections(_open_store(store_dir), params)
+    try:
+        sections = report_sections(_open_store(store_dir), params)
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_report
 
@@ -341,8 +349,8 @@ def explain(
     params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}
     try:
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
-    except RequestNotFound as exc:
-        err.print(f"[red]error:[/red] {exc}")
+    except (RequestNotFound, RuntimeError) as exc:
+        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
         raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_explain

@@ -98,6 +98,10 @@ def _sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+_DUCKDB_TYPES = {
+    "string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN",
+    "double": "DOUBLE", "timestamp[ns, tz=UTC]": "TIMESTAMPTZ",
+}
 _GETVARIABLE = re.compile(r"getvariable\('(\w+)'\)")
 
 
@@ -117,10 +121,14 @@ def connect(
     for table, schema in TABLES.items():
         if store.table_files(table):
             glob = str(Path(store.table_glob(table)).resolve()) if inline_params else store.table_glob(table)
-            con.execute(
-                f"CREATE OR REPLACE VIEW {table} AS SELECT * EXCLUDE (date, hour) FROM read_parquet("
-                f"{_sql_literal(glob)}, hive_partitioning = true, union_by_name = true)"
+            source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = true, union_by_name = true)"
+            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            # columns added after a store was written read as NULL, so old stores keep working
+            cols = ", ".join(
+                f'"{f.name}"' if f.name in present else f'CAST(NULL AS {_DUCKDB_TYPES.get(str(f.type), "VARCHAR")}) AS "{f.name}"'
+                for f in schema
             )
+            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM {source}")
         else:  # an empty table of the right types, so every query still runs
             con.register(f"_empty_{table}", schema.empty_table())
             kind = "TABLE" if inline_params else "VIEW"
