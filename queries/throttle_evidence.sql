@@ -1,18 +1,116 @@
--- Was a request's path throttled by a shaper or a policer? (Receiver windows, HTTP/2
--- flow control and application throttling are in request_evidence.) Per request, from
--- the throughput and RTT on its path while it was in flight:
---   policer  losses without RTT inflation before them, and the losses fall when the
---            sending rate is above the token rate estimated as the goodput between the
---            first and the last loss (the published method: a token bucket at that rate
---            would be empty exactly when the losses happen)
---   shaper   RTT inflation while the path's delivery rate sits flat at its ceiling
+-- Was a request's path throttled by a shaper or a policer? (Receive windows, HTTP/2
+-- flow control and application throttling are judged in request_evidence.) From its
+-- path's timeline while the request was in flight (path_timeline, 1 s buckets) and the
+-- 100 ms delivery buckets (flow_rates):
+--   shaper   a delivery-rate ceiling with growing RTT: the RTT is inflated over the
+--            floor, the inference connections offer more than gets delivered (sent >=
+--            1.1 x acknowledged: a backlog builds behind the ceiling), and no cross
+--            traffic on the path explains the queue (cross bytes < 1/4 of ours);
+--            delay = the RTT inflation
+--   policer  losses that start above a constant rate, without a queue: retransmissions
+--            on the path with no RTT inflation before or during them, and (the
+--            published test, in 100 ms buckets) the token rate estimated as the goodput
+--            between the first and the last loss of the episode; buckets sending above
+--            that rate lose at least twice the share of packets that buckets below it
+--            lose (random loss does not depend on the rate); delay = the loss stalls
 -- Columns: conn_id, stream_id, throttle_kind, throttle_detail, throttle_delay_ms.
--- depends_on: request_evidence
-SELECT
-    conn_id,
-    stream_id,
-    CAST(NULL AS VARCHAR) AS throttle_kind,
-    CAST(NULL AS VARCHAR) AS throttle_detail,
-    CAST(NULL AS DOUBLE) AS throttle_delay_ms
-FROM request_evidence
-WHERE false
+-- depends_on: request_evidence, path_timeline, flow_rates, connections, tcp_events
+WITH req AS (
+    SELECT conn_id, stream_id, client_addr, server_addr,
+        epoch_ns(started_at) // 1000000000 AS first_second,
+        epoch_ns(finished_at) // 1000000000 AS last_second,
+        queue_inflation_ms, path_floor_ms, loss_stall_ms, loss_events
+    FROM request_evidence
+),
+shaping AS (
+    SELECT r.conn_id, r.stream_id,
+        sum(p.sent_bytes) AS sent, sum(p.acked_bytes) AS acked, sum(p.cross_bytes) AS cross_bytes,
+        median(p.inflation_ms) AS inflation_ms
+    FROM req AS r
+    JOIN path_timeline AS p
+      ON p.client_addr = r.client_addr AND p.server_addr = r.server_addr
+     AND p.second BETWEEN r.first_second - 1 AND r.last_second
+    GROUP BY ALL
+),
+-- policer: loss episodes per path (retransmission seconds no more than 2 s apart)
+loss_seconds AS (
+    SELECT client_addr, server_addr, second, retransmissions, inflation_ms,
+        second - lag(second) OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS since_prev
+    FROM path_timeline WHERE retransmissions > 0
+),
+episodes AS (
+    SELECT *, sum(CASE WHEN since_prev IS NULL OR since_prev > 2 THEN 1 ELSE 0 END)
+        OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS episode
+    FROM loss_seconds
+),
+episode_span AS (
+    SELECT client_addr, server_addr, episode, min(second) AS first_loss, max(second) AS last_loss,
+        sum(retransmissions) AS losses
+    FROM episodes GROUP BY ALL
+),
+episode_queue AS (
+    SELECT e.client_addr, e.server_addr, e.episode, max(p.inflation_ms) AS max_inflation_ms, max(p.floor_ms) AS floor_ms
+    FROM episode_span AS e
+    JOIN path_timeline AS p
+      ON p.client_addr = e.client_addr AND p.server_addr = e.server_addr
+     AND p.second BETWEEN e.first_loss - 2 AND e.last_loss
+    GROUP BY ALL
+),
+buckets AS (  -- 100 ms buckets of the inference connections inside each episode
+    SELECT e.client_addr, e.server_addr, e.episode, epoch_ns(f.ts) // 100000000 AS bucket,
+        sum(f.bytes_sent + 66 * f.packets_sent) AS wire_bytes,
+        sum(f.packets_sent) AS packets,
+        sum(f.bytes_acked) AS acked
+    FROM episode_span AS e
+    JOIN connections AS c ON c.client_addr = e.client_addr AND c.server_addr = e.server_addr AND c.requests > 0
+    JOIN flow_rates AS f ON f.conn_id = c.conn_id AND f.direction = 'to_client'
+     AND epoch_ns(f.ts) // 1000000000 BETWEEN e.first_loss AND e.last_loss
+    GROUP BY ALL
+),
+bucket_losses AS (
+    SELECT c.client_addr, c.server_addr, epoch_ns(t.ts) // 100000000 AS bucket, count(*) AS losses
+    FROM tcp_events AS t JOIN connections AS c USING (conn_id)
+    WHERE t.direction = 'to_client' AND t.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+    GROUP BY ALL
+),
+rate_test AS (
+    SELECT b.client_addr, b.server_addr, b.episode,
+        avg(b.wire_bytes) AS token_rate_per_bucket,
+        sum(coalesce(l.losses, 0)) FILTER (WHERE b.wire_bytes > t.rate) / nullif(sum(b.packets) FILTER (WHERE b.wire_bytes > t.rate), 0) AS loss_share_above,
+        sum(coalesce(l.losses, 0)) FILTER (WHERE b.wire_bytes <= t.rate) / nullif(sum(b.packets) FILTER (WHERE b.wire_bytes <= t.rate), 0) AS loss_share_below
+    FROM buckets AS b
+    JOIN (SELECT client_addr, server_addr, episode, avg(wire_bytes) AS rate FROM buckets GROUP BY ALL) AS t
+      USING (client_addr, server_addr, episode)
+    LEFT JOIN bucket_losses AS l USING (client_addr, server_addr, bucket)
+    GROUP BY ALL
+),
+policed AS (
+    SELECT e.*, q.max_inflation_ms, t.token_rate_per_bucket, t.loss_share_above, t.loss_share_below
+    FROM episode_span AS e
+    JOIN episode_queue AS q USING (client_addr, server_addr, episode)
+    JOIN rate_test AS t USING (client_addr, server_addr, episode)
+    WHERE coalesce(q.max_inflation_ms, 0) < greatest(getvariable('queue_min_ms'), 0.5 * coalesce(q.floor_ms, 0))
+      AND e.losses >= 5
+      AND t.loss_share_above >= 2 * coalesce(t.loss_share_below, 0)
+)
+SELECT r.conn_id, r.stream_id,
+    'shaper' AS throttle_kind,
+    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered, RTT +{:.1f} ms, no cross traffic',
+           s.acked * 8 / 1000 / greatest(r.last_second - r.first_second + 2, 1),
+           s.sent * 8 / 1000 / greatest(r.last_second - r.first_second + 2, 1), s.inflation_ms) AS throttle_detail,
+    r.queue_inflation_ms AS throttle_delay_ms
+FROM req AS r JOIN shaping AS s USING (conn_id, stream_id)
+WHERE s.inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor_ms)
+  AND s.sent >= 1.1 * s.acked
+  AND coalesce(s.cross_bytes, 0) < 0.25 * s.acked
+UNION ALL
+SELECT r.conn_id, r.stream_id,
+    'policer',
+    format('{} losses without queueing at ~{:.0f} kbit/s; {:.1%} of packets lost above that rate vs {:.1%} below',
+           p.losses, p.token_rate_per_bucket * 8 * 10 / 1000, p.loss_share_above, coalesce(p.loss_share_below, 0)),
+    r.loss_stall_ms
+FROM req AS r
+JOIN policed AS p
+  ON p.client_addr = r.client_addr AND p.server_addr = r.server_addr
+ AND r.last_second >= p.first_loss AND r.first_second <= p.last_loss
+WHERE r.loss_events > 0
