@@ -97,3 +97,26 @@ def test_idle_echo_of_a_pure_ack_tsval_is_not_a_sample():
     r = analyze(f.batch())
     assert _samples(r, "tsecr", TO_SERVER) == []
     assert _samples(r, "tsecr", TO_CLIENT) == [0.2]
+
+
+def test_delayed_ack_echo_of_an_older_tsval_is_not_a_sample():
+    """A delayed ACK of two segments echoes the first one's TSval (RFC 7323): using it
+    would add the receiver's ACK hold time to the RTT; data->ACK still gives 0.3 ms."""
+    f = Flow().handshake(tsval=100)
+    f.s(1, 1, "AP", 40, tsval=5000, tsecr=101)
+    f.s(41, 1, "AP", 40, tsval=5015, tsecr=101, dt_us=15_000)
+    f.c(1, 81, "A", tsval=130, tsecr=5000, dt_us=300)
+    r = analyze(f.batch())
+    assert _samples(r, "tsecr", TO_CLIENT) == []
+    assert _samples(r, "data_ack", TO_CLIENT) == [0.3]
+
+
+def test_tsecr_measures_a_retransmission_that_filled_a_hole():
+    """Karn forbids the data->ACK sample; the echo of the retransmission's TSval is exact."""
+    f = Flow().handshake(tsval=100)
+    f.s(1001, 1, "A", 1000, tsval=5000, tsecr=101)  # [0, 1000) lost upstream
+    f.s(1, 1, "A", 1000, tsval=5200, tsecr=101, dt_us=200_000)  # the retransmission
+    f.c(1, 2001, "A", tsval=400, tsecr=5200, dt_us=700)
+    r = analyze(f.batch())
+    assert _samples(r, "tsecr", TO_CLIENT) == [0.7]
+    assert _samples(r, "data_ack", TO_CLIENT) == []

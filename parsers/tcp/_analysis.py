@@ -298,7 +298,7 @@ class PacketPath:
         R.rwnd = win  # windows in SYN segments are never scaled
         R.rwnd_known = True
         if tsv_u is not None:
-            D.tsq.add(tsv_u, ts)
+            D.tsq.add(tsv_u, ts, 0)
         self._update_ws(conn)
 
     @staticmethod
@@ -449,7 +449,7 @@ class PacketPath:
         e_u = None
         if hts and R.tsv_u is not None:
             e_u = unwrap(tse, R.tsv_u)
-            t1 = R.tsq.echo(e_u, ts)
+            t1 = R.tsq.echo(e_u, ts, data_ack)
             if t1 is not None:
                 self._rtt(conn, R, ts - t1, ts, "tsecr")
         if R.pending_retx:
@@ -531,7 +531,7 @@ class PacketPath:
                 D.segs.append(D.hi, erel, ts)
                 self._set_hi(D, erel, ts, ipid, tsv_u)
         if tsv_u is not None:
-            D.tsq.add(tsv_u, ts)
+            D.tsq.add(tsv_u, ts, srel)
         if pl:
             data = bytes(mv[off : off + pl])
         else:

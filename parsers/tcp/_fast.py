@@ -190,7 +190,7 @@ class BulkPath:
                     D.tsv_u = mx
                 sel = isdata[hts]
                 if nd[d] and sel.any():
-                    new_tsv[d] = (tv_u[sel], dts[hts][sel])
+                    new_tsv[d] = (tv_u[sel], dts[hts][sel], x["rel"][hts][sel])
                 if nd[d]:
                     li = int(np.flatnonzero(isdata)[-1])
                     D.hi_tsv = int(tv_u[int(hts[: li + 1].sum()) - 1]) if hts[li] else None
@@ -258,7 +258,7 @@ class BulkPath:
                 if segs_new is not None:
                     self._seg_extend(X, segs_new)
                 if new_tsv[d] is not None:
-                    self._tsq_extend(key, X, new_tsv[d], None, None)
+                    self._tsq_extend(key, X, new_tsv[d], None, None, None)
                 continue
             a_rel = y["a_rel"]
             prev = np.concatenate(([X.acked], a_rel[:-1]))
@@ -267,7 +267,7 @@ class BulkPath:
                 if segs_new is not None:
                     self._seg_extend(X, segs_new)
                 if new_tsv[d] is not None:
-                    self._tsq_extend(key, X, new_tsv[d], None, None)
+                    self._tsq_extend(key, X, new_tsv[d], None, None, None)
                 continue
             A = a_rel[adv]
             ya = y["p"][adv]
@@ -289,9 +289,9 @@ class BulkPath:
             if yh.any() and X.tsv_u is not None:
                 te = b.ts_ecr[yrows][yh].astype(np.int64)
                 e_u = _unwrap(te, X.tsv_u)
-                ts_samples = self._tsq_extend(key, X, new_tsv[d], e_u, TA[yh])
+                ts_samples = self._tsq_extend(key, X, new_tsv[d], e_u, TA[yh], A[yh])
             elif new_tsv[d] is not None:
-                self._tsq_extend(key, X, new_tsv[d], None, None)
+                self._tsq_extend(key, X, new_tsv[d], None, None, None)
             for s_arr in (samples, ts_samples):
                 if s_arr is not None and len(s_arr):
                     X.srtt = _ewma(X.srtt, s_arr.astype(np.float64))
@@ -366,27 +366,32 @@ class BulkPath:
         return out
 
     def _tsq_extend(self, key: int, X: Dir, new, e_u: np.ndarray | None,
-                    te_ts: np.ndarray | None):  # fmt: skip
+                    te_ts: np.ndarray | None, acks: np.ndarray | None):  # fmt: skip
         """Add new TSvals (first occurrences) and match echoes; returns RTT samples."""
         q = X.tsq
-        tv, tt = q.arrays()
+        tv, tt, ts_ = q.arrays()
         last_echo = q.last_echo
         if new is not None:
-            ntv, ntt = new
+            ntv, ntt, nst = new
             prev_max = np.maximum.accumulate(np.concatenate(([tv[-1] if len(tv) else -1], ntv)))
             firsts = (ntv > prev_max[:-1]) & (ntv > last_echo)
             tv = np.concatenate((tv, ntv[firsts]))
             tt = np.concatenate((tt, ntt[firsts]))
+            ts_ = np.concatenate((ts_, nst[firsts]))
         out = None
         if e_u is not None and len(e_u):
             run = np.maximum.accumulate(np.concatenate(([last_echo], e_u)))
             first = e_u > run[:-1]
-            if first.any() and len(tv):
+            n = len(tv)
+            if first.any() and n:
                 e = e_u[first]
                 et = te_ts[first]
                 kk = np.searchsorted(tv, e)
-                kc = np.minimum(kk, len(tv) - 1)
-                ok = (kk < len(tv)) & (tv[kc] == e) & (tt[kc] <= et)
+                kc = np.minimum(kk, n - 1)
+                nxt = np.minimum(kc + 1, n - 1)
+                # nothing first sent with a newer TSval below the ACK (see TsLog)
+                later_ok = (kc + 1 >= n) | (ts_[nxt] >= acks[first])
+                ok = (kk < n) & (tv[kc] == e) & (tt[kc] <= et) & later_ok
                 if ok.any():
                     out = et[ok] - tt[kc[ok]]
                     self._rtts.extend(
@@ -395,7 +400,7 @@ class BulkPath:
                     )  # fmt: skip
             last_echo = max(last_echo, int(run[-1]))
         keep = tv > last_echo
-        q.set_arrays(tv[keep], tt[keep], last_echo)
+        q.set_arrays(tv[keep], tt[keep], ts_[keep], last_echo)
         return out
 
     def _fast_sigs(self, D: Dir, rows: np.ndarray, b, x: dict, dts: np.ndarray) -> None:

@@ -152,27 +152,41 @@ class SegLog:
 
 
 class TsLog:
-    """TSvals (unwrapped to 64 bits) of data segments, first occurrence only."""
+    """TSvals (unwrapped to 64 bits) of data segments: first send time of each value and
+    the lowest offset sent with it.
 
-    __slots__ = ("tv", "t", "h", "last_echo")
+    An echo is a sample only when the ACK covers no byte first sent with a newer TSval:
+    a receiver echoes the *oldest* unacknowledged TSval (RFC 7323), so a delayed ACK of
+    two segments echoes the first one's and would add the ACK hold time to the RTT.
+    """
+
+    __slots__ = ("tv", "t", "s", "h", "last_echo")
 
     def __init__(self) -> None:
         self.tv: list[int] = []
         self.t: list[int] = []
+        self.s: list[int] = []
         self.h = 0
         self.last_echo = -1
 
-    def add(self, tv: int, ts: int) -> None:
-        if (not self.tv or tv > self.tv[-1]) and tv > self.last_echo:
-            self.tv.append(tv)
-            self.t.append(ts)
-            if len(self.tv) - self.h > MAX_ENTRIES:
-                k = len(self.tv) - MAX_ENTRIES // 2
-                del self.tv[:k], self.t[:k]
-                self.h = 0
+    def add(self, tv: int, ts: int, start: int) -> None:
+        if tv <= self.last_echo:
+            return
+        if self.tv and len(self.tv) > self.h and tv <= self.tv[-1]:
+            if tv == self.tv[-1] and start < self.s[-1]:
+                self.s[-1] = start
+            return
+        self.tv.append(tv)
+        self.t.append(ts)
+        self.s.append(start)
+        if len(self.tv) - self.h > MAX_ENTRIES:
+            k = len(self.tv) - MAX_ENTRIES // 2
+            del self.tv[:k], self.t[:k], self.s[:k]
+            self.h = 0
 
-    def echo(self, e: int, now: int) -> int | None:
-        """The far end echoed TSval ``e``: the send time of that TSval, once."""
+    def echo(self, e: int, now: int, ack: int) -> int | None:
+        """The far end echoed TSval ``e`` in an ACK up to ``ack``: the send time of that
+        TSval, once, when the ACK covers nothing sent later."""
         if e <= self.last_echo:
             return None
         self.last_echo = e
@@ -182,24 +196,30 @@ class TsLog:
             h = bisect_left(tv, e, h)
         out = None
         if h < n and tv[h] == e:
-            if self.t[h] <= now:
+            if self.t[h] <= now and (h + 1 == n or self.s[h + 1] >= ack):
                 out = self.t[h]
             h += 1
         self.h = h
         if h > 256 and h * 2 > n:
-            del self.tv[:h], self.t[:h]
+            del self.tv[:h], self.t[:h], self.s[:h]
             self.h = 0
         return out
 
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         h = self.h
-        return np.array(self.tv[h:], dtype=np.int64), np.array(self.t[h:], dtype=np.int64)
+        return (
+            np.array(self.tv[h:], dtype=np.int64),
+            np.array(self.t[h:], dtype=np.int64),
+            np.array(self.s[h:], dtype=np.int64),
+        )
 
-    def set_arrays(self, tv: np.ndarray, t: np.ndarray, last_echo: int) -> None:
+    def set_arrays(self, tv: np.ndarray, t: np.ndarray, s: np.ndarray, last_echo: int) -> None:
         if len(tv) > MAX_ENTRIES:
-            tv, t = tv[-MAX_ENTRIES // 2 :], t[-MAX_ENTRIES // 2 :]
+            k = MAX_ENTRIES // 2
+            tv, t, s = tv[-k:], t[-k:], s[-k:]
         self.tv = tv.tolist()
         self.t = t.tolist()
+        self.s = s.tolist()
         self.h = 0
         self.last_echo = last_echo
 
