@@ -140,3 +140,17 @@ def test_mixed_batches_of_many_connections():
     assert [s.client_port for s in sorted(r.summaries, key=lambda s: s.conn_key)] == list(
         range(40000, 40030)
     )
+
+
+def test_flow_hash_collisions_fall_back_to_exact_grouping(monkeypatch):
+    from parsers.tcp import _flows
+
+    flows = [_conversation(client=("10.0.0.1", 40000 + i)) for i in range(5)]
+    b = concat_batches([f.batch() for f in flows])
+    expected = analyze(b)
+    monkeypatch.setattr(_flows, "_mix", lambda x: x & np.uint64(0))  # every flow hashes to 0
+    collided = analyze(b)
+    assert len(collided.summaries) == 5
+    assert [(c.conn_key, c.direction, c.data) for c in collided.chunks] == [
+        (c.conn_key, c.direction, c.data) for c in expected.chunks
+    ]

@@ -46,12 +46,21 @@ at the 10th, 100th, 1000th... occurrence (Zeek style). :func:`flip_summary`,
 layer finds that the roles were guessed wrong; :meth:`TcpAnalyzer.flip_connection`
 does the same for a live connection.
 
-RTT samples (``source``): ``handshake`` (SYN -> SYN/ACK is capture point -> server ->
-capture point, reported on direction to_server; SYN/ACK -> ACK is capture point ->
-client -> capture point, on to_client; none when the SYN or SYN/ACK was
-retransmitted), ``data_ack`` (data segment -> the first ACK covering its last byte,
-Karn's rule: nothing from retransmitted ranges), ``tsecr`` (data segment's TSval -> the
-first ACK that advances and echoes it).
+RTT samples (``source``), each reported on the direction of the data it measures, i.e.
+capture point -> that direction's receiver -> capture point: ``handshake`` (SYN ->
+SYN/ACK on to_server, SYN/ACK -> ACK on to_client; none when the SYN or SYN/ACK was
+retransmitted), ``data_ack`` (an ACK moving forward -> the send time of the segment
+holding the last byte it acknowledges, once per segment; Karn's rule: nothing when the
+ACK covers retransmitted bytes), ``tsecr`` (first echo of a data segment's TSval by an
+ACK moving forward, when that ACK covers nothing first sent with a newer TSval: a
+delayed ACK echoes the oldest TSval and would add its hold time). The full round trip
+seen by an end host is the sum of the two directions' values.
+
+Summary fields: ``bytes`` is the sequence space each side used (highest offset seen,
+bytes the capture missed included); ``packets`` excludes capture duplicates.
+Events are returned in the order they are decided, not sorted by ``ts_ns``: a hole
+(``lost_segment``), a zero-window episode and a retransmission of seen bytes are
+reported once resolved, with the time they started.
 """
 
 from parsers.tcp._analyzer import TcpAnalyzer
