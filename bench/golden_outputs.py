@@ -1,0 +1,75 @@
+"""Canonical dump of every table tailtap writes for a set of captures, to check that a
+refactoring leaves the outputs unchanged (row order and file layout may differ).
+
+Usage: python bench/golden_outputs.py OUT.json CAPTURE... ; diff two OUT.json files with
+``--compare A.json B.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
+from telemetry.schema import TABLES  # noqa: E402
+from telemetry.store import Store  # noqa: E402
+
+VOLATILE = {"ingest_time", "path"}
+
+
+def dump(captures: list[str]) -> dict[str, dict[str, object]]:
+    out: dict[str, dict[str, object]] = {}
+    for cap in captures:
+        with tempfile.TemporaryDirectory() as tmp:
+            store = Store(tmp)
+            res = ingest_file(cap, store, IngestOptions(force=True))
+            tables: dict[str, object] = {"error": res.error, "issues": sorted(i.kind for i in res.issues)}
+            for table in TABLES:
+                files = store.table_files(table)
+                rows: list[str] = []
+                for f in files:
+                    t = pq.read_table(f)
+                    cols = [c for c in t.column_names if c not in VOLATILE and c not in ("date", "hour")]
+                    t = t.select(cols)
+                    for i, f in enumerate(t.schema):
+                        if pa.types.is_timestamp(f.type):  # ns timestamps do not fit datetime
+                            t = t.set_column(i, f.name, t.column(i).cast(pa.int64()))
+                    for row in t.to_pylist():
+                        rows.append(json.dumps(row, sort_keys=True, default=str))
+                rows.sort()
+                digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+                tables[table] = {"rows": len(rows), "sha": digest, "sample": rows[:3]}
+            out[Path(cap).name] = tables
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("captures", nargs="*")
+    ap.add_argument("--compare", nargs=2)
+    args = ap.parse_args()
+    if args.compare:
+        a, b = (json.loads(Path(p).read_text()) for p in args.compare)
+        bad = 0
+        for cap in sorted(set(a) | set(b)):
+            for table in sorted(set(a.get(cap, {})) | set(b.get(cap, {}))):
+                x, y = a.get(cap, {}).get(table), b.get(cap, {}).get(table)
+                if x != y:
+                    bad += 1
+                    print(f"DIFF {cap} {table}: {json.dumps(x)[:300]} != {json.dumps(y)[:300]}")
+        print("identical" if not bad else f"{bad} differences")
+        sys.exit(1 if bad else 0)
+    Path(args.out).write_text(json.dumps(dump(args.captures), indent=1))
+
+
+if __name__ == "__main__":
+    main()
