@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from parsers.h2 import H2Connection
+from parsers.h2._conn import MessageRow
 from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
 from parsers.http1 import METHODS, Http1Conn
 from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk, RequestRecord
@@ -49,6 +50,14 @@ class SessionResult:
     messages: list[MessageRecord] = field(default_factory=list)
     h2_events: list[H2Event] = field(default_factory=list)
     issues: list[DecodeIssue] = field(default_factory=list)
+    message_rows: list[MessageRow] = field(default_factory=list)  # ``messages`` as tuples
+
+
+def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
+    return [
+        (m.stream_id, m.direction, m.index, m.ts_ns, m.size, m.compressed, m.end_offset)
+        for m in msgs
+    ]
 
 
 def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:
@@ -178,8 +187,9 @@ class AppSession:
                 d, chunk.data, chunk.ts_ns, chunk.frame_no, chunk.stream_offset, chunk.gap_before
             )
             if not (self._fresh[0] or self._fresh[1] or self._strip[0] or self._strip[1]):
-                # steady state: hand chunks straight to the HTTP/2 fast path
-                self._fast = h2.feed_chunk
+                # steady state: hand chunks straight to the HTTP/2 fast path; the instance
+                # attribute shadows this method, so callers skip one Python call per chunk
+                self._fast = self.feed = h2.feed_chunk  # type: ignore[method-assign]
             return
         item = (
             chunk.direction,
@@ -197,26 +207,45 @@ class AppSession:
         # opaque: nothing to decode (TLS or unknown)
 
     def take_records(self) -> tuple[list[RequestRecord], list[MessageRecord], list[H2Event]]:
+        reqs, rows, evs = self.take_rows()
+        ck = self.conn_key
+        return reqs, [MessageRecord(ck, *row) for row in rows], evs
+
+    def take_rows(self) -> tuple[list[RequestRecord], list[MessageRow], list[H2Event]]:
+        """Like :meth:`take_records`, with messages as :data:`MessageRow` tuples
+        (stream_id, direction, index, ts_ns, size, compressed, end_offset): the
+        pipeline turns them into columns without a record object per message."""
         reqs, self._requests = self._requests, []
-        msgs, self._messages = self._messages, []
+        rows = _rows_of(self._messages)
+        self._messages = []
         evs: list[H2Event] = []
         if self._h1 is not None:
             r, m = self._h1.drain()
             reqs += r
-            msgs += m
+            rows += _rows_of(m)
         if self._h2 is not None:
-            r, m, e = self._h2.drain()
+            r, m, e = self._h2.drain_rows()
             reqs += r
-            msgs += m
+            rows += m
             evs = e
-        return reqs, msgs, evs
+        return reqs, rows, evs
+
+    @property
+    def orientation_final(self) -> bool:
+        """Whether :attr:`flipped` can no longer change (rows may be written out)."""
+        if self._orient_locked:
+            return True
+        if self._mode == "sniff":
+            return False
+        return self._h2 is None or self._h2.orient_final
 
     def finish(self, end_ns: int) -> SessionResult:
         if self._finished is not None:
             return self._finished
         if self._mode == "sniff":
             self._decide_final()
-        reqs, msgs = self._requests, self._messages
+        reqs = self._requests
+        rows = _rows_of(self._messages)
         self._requests, self._messages = [], []
         evs: list[H2Event] = []
         issues = list(self._issues)
@@ -224,20 +253,22 @@ class AppSession:
             self._h1.finish(end_ns)
             r, m = self._h1.drain()
             reqs += r
-            msgs += m
+            rows += _rows_of(m)
             issues += self._h1.issues
         if self._h2 is not None:
             self._h2.finish(end_ns)
-            r, m, e = self._h2.drain(final=True)
+            r, m, e = self._h2.drain_rows(final=True)
             reqs += r
-            msgs += m
+            rows += m
             evs = e
             issues += self._h2.issues
         if len(issues) > _ISSUE_CAP:
             extra = len(issues) - _ISSUE_CAP
             issues = issues[:_ISSUE_CAP]
             issues.append(DecodeIssue("issues_truncated", 0, f"{extra} more issues not kept"))
-        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues)
+        ck = self.conn_key
+        msgs = [MessageRecord(ck, *row) for row in rows]
+        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows)
         return self._finished
 
     # -- sniffing --------------------------------------------------------------------

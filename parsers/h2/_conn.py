@@ -11,6 +11,8 @@ the time of the packet that completed *it*, not the whole frame.
 
 from __future__ import annotations
 
+import struct
+
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
 from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk
 
@@ -42,6 +44,11 @@ from ._frames import (
 )
 from ._hpack import DecodedBlock, TolerantDecoder
 from ._streams import Stream
+
+# (stream_id, direction, index, ts_ns, size, compressed, end_offset): a MessageRecord
+# without its conn_key, as a tuple (one per message on the hot path)
+MessageRow = tuple[int, int, int, int, int, bool, int]
+_FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
 
 _CLOSED_KEEP = 4096  # recently closed stream ids remembered to ignore late frames
 _HOLD_LIMIT = 20000  # records held while the orientation is unknown
@@ -132,7 +139,8 @@ class H2Connection:
         self.last_opened = [0, 0]  # highest stream id opened by HEADERS, per id parity
         self.lossy = False
         self.done: list[Stream] = []
-        self.messages: list[MessageRecord] = []
+        # messages as MessageRow tuples (TCP direction): cheaper than a record each
+        self.messages: list[MessageRow] = []
         self.events: list[H2Event] = []
         self.issues: list[DecodeIssue] = []
         self._tmp: list[tuple[int, int, int, int]] = []
@@ -277,21 +285,17 @@ class H2Connection:
         D = self.dirs[d]
         data = c.data
         n = len(data)
-        if (
-            not D.plain
-            or c.stream_offset != D.base
-            or c.gap_before
-            or n < 14
-            or data[3]  # not DATA
-            or data[4] & 0x08  # padded
-        ):
+        if not D.plain or c.stream_offset != D.base or c.gap_before or n < 14:
             self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
             return
+        # one unpack instead of five slices: (length << 8 | type), flags, stream id,
+        # and the first gRPC prefix (flag, length) right after the frame header
+        lt, flags, sid, gflag, glen = _FAST_HDR.unpack_from(data)
         length = n - 9
-        sid = int.from_bytes(data[5:9], "big")
         st = self.streams.get(sid)
         if (
-            int.from_bytes(data[0:3], "big") != length
+            lt != length << 8  # not DATA, or not exactly this chunk
+            or flags & 0x08  # padded
             or st is None
             or sid & 0x80000000
             or (D.max_known and length > D.max_len)
@@ -311,37 +315,48 @@ class H2Connection:
             or sp.left != -1
             or sp.hdr
             or sp.keep_trailer
-            or data[9] >= 0x80
-            or int.from_bytes(data[10:14], "big") + 5 != length
+            or gflag >= 0x80
+            or glen + 5 != length
         ):
-            self._whole_data(d, st, sid, data[4], data, 9, n, length, base, off_end, c.ts_ns)
+            self._whole_data(d, st, sid, flags, data, 9, n, length, base, off_end, c.ts_ns)
             return
         # one whole gRPC message in one unpadded DATA frame in one packet
         ts = c.ts_ns
-        idx = st.msgs[d]
+        msgs = st.msgs
+        idx = msgs[d]
         if idx == 0:
             st.first_msg_ts[d] = ts
             st.first_msg_off[d] = off_end
         if st.end_ts[1 - d] is None:
             st.msg_before_end[d] = True
-        if st.msgs[1 - d]:
+        if msgs[1 - d]:
             st.msg_after_first[d] = True
-        self.messages.append(
-            MessageRecord(self.conn_key, sid, d, idx, ts, length - 5, data[9] == 1, off_end)
-        )
-        st.msgs[d] = idx + 1
+        self.messages.append((sid, d, idx, ts, glen, gflag == 1, off_end))
+        msgs[d] = idx + 1
         st.last_msg_ts[d] = ts
-        if not st.data_frames[d]:
+        frames = st.data_frames
+        if not frames[d]:
             st.first_data_ts[d] = ts
             st.first_data_off[d] = off_end
-        st.data_frames[d] += 1
+        frames[d] += 1
         st.last_data_ts[d] = ts
         st.data_bytes[d] += length
         st.last_off[d] = off_end
         fs = self.flows[d]
         if fs.known:
-            fs.consume(sid, length, ts, data[4] & 1 == 1)
-        if data[4] & 1:
+            # FlowState.consume, inlined (once per packet)
+            end_stream = flags & 1
+            fs.conn -= length
+            windows = fs.streams
+            w = windows.get(sid)
+            if w is not None:
+                w -= length
+                windows[sid] = w
+                if w <= 0 and not end_stream and sid not in fs.blocked:
+                    fs.blocked[sid] = (ts, 0)
+            if fs.conn <= 0 and not end_stream and 0 not in fs.blocked:
+                fs.blocked[0] = (ts, 0)
+        if flags & 1:
             self._end_stream(st, d, ts, off_end)
 
     def _whole_data(
@@ -386,9 +401,7 @@ class H2Connection:
                         st.msg_before_end[d] = True
                     if st.msgs[1 - d]:
                         st.msg_after_first[d] = True
-                    self.messages.append(
-                        MessageRecord(self.conn_key, sid, d, idx, ts, dl - 5, b[p] == 1, msg_end)
-                    )
+                    self.messages.append((sid, d, idx, ts, dl - 5, b[p] == 1, msg_end))
                     st.msgs[d] = idx + 1
                     st.last_msg_ts[d] = ts
                 else:
@@ -628,11 +641,10 @@ class H2Connection:
             st.msg_before_end[d] = True
         if st.msgs[o]:
             st.msg_after_first[d] = True
-        ck = self.conn_key
         sid = st.sid
         out = self.messages
         for ts, size, flag, end in tmp:
-            out.append(MessageRecord(ck, sid, d, idx, ts, size, bool(flag & 1), end))
+            out.append((sid, d, idx, ts, size, bool(flag & 1), end))
             idx += 1
         st.last_msg_ts[d] = tmp[-1][0]
         st.msgs[d] = idx
@@ -975,19 +987,24 @@ class H2Connection:
 
     def drain(self, final: bool = False):
         """Hand out records (oriented). Held back while the orientation is unknown."""
+        reqs, rows, evs = self.drain_rows(final)
+        ck = self.conn_key
+        return reqs, [MessageRecord(ck, *row) for row in rows], evs
+
+    def drain_rows(self, final: bool = False):
+        """Like :meth:`drain`, with messages as oriented :data:`MessageRow` tuples."""
         if not self.orient_final and not final:
             return [], [], []
         c = self.client_dir
         reqs = [st.to_record(self.conn_key, c) for st in self.done]
         self.done = []
-        msgs, self.messages = self.messages, []
+        rows, self.messages = self.messages, []
         evs, self.events = self.events, []
         if self.flipped:
-            for m in msgs:
-                m.direction ^= 1
+            rows = [(r[0], r[1] ^ 1, r[2], r[3], r[4], r[5], r[6]) for r in rows]
             for e in evs:
                 e.direction ^= 1
-        return reqs, msgs, evs
+        return reqs, rows, evs
 
 
-__all__ = ["H2Connection"]
+__all__ = ["H2Connection", "MessageRow"]
