@@ -14,9 +14,11 @@ import gzip
 import hashlib
 import os
 import time
+from array import array
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +34,6 @@ from parsers.records import (
     DecodeIssue,
     DecodeStats,
     H2Event,
-    MessageRecord,
     PacketBatch,
     RequestRecord,
     RttSample,
@@ -180,11 +181,35 @@ def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progres
         result.error = f"{path}: nothing could be read ({reason})"
 
 
+_NO_TS = np.iinfo(np.int64).min  # acked_ts not (yet) known: null in the table
+_MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked")
+
+
 @dataclass(slots=True)
-class _PendingMessage:
-    record: MessageRecord
-    gap_ms: float | None
-    acked_ts: int | None = None
+class _Msgs:
+    """Messages of one session direction as numpy columns, in completion order (so
+    their end offsets ascend). One object per batch instead of one per message."""
+
+    sid: np.ndarray  # int64 stream id
+    idx: np.ndarray  # int64 index within the stream and direction
+    ts: np.ndarray  # int64 ns
+    size: np.ndarray  # int64
+    comp: np.ndarray  # bool
+    end: np.ndarray  # int64 direction offset after the last byte
+    gap: np.ndarray  # float64 ms since the previous message of the stream; NaN: none
+    acked: np.ndarray  # int64 ns of the covering ACK; _NO_TS: none (yet)
+
+    def __len__(self) -> int:
+        return len(self.sid)
+
+    def part(self, a: int, b: int) -> _Msgs:
+        return _Msgs(*(getattr(self, f)[a:b] for f in _MSG_FIELDS))
+
+    @staticmethod
+    def concat(parts: list[_Msgs]) -> _Msgs:
+        if len(parts) == 1:
+            return parts[0]
+        return _Msgs(*(np.concatenate([getattr(p, f) for p in parts]) for f in _MSG_FIELDS))
 
 
 @dataclass
@@ -194,11 +219,12 @@ class _ConnRows:
     tcp_events: list[TcpEvent] = field(default_factory=list)
     rtt: list[RttSample] = field(default_factory=list)
     h2: list[H2Event] = field(default_factory=list)
-    messages: list[_PendingMessage] = field(default_factory=list)
+    messages: list[tuple[int, _Msgs]] = field(default_factory=list)  # (session direction, rows)
     requests: list[tuple] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.tcp_events) + len(self.rtt) + len(self.h2) + len(self.messages) + len(self.requests)
+        n_msgs = sum(len(m) for _d, m in self.messages)
+        return len(self.tcp_events) + len(self.rtt) + len(self.h2) + n_msgs + len(self.requests)
 
 
 @dataclass
@@ -207,18 +233,21 @@ class _Conn:
     session: AppSession | None = None
     rows: _ConnRows = field(default_factory=_ConnRows)
     # per session-oriented direction: messages waiting for the ACK that covers them
-    pending: tuple[list[_PendingMessage], list[_PendingMessage]] = field(default_factory=lambda: ([], []))
+    pending: list[_Msgs | None] = field(default_factory=lambda: [None, None])
     pending_requests: list[RequestRecord] = field(default_factory=list)
     response_times: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
     last_msg_ts: dict[int, int] = field(default_factory=dict)  # stream_id * 2 + direction -> ts
-    # RTT sample values per TCP direction (for the connection's min/p50/p99)
-    rtt_values: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))
+    # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
+    # doubles, as every sample of a long connection is kept for its exact percentiles
+    rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
     rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
     requests: int = 0
     # flow_rates, per TCP direction: bucket -> (new bytes, segments); bucket -> highest acked offset
     sent: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]] = field(default_factory=lambda: ({}, {}))
     acked: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
+    # highest acked offset of the last flow_rates bucket written (rows written while open)
+    prev_acked: list[int | None] = field(default_factory=lambda: [None, None])
     # stream -> ACK time of its first response message (resolved before the request is)
     first_acked: dict[int, int | None] = field(default_factory=dict)
 
@@ -243,8 +272,14 @@ class _Conn:
     def rtt_floor_ms(self, tcp_direction: int) -> float | None:
         return self.rtt_floor[tcp_direction]
 
+    def rate_buckets(self) -> int:
+        return sum(len(x) for x in self.sent) + sum(len(x) for x in self.acked)
+
 
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+# flow_rates buckets of an open connection are written once capture time has moved this
+# far past them (a bucket must not get more bytes after its row was written)
+RATE_HOLD_NS = 60 * 1_000_000_000
 
 
 class CapturePipeline:
@@ -259,9 +294,11 @@ class CapturePipeline:
         self.issues: list[DecodeIssue] = []
         self.tcp = TcpAnalyzer()
         self.conns: dict[int, _Conn] = {}
+        self.sessions: dict[int, AppSession] = {}  # conn key -> session, for the chunk loop
         self.compressed = False
         self.first_ts: int | None = None
         self.last_ts: int | None = None
+        self.monotonic = True  # capture times never went back so far
         self.connections_written = 0
         self.requests_written = 0
 
@@ -271,25 +308,36 @@ class CapturePipeline:
             conn = self.conns[key] = _Conn(key)
         return conn
 
+    def _open_session(self, key: int) -> AppSession:
+        conn = self._conn(key)
+        client_port, server_port = self.tcp.connection_info(key)
+        force = bool(self.options.h2_ports & {client_port, server_port})
+        conn.session = self.sessions[key] = AppSession(key, client_port, server_port, force_h2=force)
+        return conn.session
+
     # -- per batch -------------------------------------------------------------------
     def process(self, batch: PacketBatch) -> None:
         if len(batch) == 0:
             return
+        ts_ns = batch.ts_ns
         if self.first_ts is None:
-            self.first_ts = int(batch.ts_ns[0])
-        self.last_ts = int(batch.ts_ns[-1])
+            self.first_ts = int(ts_ns[0])
+        if self.monotonic and (
+            (self.last_ts is not None and int(ts_ns[0]) < self.last_ts)
+            or bool((ts_ns[1:] < ts_ns[:-1]).any())
+        ):
+            self.monotonic = False
+        self.last_ts = int(ts_ns[-1])
         segments = decode_segments(batch, self.stats, self.issues)
-        for chunk in self.tcp.feed(segments):
-            conn = self._conn(chunk.conn_key)
-            if conn.session is None:
-                client_port, server_port = self.tcp.connection_info(chunk.conn_key)
-                force = bool(self.options.h2_ports & {client_port, server_port})
-                conn.session = AppSession(chunk.conn_key, client_port, server_port, force_h2=force)
-            conn.session.feed(chunk)
-            sent = conn.sent[chunk.direction]
-            bucket = chunk.ts_ns // RATE_BUCKET_NS
-            got = sent.get(bucket)
-            sent[bucket] = (got[0] + len(chunk.data), got[1] + 1) if got else (len(chunk.data), 1)
+        chunks = self.tcp.feed(segments)
+        if chunks:
+            sessions = self.sessions
+            for chunk in chunks:
+                session = sessions.get(chunk.conn_key)
+                if session is None:
+                    session = self._open_session(chunk.conn_key)
+                session.feed(chunk)
+            self._count_sent(chunks)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
@@ -307,23 +355,82 @@ class CapturePipeline:
                 conn.rtt_floor[s.direction] = s.rtt_ms
         for conn in self.conns.values():
             if conn.session is not None:
-                requests, messages, h2_events = conn.session.take_records()
-                self._take(conn, requests, messages, h2_events)
+                requests, rows, h2_events = conn.session.take_rows()
+                self._take(conn, requests, rows, h2_events)
                 self._resolve_acks(conn, None)
+            if len(conn.rows) + conn.rate_buckets() >= FLUSH_CONN_ROWS:
+                self._flush_open(conn)
         for summary in self.tcp.take_closed(IDLE_CLOSE_NS):
             self._close(summary)
 
-    def _take(self, conn: _Conn, requests, messages, h2_events) -> None:
+    def _count_sent(self, chunks: list) -> None:
+        """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
+        cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
+        buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
+        lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
+        order = np.lexsort((buckets, cd))
+        cd, buckets, lens = cd[order], buckets[order], lens[order]
+        starts = np.flatnonzero(np.concatenate(([True], (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]))))
+        sums = np.add.reduceat(lens, starts)
+        counts = np.diff(np.append(starts, len(cd)))
+        conns = self.conns
+        for k, b, nbytes, npk in zip(
+            cd[starts].tolist(), buckets[starts].tolist(), sums.tolist(), counts.tolist(), strict=True
+        ):
+            sent = conns[k >> 1].sent[k & 1]
+            got = sent.get(b)
+            sent[b] = (got[0] + nbytes, got[1] + npk) if got else (nbytes, npk)
+
+    def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
-        last_ts, pending, response_times = conn.last_msg_ts, conn.pending, conn.response_times
-        for m in messages:
-            key = m.stream_id * 2 + m.direction
-            prev = last_ts.get(key)
-            last_ts[key] = m.ts_ns
-            pending[m.direction].append(_PendingMessage(m, None if prev is None else (m.ts_ns - prev) / 1e6))
-            if m.direction == TO_CLIENT:
-                response_times[m.stream_id].append(m.ts_ns)
+        if rows:
+            self._take_messages(conn, rows)
         conn.pending_requests.extend(requests)
+
+    def _take_messages(self, conn: _Conn, rows: list[tuple]) -> None:
+        """Session message rows -> per-direction columns waiting for their ACK, with the
+        gap since the previous message of the same stream and direction."""
+        n = len(rows)
+        a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
+        sid, dirs, ts = a[:, 0], a[:, 1], a[:, 3]
+        key = sid * 2 + dirs
+        order = np.argsort(key, kind="stable")
+        ks, tso = key[order], ts[order]
+        first = np.ones(n, dtype=bool)  # first row of its key in this batch
+        first[1:] = ks[1:] != ks[:-1]
+        firsts = np.flatnonzero(first)
+        has = ~first  # a previous message is known
+        prev = np.empty(n, dtype=np.int64)
+        prev[0] = tso[0]
+        prev[1:] = tso[:-1]
+        last_ts = conn.last_msg_ts
+        lasts = np.append(firsts[1:] - 1, n - 1)
+        for j, k, t_last in zip(firsts.tolist(), ks[firsts].tolist(), tso[lasts].tolist(), strict=True):
+            p = last_ts.get(k)
+            if p is None:
+                prev[j] = tso[j]
+            else:
+                prev[j] = p
+                has[j] = True
+            last_ts[k] = t_last
+        gap = np.empty(n, dtype=np.float64)
+        gap[order] = np.where(has, (tso - prev) / 1e6, np.nan)
+        for d in (TO_SERVER, TO_CLIENT):
+            mask = dirs == d
+            m = int(mask.sum())
+            if not m:
+                continue
+            sel = a[mask] if m < n else a
+            block = _Msgs(
+                sel[:, 0], sel[:, 2], sel[:, 3], sel[:, 4], sel[:, 5].astype(bool), sel[:, 6],
+                gap[mask] if m < n else gap, np.full(m, _NO_TS, dtype=np.int64),
+            )
+            old = conn.pending[d]
+            conn.pending[d] = block if old is None else _Msgs.concat([old, block])
+            if d == TO_CLIENT:
+                times = conn.response_times
+                for s_id, t in zip(block.sid.tolist(), block.ts.tolist(), strict=True):
+                    times[s_id].append(t)
 
     # -- ACK times ---------------------------------------------------------------------
     def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
@@ -339,31 +446,42 @@ class CapturePipeline:
         final = summary is not None
         for session_dir in (TO_SERVER, TO_CLIENT):
             pending = conn.pending[session_dir]
-            if not pending:
+            if pending is None:
                 continue
             arrays = self._ack_arrays(conn, session_dir, summary)
             if arrays is not None and len(arrays[0]):
                 ack_ts, ack_off = arrays
-                offsets = np.fromiter((p.record.end_offset for p in pending), dtype=np.int64, count=len(pending))
-                idx = np.searchsorted(ack_off, offsets, side="left")
-                for p, i in zip(pending, idx.tolist(), strict=True):
-                    if i < len(ack_ts):
-                        p.acked_ts = int(ack_ts[i])
-            # messages complete in offset order: the resolved ones form a prefix
-            n_done = len(pending) if final else 0
-            while n_done < len(pending) and pending[n_done].acked_ts is not None:
-                n_done += 1
-            for p in pending[:n_done]:
-                if p.record.direction == TO_CLIENT and p.record.index == 0:
-                    conn.first_acked[p.record.stream_id] = p.acked_ts
-            conn.rows.messages.extend(pending[:n_done])
-            del pending[:n_done]
+                idx = np.searchsorted(ack_off, pending.end, side="left")
+                found = idx < len(ack_ts)
+                if found.any():
+                    got = np.asarray(ack_ts, dtype=np.int64)[np.minimum(idx, len(ack_ts) - 1)]
+                    pending.acked = np.where(found, got, pending.acked)
+            n = len(pending)
+            if final:
+                n_done = n
+            else:
+                # messages complete in offset order: the resolved ones form a prefix
+                unresolved = np.flatnonzero(pending.acked == _NO_TS)
+                n_done = int(unresolved[0]) if len(unresolved) else n
+            if not n_done:
+                continue
+            done = pending if n_done == n else pending.part(0, n_done)
+            conn.pending[session_dir] = None if n_done == n else pending.part(n_done, n)
+            if session_dir == TO_CLIENT:
+                for j in np.flatnonzero(done.idx == 0).tolist():
+                    acked = int(done.acked[j])
+                    conn.first_acked[int(done.sid[j])] = None if acked == _NO_TS else acked
+            conn.rows.messages.append((session_dir, done))
         ready, waiting = [], []
         for r in conn.pending_requests:
             (ready if final or self._acked_through(conn, r.end_offset) else waiting).append(r)
         conn.pending_requests = waiting
         for r in ready:
             times = conn.response_times.pop(r.stream_id, [])
+            # the stream is over: its last message times are not needed again (bounded
+            # memory on long connections)
+            conn.last_msg_ts.pop(r.stream_id * 2, None)
+            conn.last_msg_ts.pop(r.stream_id * 2 + 1, None)
             first_acked = conn.first_acked.pop(r.stream_id, None)
             if first_acked is None:  # a non-gRPC response: no message rows, look it up
                 first_acked = self._acked_at(conn, r.first_message_end_offset, summary)
@@ -377,7 +495,8 @@ class CapturePipeline:
     def _prune_acks(self, conn: _Conn) -> None:
         """ACK progress below every offset still waiting for its ACK is not needed again."""
         for session_dir in (TO_SERVER, TO_CLIENT):
-            needed = [p.record.end_offset for p in conn.pending[session_dir][:1]]
+            pending = conn.pending[session_dir]
+            needed = [int(pending.end[0])] if pending is not None else []
             if session_dir == TO_CLIENT:
                 for r in conn.pending_requests:
                     needed += [o for o in (r.first_message_end_offset, r.end_offset) if o is not None]
@@ -399,15 +518,38 @@ class CapturePipeline:
         i = int(np.searchsorted(arrays[1], offset, side="left"))
         return int(arrays[0][i]) if i < len(arrays[0]) else None
 
+    # -- long connections --------------------------------------------------------------
+    def _flush_open(self, conn: _Conn) -> None:
+        """Write an open connection's rows so memory does not grow with its length.
+        Only once its orientation is final (rows say to_server/to_client)."""
+        if conn.session is None or not conn.session.orientation_final:
+            return
+        summary = self._open_summary(conn.key)
+        if summary is None:
+            return
+        if conn.flip:
+            summary = flip_summary(summary)
+        rates_upto = None
+        if self.monotonic and self.last_ts is not None:
+            rates_upto = (self.last_ts - RATE_HOLD_NS) // RATE_BUCKET_NS
+        self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
+
+    def _open_summary(self, key: int) -> ConnectionSummary | None:
+        """conn_id and addresses of a connection still open (as the TCP layer names it).
+        parsers.tcp has no public accessor for this yet: use its summary builder."""
+        live = self.tcp._by_key.get(key)
+        return None if live is None else self.tcp._summary(live)
+
     # -- connection end ----------------------------------------------------------------
     def _close(self, summary: ConnectionSummary) -> None:
         conn = self.conns.pop(summary.conn_key, None) or _Conn(summary.conn_key)
+        self.sessions.pop(summary.conn_key, None)
         protocol = "unknown"
         if conn.session is not None:
             result = conn.session.finish(summary.end_ns)
             protocol = result.protocol
             self.issues.extend(result.issues)
-            self._take(conn, result.requests, result.messages, result.h2_events)
+            self._take(conn, result.requests, result.message_rows, result.h2_events)
         if summary.ack_progress is not None:
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = summary.ack_progress[tcp_dir]
@@ -428,7 +570,11 @@ class CapturePipeline:
         self.issues.extend(i for i in self.decoder.issues if not (i.kind == "unknown_linktype" and i.kind in reported))
 
     # -- rows ---------------------------------------------------------------------------
-    def _write_rows(self, conn: _Conn, summary: ConnectionSummary) -> None:
+    def _write_rows(
+        self, conn: _Conn, summary: ConnectionSummary, rates_upto: int | None = None, final: bool = True
+    ) -> None:
+        """Hand a connection's waiting rows to the writer. flow_rates: every bucket when
+        ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
         rows, cid, flip = conn.rows, summary.conn_id, conn.flip
 
         def base(count: int) -> dict[str, list]:
@@ -469,30 +615,42 @@ class CapturePipeline:
                 "duration_ms": [e.duration_ms for e in h2],
             }))
         if rows.messages:
-            ms = rows.messages
-            self.writer.append("messages", table_from_columns("messages", {
-                **base(len(ms)),
-                "stream_id": [p.record.stream_id for p in ms],
-                "direction": [MESSAGE_DIRECTION_NAMES[p.record.direction] for p in ms],
-                "index": [p.record.index for p in ms],
-                "ts": [p.record.ts_ns for p in ms],
-                "acked_ts": [p.acked_ts for p in ms],
-                "size": [p.record.size for p in ms],
-                "compressed": [p.record.compressed for p in ms],
-                "gap_ms": [p.gap_ms for p in ms],
-            }))
-        self._write_rates(conn, base)
+            self.writer.append("messages", self._messages_table(cid, rows.messages))
+        self._write_rates(conn, base, rates_upto, final)
         if rows.requests:
             self.writer.append("requests", self._requests_table(summary, rows.requests))
             self.requests_written += len(rows.requests)
         conn.rows = _ConnRows()
 
-    def _write_rates(self, conn: _Conn, base) -> None:
+    def _messages_table(self, cid: str, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
+        ms = _Msgs.concat([m for _d, m in blocks])
+        n = len(ms)
+        dirs = np.concatenate([np.full(len(m), d, dtype=np.int8) for d, m in blocks])
+        names = pa.array(MESSAGE_DIRECTION_NAMES, pa.string())
+        return table_from_columns("messages", {
+            "capture_id": _repeat(self.capture_id, n),
+            "conn_id": _repeat(cid, n),
+            "stream_id": pa.array(ms.sid, pa.int64()),
+            "direction": names.take(pa.array(dirs)),
+            "index": pa.array(ms.idx, pa.int64()),
+            "ts": pa.array(ms.ts, pa.int64()).cast(_TS),
+            "acked_ts": pa.array(ms.acked, pa.int64(), mask=ms.acked == _NO_TS).cast(_TS),
+            "size": pa.array(ms.size, pa.int64()),
+            "compressed": pa.array(ms.comp, pa.bool_()),
+            "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
+        })
+
+    def _write_rates(self, conn: _Conn, base, upto: int | None = None, final: bool = True) -> None:
+        if not final and upto is None:
+            return
         cols: dict[str, list] = defaultdict(list)
         for tcp_dir in (TO_SERVER, TO_CLIENT):
             sent, acked = conn.sent[tcp_dir], conn.acked[tcp_dir]
-            prev_acked = None
-            for b in sorted(sent.keys() | acked.keys()):
+            prev_acked = conn.prev_acked[tcp_dir]
+            buckets = sorted(sent.keys() | acked.keys())
+            if not final:
+                buckets = [b for b in buckets if b < upto]  # type: ignore[operator]
+            for b in buckets:
                 off = acked.get(b)
                 if off is not None:
                     delta = off - prev_acked if prev_acked is not None else off
@@ -505,8 +663,14 @@ class CapturePipeline:
                 cols["bytes_sent"].append(got[0])
                 cols["packets_sent"].append(got[1])
                 cols["bytes_acked"].append(max(delta, 0))
-            sent.clear()
-            acked.clear()
+            conn.prev_acked[tcp_dir] = prev_acked
+            if final:
+                sent.clear()
+                acked.clear()
+            else:
+                for b in buckets:
+                    sent.pop(b, None)
+                    acked.pop(b, None)
         if cols:
             n = len(cols["ts"])
             cols.update(base(n))
@@ -627,6 +791,14 @@ _REQUEST_PASSTHROUGH = (
     "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
     "headers_known",
 )
+
+
+_TS = pa.timestamp("ns", tz="UTC")
+
+
+def _repeat(value: str, n: int) -> pa.Array:
+    """A string column of one value, without a Python list of n references."""
+    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
 
 
 def _quantile(ordered: list[float], q: float) -> float:
