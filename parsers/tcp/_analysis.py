@@ -72,6 +72,7 @@ PENDING_RETX_NS = 2_000_000_000
 FIN_LINGER_NS = 1_000_000_000
 TOMBSTONE_NS = 60_000_000_000
 STRAGGLER_SEQ = 1 << 20
+WINDOW_SLACK = 1 << 20  # beyond the far end's highest window edge + this: not real data
 
 
 def columns(b, swap, rows) -> tuple[list, ...]:
@@ -297,6 +298,8 @@ class PacketPath:
         D.last_win = win
         R.rwnd = win  # windows in SYN segments are never scaled
         R.rwnd_known = True
+        if win > R.max_edge:
+            R.max_edge = win
         if tsv_u is not None:
             D.tsq.add(tsv_u, ts, 0)
         self._update_ws(conn)
@@ -340,6 +343,10 @@ class PacketPath:
     def _ack(self, conn, d, D, R, ts, fr, fl, ack, win, wl, srel, hts, tse, sk, out) -> None:
         a_abs = unwrap(ack, R.ack_ref)
         arel = a_abs - R.base
+        if arel > R.hi and R.max_edge and arel > max(R.max_edge, R.hi) + WINDOW_SLACK:
+            # acknowledges more than the sender could have sent: a corrupt or stray packet
+            self.stats["out_of_window"] += 1
+            return
         if (
             wl == 0
             and not fl & _SFR
@@ -358,6 +365,9 @@ class PacketPath:
         D.last_ack32 = ack
         R.rwnd = win << D.ws
         R.rwnd_known = D.ws_known
+        edge = arel + (R.rwnd if D.ws_known else R.rwnd << 14)  # unknown scale: at most 14
+        if edge > R.max_edge:
+            R.max_edge = edge
         if win == 0:
             if R.zw_since is None and not fl & _SFR:
                 R.zw_since = ts
@@ -478,6 +488,10 @@ class PacketPath:
 
     def _data(self, conn, d, D, R, ts, fr, fl, srel, wl, pl, off, mv, ipid, tsv_u, out) -> None:
         erel = srel + wl
+        if srel > D.hi and D.max_edge and srel > max(D.max_edge, D.hi) + WINDOW_SLACK:
+            # far beyond any window the receiver offered: a corrupt or stray segment
+            self.stats["out_of_window"] += 1
+            return
         if fl & FIN:
             if D.fin is None:
                 D.fin = erel

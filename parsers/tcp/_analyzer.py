@@ -44,6 +44,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
             "slow_rows": 0,
             "duplicates": 0,
             "stragglers": 0,
+            "out_of_window": 0,
         }
 
     # ------------------------------------------------------------------ input

@@ -211,6 +211,9 @@ class BulkPath:
                 D.last_win = int(x["wd"][-1])
                 R.rwnd = D.last_win << D.ws
                 R.rwnd_known = D.ws_known
+                edge = int((x["a_rel"] + ((x["wd"] << D.ws) << (0 if D.ws_known else 14))).max())
+                if edge > R.max_edge:
+                    R.max_edge = edge
             self._fast_sigs(D, rows, b, x, dts)
             hist = conn.hist
             if not hist.has("A" if d == 0 else "a") and not isdata.all():

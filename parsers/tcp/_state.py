@@ -61,7 +61,7 @@ class Dir:
         "mss", "sigd", "sigq", "keepalive", "pkts", "dups", "trunc_bytes",
         # as acknowledged by the far end
         "ack_ref", "acked", "progress_ts", "acks", "dupacks", "dupack_ts", "sack_hi", "sack_ts", "sacks",
-        "rwnd", "rwnd_known", "zw_since", "zw_frame", "zw_seq", "pending_retx",
+        "rwnd", "rwnd_known", "max_edge", "zw_since", "zw_frame", "zw_seq", "pending_retx",
         # RTT of this direction's data (capture point -> far end -> capture point)
         "srtt", "min_rtt",
         # loss bursts
@@ -115,6 +115,7 @@ class Dir:
         self.sacks: list[tuple[int, int]] = []
         self.rwnd: int | None = None  # far end's advertised window (scaled, bytes)
         self.rwnd_known = False
+        self.max_edge = 0  # highest right window edge the far end offered (offset)
         self.zw_since: int | None = None
         self.zw_frame = 0
         self.zw_seq = 0
