@@ -307,3 +307,18 @@ def test_direction_conventions_for_client_data():
     }
     s = r.summary()
     assert s.retransmissions == (1, 0) and s.zero_windows == (1, 0) and "w" in s.history
+
+
+def test_stray_packets_far_outside_the_window_are_ignored():
+    f = Flow().handshake(ws=2)
+    _server_burst(f, 2)
+    f.s(1 + (1 << 28), 1, "A", 100)  # a corrupt sequence number: 256 MB ahead
+    f.c(1, 2001 + (1 << 28), "A")  # a corrupt ACK
+    f.c(1 + (1 << 27), 0, "R")  # a RST that is not this connection's
+    _server_burst(f, 2, start=2001)
+    f.c(1, 4001, "A")
+    r = analyze(f.batch())
+    assert r.events == [] and r.an.stats["out_of_window"] == 3
+    s = r.summary()
+    assert s.bytes == (0, 4000) and s.capture_loss_bytes == (0, 0) and "R" not in s.history
+    assert len(r.data(TO_CLIENT)) == 4000

@@ -228,6 +228,9 @@ class PacketPath:
 
         if fl & RST:
             srel = unwrap(seq, D.seq_ref) - D.base if D.base is not None else 0
+            if D.base is not None and abs(srel - D.hi) > WINDOW_SLACK:
+                self.stats["out_of_window"] += 1  # not this connection's RST (stray / forged)
+                return conn
             self._events.append(TcpEvent(ts, conn.key, d, "rst", srel, 0, fr))
             conn.hist.add_side("R", d)
             conn.rst = True
