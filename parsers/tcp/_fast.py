@@ -40,18 +40,6 @@ def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
     return ref + np.cumsum(d)
 
 
-def _ewma(srtt: float | None, s: np.ndarray) -> float:
-    if srtt is None:
-        srtt = float(s[0])
-        s = s[1:]
-    s = s[-64:]  # older samples weigh < 0.875**64
-    m = len(s)
-    if not m:
-        return srtt
-    w = 0.125 * 0.875 ** np.arange(m - 1, -1, -1)
-    return srtt * 0.875**m + float(np.dot(w, s))
-
-
 class BulkPath:
     """Mixin for :class:`TcpAnalyzer`."""
 
@@ -295,12 +283,8 @@ class BulkPath:
                 ts_samples = self._tsq_extend(key, X, new_tsv[d], e_u, TA[yh], A[yh])
             elif new_tsv[d] is not None:
                 self._tsq_extend(key, X, new_tsv[d], None, None, None)
-            for s_arr in (samples, ts_samples):
-                if s_arr is not None and len(s_arr):
-                    X.srtt = _ewma(X.srtt, s_arr.astype(np.float64))
-                    m = int(s_arr.min())
-                    if X.min_rtt is None or m < X.min_rtt:
-                        X.min_rtt = m
+            if samples is not None or ts_samples is not None:
+                self._fast_srtt(X, samples, ts_samples)
             if X.burst_id is not None and X.acked >= X.burst_end:
                 self._close_burst(X)
 
@@ -331,6 +315,23 @@ class BulkPath:
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
+    def _fast_srtt(X: Dir, samples, ts_samples) -> None:
+        """Smoothed/min RTT from this run's samples, in the per-packet path's order
+        (time, then data->ACK before TSecr for the same ACK) so both paths agree."""
+        parts = [p for p in (samples, ts_samples) if p is not None]
+        t = np.concatenate([p[0] for p in parts])
+        v = np.concatenate([p[1] for p in parts])
+        kind = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
+        vals = v[np.lexsort((kind, t))].tolist()
+        srtt = X.srtt
+        for r in vals:
+            srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
+        X.srtt = srtt
+        m = min(vals)
+        if X.min_rtt is None or m < X.min_rtt:
+            X.min_rtt = m
+
+    @staticmethod
     def _seg_extend(X: Dir, segs_new: tuple) -> None:
         st0, en0, ts0 = X.segs.arrays()
         st, en, t = segs_new
@@ -355,11 +356,11 @@ class BulkPath:
             ok &= first
             if ok.any():
                 js = jj[ok]
-                out = TA[ok] - t[js]
+                out = (TA[ok], TA[ok] - t[js])
                 X.segs.sampled_end = int(en[js[-1]])
                 self._rtts.extend(
                     map(RttSample, TA[ok].tolist(), repeat(conn.key), repeat(X.idx),
-                        (out / 1e6).tolist(), repeat("data_ack"))
+                        (out[1] / 1e6).tolist(), repeat("data_ack"))
                 )  # fmt: skip
             keep = en > X.acked
             st, en, t = st[keep], en[keep], t[keep]
@@ -396,10 +397,10 @@ class BulkPath:
                 later_ok = (kc + 1 >= n) | (ts_[nxt] >= acks[first])
                 ok = (kk < n) & (tv[kc] == e) & (tt[kc] <= et) & later_ok
                 if ok.any():
-                    out = et[ok] - tt[kc[ok]]
+                    out = (et[ok], et[ok] - tt[kc[ok]])
                     self._rtts.extend(
                         map(RttSample, et[ok].tolist(), repeat(key), repeat(X.idx),
-                            (out / 1e6).tolist(), repeat("tsecr"))
+                            (out[1] / 1e6).tolist(), repeat("tsecr"))
                     )  # fmt: skip
             last_echo = max(last_echo, int(run[-1]))
         keep = tv > last_echo
