@@ -204,7 +204,7 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
         if k[0] == "to_client" and k in cli:
             late[k] = ((cli[k] - t_s) / NS_PER_MS, t_s)
     held = [d for d, t in late.values() if inside("hold", t) and d > 10]
-    assert len(held) == len(held_log) and all(13 < d < 20 for d in held)
+    assert len(held) == len(held_log) and all(14 < d < 35 for d in held)  # hold 15 ms + noise
     in_delay_window = [(k, d, t) for k, (d, t) in late.items() if inside("delay", t)]
     order = sorted((t_c, seq) for (dname, seq), t_c in cli.items() if dname == "to_client")
     inversions = [t for (t, s), (_t2, s2) in zip(order, order[1:], strict=False) if s2 < s]

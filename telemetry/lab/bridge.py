@@ -141,6 +141,7 @@ class Bridge:
         self.impairer: Impairer | None = None
         self.heap: list[tuple[int, int, int, bytes, int, list | None]] = []
         self.seq = 0
+        self.pending = [0, 0]  # frames in the heap per output socket
         self.stop = False
         self.events: list[list[Any]] = []
         self.idle_delay = array("q")  # t_tx - t_rx of frames outside windows (ns)
@@ -194,6 +195,7 @@ class Bridge:
 
     def _schedule(self, out: int, frame: bytes, release: int, t_rx: int, row: list | None) -> None:
         self.seq += 1
+        self.pending[out] += 1
         heappush(self.heap, (release, self.seq, out, frame, t_rx, row))
 
     def _receive(self, i: int) -> None:
@@ -249,10 +251,9 @@ class Bridge:
                 self.events.append(row)
             if d_action == DROP or d_release is None:
                 continue
-            now = time.time_ns()
-            if d_release <= now:
-                if self.heap and self.heap[0][0] <= now:
-                    self._release_due()  # older due frames first (FIFO)
+            # Straight out only when nothing of this direction waits in the heap; otherwise
+            # through the heap, behind the older frames (FIFO; the heap orders by release).
+            if d_release <= time.time_ns() and not self.pending[out]:
                 if self._send(out, frame, max(d_release, t_rx), row):
                     if d_action == PASS:
                         self.idle_delay.append(time.time_ns() - t_rx)
@@ -260,19 +261,24 @@ class Bridge:
                 self.stats["send_retries"] += 1
             self._schedule(out, frame, d_release, t_rx, row)
 
-    def _release_due(self) -> None:
+    def _release_due(self, limit: int = 64) -> None:
+        """Send due frames, at most ``limit`` per call so that a long due backlog (a queue
+        emptying at a window's end) is interleaved with receiving, not sent in one block."""
         heap = self.heap
         now = time.time_ns()
-        while heap and heap[0][0] <= now:
-            release, _, out, frame, t_rx, row = heap[0]
+        while heap and heap[0][0] <= now and limit > 0:
+            release, seq, out, frame, t_rx, row = heap[0]
             if not self._send(out, frame, release, row):
                 self.stats["send_retries"] += 1
-                # Push back a little; keep its place relative to later frames.
-                heappop(heap)
-                heappush(heap, (now + 50_000, _, out, frame, t_rx, row))
+                heappop(heap)  # retry shortly, keeping its place relative to later frames
+                heappush(heap, (now + 50_000, seq, out, frame, t_rx, row))
                 return
             heappop(heap)
+            self.pending[out] -= 1
             now = time.time_ns()
+            if row is None:  # an unimpaired frame that queued behind older ones
+                self.idle_delay.append(now - t_rx)
+            limit -= 1
 
     def run(self) -> None:
         deadline = time.time_ns() + int(float(self.cfg.get("max_runtime_s", 120)) * 1e9)

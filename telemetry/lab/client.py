@@ -442,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
     with open(argv[0]) as f:
         cfg = json.load(f)
+    # Hard bound: whatever hangs, the process ends (with every thread's stack in its log).
+    faulthandler.dump_traceback_later(float(cfg.get("max_runtime_s", 120)), exit=True)
     gen = LoadGenerator(cfg)
     gen.connect()
     gc.freeze()  # startup objects out of the GC's way (shorter pauses under load)

@@ -508,7 +508,7 @@ def _run(
         bulk = {"port": sc.BULK_PORT, "windows": [w for w in bridge_windows if any(
             m["kind"] == "queue" for m in w["models"])]}  # fmt: skip
     ccfg = {**client_cfg, "seed": seed, "server_ip": SERVER_IP, "server_port": port,
-            "start_ns": t0, "end_ns": t0 + int(duration * NS_PER_S), "windows": layer_windows("client"),
+            "start_ns": t0, "end_ns": t0 + int(duration * NS_PER_S), "max_runtime_s": max_runtime, "windows": layer_windows("client"),
             "bulk": bulk, "out": str(work / "client.parquet"), "meta_out": str(work / "client_meta.json")}  # fmt: skip
     (work / "client_cfg.json").write_text(json.dumps(ccfg))
     log(f"[{name}] T0 {iso(t0)}; load {duration:.0f} s at {client_cfg['rate']}/s; windows: "
@@ -667,18 +667,19 @@ def _finish(
     rows = table.to_pylist()
     for w in windows:
         obs: dict[str, Any] = {}
+        params = w.get("params", {})
         if w["layer"] == "bridge":
             for key, n in bridge["counts"].items():
                 wname, direction, action = key.split(":")
                 if wname == w["name"]:
                     obs.setdefault(direction, {})[action] = n
-        elif w["params"].get("kind") == "stall":
+        elif params.get("kind") == "stall":
             obs["rpcs_stalled"] = sum(1 for r in rpcs if r.get("stall") == w["name"])
-        elif w["params"].get("kind") == "resource_exhausted":
+        elif params.get("kind") == "resource_exhausted":
             obs["rpcs_rejected"] = sum(1 for r in rpcs if r.get("window") == w["name"])
-        if w["params"].get("kind") == "slow_reader":
+        if params.get("kind") == "slow_reader":
             obs["calls_read_slowly"] = sum(1 for r in rows if r["slow_reader"])
-        if w["params"].get("freeze_ms"):
+        if params.get("freeze_ms"):
             mine = [
                 (a, b) for a, b in frozen_by_role[w["layer"]] if w["start_ns"] <= a < w["end_ns"]
             ]

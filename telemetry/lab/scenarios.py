@@ -139,7 +139,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "throttle_shaper",
-            "Token-bucket shaper on server->client at 300 kbit/s (burst 3 KB, 150 KB "
+            "Token-bucket shaper on server->client at 300 kbit/s (burst 3 KB, 60 KB "
             "waiting room): the excess is delayed, delivery rate capped.",
             (
                 WindowSpec(
@@ -150,13 +150,13 @@ SCENARIOS: dict[str, Scenario] = {
                     "throttling",
                     "shaper",
                     direction="to_client",
-                    settle_s=2.0,
+                    settle_s=3.0,
                     models=(
                         {
                             "kind": "shaper",
                             "rate_bps": 300_000,
                             "burst_bytes": 3_000,
-                            "limit_bytes": 150_000,
+                            "limit_bytes": 60_000,
                             "match": "all",
                         },
                     ),

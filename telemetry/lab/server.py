@@ -209,6 +209,8 @@ class LLMServer:
 
 def serve(cfg: dict[str, Any]) -> None:
     srv = LLMServer(cfg)
+    # Hard bound: whatever hangs, the process ends (with every thread's stack in its log).
+    faulthandler.dump_traceback_later(float(cfg.get("max_runtime_s", 120)) + 10, exit=True)
     handler = grpc.method_handlers_generic_handler(
         SERVICE,
         {
