@@ -2,7 +2,8 @@
 -- metric: the median p99 of the trailing baseline_windows windows that had at least
 -- min_window_requests requests, or, when fewer than two such windows precede it, the
 -- median p99 over all such windows of the capture (the typical p99). Also the typical
--- median (p50) of each metric, the reference for "excess" delay.
+-- median (p50) of each metric, the reference for "excess" delay, and the baseline share
+-- of failed requests.
 -- depends_on: windows
 WITH eligible AS (
     SELECT * FROM windows WHERE requests >= getvariable('min_window_requests')
@@ -14,7 +15,8 @@ typical AS (
         median(gap_p99_ms) AS gap_typical_p99_ms,
         median(latency_p50_ms) AS latency_typical_p50_ms,
         median(ttft_p50_ms) AS ttft_typical_p50_ms,
-        median(gap_p50_ms) AS gap_typical_p50_ms
+        median(gap_p50_ms) AS gap_typical_p50_ms,
+        median(errors / requests) AS error_typical_share
     FROM eligible
 ),
 trail AS (
@@ -23,7 +25,8 @@ trail AS (
         count(b.window_id) AS trailing_windows,
         median(b.latency_p99_ms) AS latency_trailing_p99_ms,
         median(b.ttft_p99_ms) AS ttft_trailing_p99_ms,
-        median(b.gap_p99_ms) AS gap_trailing_p99_ms
+        median(b.gap_p99_ms) AS gap_trailing_p99_ms,
+        median(b.errors / b.requests) AS error_trailing_share
     FROM windows AS w
     LEFT JOIN eligible AS b
         ON b.window_id BETWEEN w.window_id - getvariable('baseline_windows') AND w.window_id - 1
@@ -37,7 +40,8 @@ SELECT
     CASE WHEN t.trailing_windows >= 2 THEN t.gap_trailing_p99_ms ELSE ty.gap_typical_p99_ms END AS gap_baseline_p99_ms,
     ty.latency_typical_p50_ms,
     ty.ttft_typical_p50_ms,
-    ty.gap_typical_p50_ms
+    ty.gap_typical_p50_ms,
+    CASE WHEN t.trailing_windows >= 2 THEN t.error_trailing_share ELSE ty.error_typical_share END AS error_baseline_share
 FROM windows AS w
 JOIN trail AS t USING (window_id)
 CROSS JOIN typical AS ty

@@ -56,7 +56,7 @@ causes AS (
         format('HTTP/2 sender blocked {} time(s) for {:.1f} ms', flow_control_blocks, flow_control_blocked_ms)
     FROM net WHERE flow_control_blocks > 0
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', 'application', excess_ms,
+    SELECT conn_id, stream_id, 'throttling', 'application', greatest(excess_ms, coalesce(latency_eff_ms, 0)),
         format('status: grpc {} / http {}', coalesce(CAST(grpc_status AS VARCHAR), '-'), coalesce(CAST(http_status AS VARCHAR), '-'))
     FROM net WHERE app_throttled
     UNION ALL

@@ -1,7 +1,9 @@
 -- Which requests were slow? A request is slow when its latency, TTFT or largest token
 -- gap exceeds the user's SLO for that metric (variables slo_latency_ms, slo_ttft_ms,
 -- slo_gap_ms) or, without an SLO, the p99 its window was expected to have (the
--- baseline p99: judging a window by its own p99 would hide most requests of a spike).
+-- baseline p99: judging a window by its own p99 would hide most requests of a spike),
+-- or when it was turned away by throttling (HTTP 429/503, RESOURCE_EXHAUSTED,
+-- UNAVAILABLE): a fast rejection is still a failed request, its caller retries later.
 -- excess_ms is how far the worst metric went above its typical median: the delay the
 -- causes must explain.
 -- depends_on: request_metrics, baseline
@@ -22,7 +24,8 @@ SELECT
     list_filter(
         [CASE WHEN latency_eff_ms > latency_threshold_ms THEN 'latency' END,
          CASE WHEN ttft_eff_ms > ttft_threshold_ms THEN 'ttft' END,
-         CASE WHEN gap_eff_ms > gap_threshold_ms THEN 'gap' END],
+         CASE WHEN gap_eff_ms > gap_threshold_ms THEN 'gap' END,
+         CASE WHEN app_throttled THEN 'throttled' END],
         lambda x: x IS NOT NULL) AS slow_metrics,
     greatest(
         CASE WHEN latency_eff_ms > latency_threshold_ms THEN latency_eff_ms - latency_typical_p50_ms END,
@@ -33,3 +36,4 @@ FROM judged
 WHERE latency_eff_ms > latency_threshold_ms
    OR ttft_eff_ms > ttft_threshold_ms
    OR gap_eff_ms > gap_threshold_ms
+   OR app_throttled

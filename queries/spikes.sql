@@ -1,8 +1,9 @@
 -- Where did p99 spike? Windows whose p99 of latency, TTFT or token gap rose well above
 -- its baseline (at least spike_factor times it and spike_min_delta_ms more), or above
 -- the SLO when one is given, carried by at least two requests (or 2% of the window) so
--- that one outlier does not make a spike. One row per window, with the metrics that
--- spiked.
+-- that one outlier does not make a spike; and windows where failed requests jumped
+-- (at least 5% of the window, 3 times the baseline share, two requests). One row per
+-- window, with the metrics that spiked.
 -- depends_on: baseline, request_metrics
 WITH limits AS (
     SELECT
@@ -33,7 +34,9 @@ flagged AS (
         list_filter(
             [CASE WHEN latency_p99_ms > latency_limit_ms AND latency_over >= greatest(2, ceil(0.02 * requests)) THEN 'latency' END,
              CASE WHEN ttft_p99_ms > ttft_limit_ms AND ttft_over >= greatest(2, ceil(0.02 * requests)) THEN 'ttft' END,
-             CASE WHEN gap_p99_ms > gap_limit_ms AND gap_over >= greatest(2, ceil(0.02 * requests)) THEN 'gap' END],
+             CASE WHEN gap_p99_ms > gap_limit_ms AND gap_over >= greatest(2, ceil(0.02 * requests)) THEN 'gap' END,
+             CASE WHEN errors >= 2 AND errors >= 0.05 * requests
+                   AND errors >= 3 * coalesce(error_baseline_share, 0) * requests THEN 'errors' END],
             lambda x: x IS NOT NULL) AS spiked_metrics
     FROM counted
 )
@@ -44,7 +47,8 @@ SELECT
     spiked_metrics,
     latency_p99_ms, latency_baseline_p99_ms,
     ttft_p99_ms, ttft_baseline_p99_ms,
-    gap_p99_ms, gap_baseline_p99_ms
+    gap_p99_ms, gap_baseline_p99_ms,
+    errors, round(coalesce(error_baseline_share, 0) * requests, 1) AS errors_expected
 FROM flagged
 WHERE len(spiked_metrics) > 0
 ORDER BY window_id

@@ -7,12 +7,16 @@
 --            1.1 x acknowledged: a backlog builds behind the ceiling), and no cross
 --            traffic on the path explains the queue (cross bytes < 1/4 of ours);
 --            delay = the RTT inflation
---   policer  losses that start above a constant rate, without a queue: retransmissions
---            on the path with no RTT inflation before or during them, and (the
---            published test, in 100 ms buckets) the token rate estimated as the goodput
---            between the first and the last loss of the episode; buckets sending above
---            that rate lose at least twice the share of packets that buckets below it
---            lose (random loss does not depend on the rate); delay = the loss stalls
+--   policer  losses that start above a constant rate, without a queue: a loss episode
+--            on the path (retransmissions no more than 2 s apart, at least 5) with no
+--            RTT inflation before or during it, whose goodput (the token rate, as in
+--            the published method: delivery between the first and the last loss, wire
+--            bytes, median of 500 ms windows) sits at most 0.85 x the delivery rate
+--            around the episode: the excess above a constant rate is dropped (the
+--            sender's backlog waits in its socket buffer, out of sight). Random loss on
+--            application-limited streams leaves the goodput at the offered rate; on
+--            bulk transfers it can also lower it, and this test cannot tell those apart.
+--            delay = the loss stalls
 -- Columns: conn_id, stream_id, throttle_kind, throttle_detail, throttle_delay_ms.
 -- depends_on: request_evidence, path_timeline, flow_rates, connections, tcp_events
 WITH req AS (
@@ -56,42 +60,38 @@ episode_queue AS (
      AND p.second BETWEEN e.first_loss - 2 AND e.last_loss
     GROUP BY ALL
 ),
-buckets AS (  -- 100 ms buckets of the inference connections inside each episode
-    SELECT e.client_addr, e.server_addr, e.episode, epoch_ns(f.ts) // 100000000 AS bucket,
-        sum(f.bytes_sent + 66 * f.packets_sent) AS wire_bytes,
-        sum(f.packets_sent) AS packets,
-        sum(f.bytes_acked) AS acked
+rates AS (  -- 500 ms delivery and offer rates of the inference connections, wire bytes
+    SELECT client_addr, server_addr, bucket,
+        sum(delivered + 66 * packets) OVER w AS delivered_500ms,
+        sum(sent + 66 * packets) OVER w AS offered_500ms
+    FROM (
+        SELECT c.client_addr, c.server_addr, epoch_ns(f.ts) // 100000000 AS bucket,
+            sum(f.bytes_acked) AS delivered, sum(f.bytes_sent) AS sent, sum(f.packets_sent) AS packets
+        FROM connections AS c
+        JOIN flow_rates AS f ON f.conn_id = c.conn_id AND f.direction = 'to_client' AND c.requests > 0
+        GROUP BY ALL
+    )
+    WINDOW w AS (PARTITION BY client_addr, server_addr ORDER BY bucket RANGE BETWEEN 4 PRECEDING AND CURRENT ROW)
+),
+rate_test AS (  -- inside the episode vs the 8 s around it
+    SELECT e.client_addr, e.server_addr, e.episode,
+        median(r.delivered_500ms) FILTER (WHERE r.bucket // 10 BETWEEN e.first_loss AND e.last_loss) * 16 AS delivered_bps_inside,
+        median(r.offered_500ms) FILTER (WHERE r.bucket // 10 BETWEEN e.first_loss AND e.last_loss) * 16 AS offered_bps_inside,
+        median(r.delivered_500ms) FILTER (WHERE r.bucket // 10 NOT BETWEEN e.first_loss AND e.last_loss) * 16 AS delivered_bps_around
     FROM episode_span AS e
-    JOIN connections AS c ON c.client_addr = e.client_addr AND c.server_addr = e.server_addr AND c.requests > 0
-    JOIN flow_rates AS f ON f.conn_id = c.conn_id AND f.direction = 'to_client'
-     AND epoch_ns(f.ts) // 1000000000 BETWEEN e.first_loss AND e.last_loss
-    GROUP BY ALL
-),
-bucket_losses AS (
-    SELECT c.client_addr, c.server_addr, epoch_ns(t.ts) // 100000000 AS bucket, count(*) AS losses
-    FROM tcp_events AS t JOIN connections AS c USING (conn_id)
-    WHERE t.direction = 'to_client' AND t.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
-    GROUP BY ALL
-),
-rate_test AS (
-    SELECT b.client_addr, b.server_addr, b.episode,
-        avg(b.wire_bytes) AS token_rate_per_bucket,
-        sum(coalesce(l.losses, 0)) FILTER (WHERE b.wire_bytes > t.rate) / nullif(sum(b.packets) FILTER (WHERE b.wire_bytes > t.rate), 0) AS loss_share_above,
-        sum(coalesce(l.losses, 0)) FILTER (WHERE b.wire_bytes <= t.rate) / nullif(sum(b.packets) FILTER (WHERE b.wire_bytes <= t.rate), 0) AS loss_share_below
-    FROM buckets AS b
-    JOIN (SELECT client_addr, server_addr, episode, avg(wire_bytes) AS rate FROM buckets GROUP BY ALL) AS t
-      USING (client_addr, server_addr, episode)
-    LEFT JOIN bucket_losses AS l USING (client_addr, server_addr, bucket)
+    JOIN rates AS r
+      ON r.client_addr = e.client_addr AND r.server_addr = e.server_addr
+     AND r.bucket // 10 BETWEEN e.first_loss - 8 AND e.last_loss + 8
     GROUP BY ALL
 ),
 policed AS (
-    SELECT e.*, q.max_inflation_ms, t.token_rate_per_bucket, t.loss_share_above, t.loss_share_below
+    SELECT e.*, q.max_inflation_ms, t.delivered_bps_inside, t.offered_bps_inside, t.delivered_bps_around
     FROM episode_span AS e
     JOIN episode_queue AS q USING (client_addr, server_addr, episode)
     JOIN rate_test AS t USING (client_addr, server_addr, episode)
     WHERE coalesce(q.max_inflation_ms, 0) < greatest(getvariable('queue_min_ms'), 0.5 * coalesce(q.floor_ms, 0))
       AND e.losses >= 5
-      AND t.loss_share_above >= 2 * coalesce(t.loss_share_below, 0)
+      AND t.delivered_bps_inside <= 0.85 * t.delivered_bps_around
 )
 SELECT r.conn_id, r.stream_id,
     'shaper' AS throttle_kind,
@@ -106,8 +106,8 @@ WHERE s.inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor
 UNION ALL
 SELECT r.conn_id, r.stream_id,
     'policer',
-    format('{} losses without queueing at ~{:.0f} kbit/s; {:.1%} of packets lost above that rate vs {:.1%} below',
-           p.losses, p.token_rate_per_bucket * 8 * 10 / 1000, p.loss_share_above, coalesce(p.loss_share_below, 0)),
+    format('{} losses without queueing; delivery capped at ~{:.0f} kbit/s (goodput between first and last loss) under {:.0f} kbit/s offered, {:.0f} kbit/s around the episode',
+           p.losses, p.delivered_bps_inside / 1000, p.offered_bps_inside / 1000, p.delivered_bps_around / 1000),
     r.loss_stall_ms
 FROM req AS r
 JOIN policed AS p

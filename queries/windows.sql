@@ -7,6 +7,7 @@ SELECT
     CAST(make_timestamp_ns(CAST(window_id * getvariable('window_s') * 1e9 AS BIGINT)) AS TIMESTAMPTZ) AS window_start,
     count(*) AS requests,
     count(*) FILTER (WHERE coalesce(grpc_status, 0) <> 0 OR http_status >= 400) AS errors,
+    count(*) FILTER (WHERE app_throttled) AS throttled,
     quantile_cont(latency_eff_ms, 0.50) AS latency_p50_ms,
     quantile_cont(latency_eff_ms, 0.99) AS latency_p99_ms,
     quantile_cont(latency_eff_ms, 0.999) AS latency_p999_ms,
