@@ -14,6 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 
@@ -88,8 +89,19 @@ OTHER_CAPTURES = sorted(
 ) if CAPTURES.is_dir() else []  # fmt: skip
 
 
-@cache
 def tshark_counts(name: str) -> dict[frozenset, Counter]:
+    return _all_tshark_counts()[name]
+
+
+@cache
+def _all_tshark_counts() -> dict[str, dict[frozenset, Counter]]:
+    """tshark on every capture, a few at a time (each run is mostly start-up)."""
+    names = EVENT_CAPTURES + OTHER_CAPTURES
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(names, pool.map(_tshark_counts, names), strict=True))
+
+
+def _tshark_counts(name: str) -> dict[frozenset, Counter]:
     cmd = [TSHARK, "-r", str(CAPTURES / name), "-o", "tcp.reassemble_out_of_order:TRUE", "-T", "fields",
            "-E", "separator=|", "-E", "occurrence=f", "-Y", "tcp.analysis.flags"]  # fmt: skip
     for f in (
