@@ -15,10 +15,11 @@ import hashlib
 import os
 import time
 from array import array
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain
+from itertools import chain, groupby
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -181,6 +182,8 @@ def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progres
         result.error = f"{path}: nothing could be read ({reason})"
 
 
+_CONN_KEY = attrgetter("conn_key")
+_consume = deque(maxlen=0).extend  # drain an iterator in C
 _NO_TS = np.iinfo(np.int64).min  # acked_ts not (yet) known: null in the table
 _MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked")
 
@@ -331,12 +334,14 @@ class CapturePipeline:
         segments = decode_segments(batch, self.stats, self.issues)
         chunks = self.tcp.feed(segments)
         if chunks:
+            # the TCP layer hands out each connection's chunks together: one lookup per
+            # run, and the per-chunk loop runs in C (map into a zero-length deque)
             sessions = self.sessions
-            for chunk in chunks:
-                session = sessions.get(chunk.conn_key)
+            for key, run in groupby(chunks, _CONN_KEY):
+                session = sessions.get(key)
                 if session is None:
-                    session = self._open_session(chunk.conn_key)
-                session.feed(chunk)
+                    session = self._open_session(key)
+                _consume(map(session.feed, run))
             self._count_sent(chunks)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
@@ -346,13 +351,19 @@ class CapturePipeline:
         events, samples = self.tcp.take_events()
         for ev in events:
             self._conn(ev.conn_key).rows.tcp_events.append(ev)
-        for s in samples:
-            conn = self._conn(s.conn_key)
-            conn.rows.rtt.append(s)
-            conn.rtt_values[s.direction].append(s.rtt_ms)
-            floor = conn.rtt_floor[s.direction]
-            if floor is None or s.rtt_ms < floor:
-                conn.rtt_floor[s.direction] = s.rtt_ms
+        for key, run in groupby(samples, _CONN_KEY):
+            group = list(run)
+            conn = self._conn(key)
+            conn.rows.rtt.extend(group)
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                values = [s.rtt_ms for s in group if s.direction == tcp_dir]
+                if values:
+                    conn.rtt_values[tcp_dir].extend(values)
+                    # min() keeps the first of equals, like a running minimum would
+                    low = min(values)
+                    floor = conn.rtt_floor[tcp_dir]
+                    if floor is None or low < floor:
+                        conn.rtt_floor[tcp_dir] = low
         for conn in self.conns.values():
             if conn.session is not None:
                 requests, rows, h2_events = conn.session.take_rows()
@@ -626,15 +637,14 @@ class CapturePipeline:
         ms = _Msgs.concat([m for _d, m in blocks])
         n = len(ms)
         dirs = np.concatenate([np.full(len(m), d, dtype=np.int8) for d, m in blocks])
-        names = pa.array(MESSAGE_DIRECTION_NAMES, pa.string())
         return table_from_columns("messages", {
             "capture_id": _repeat(self.capture_id, n),
             "conn_id": _repeat(cid, n),
             "stream_id": pa.array(ms.sid, pa.int64()),
-            "direction": names.take(pa.array(dirs)),
+            "direction": pa.array(_MESSAGE_DIRECTIONS[dirs], pa.string()),
             "index": pa.array(ms.idx, pa.int64()),
-            "ts": pa.array(ms.ts, pa.int64()).cast(_TS),
-            "acked_ts": pa.array(ms.acked, pa.int64(), mask=ms.acked == _NO_TS).cast(_TS),
+            "ts": pa.array(ms.ts, _TS),
+            "acked_ts": pa.array(ms.acked, _TS, mask=ms.acked == _NO_TS),
             "size": pa.array(ms.size, pa.int64()),
             "compressed": pa.array(ms.comp, pa.bool_()),
             "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
@@ -796,9 +806,15 @@ _REQUEST_PASSTHROUGH = (
 _TS = pa.timestamp("ns", tz="UTC")
 
 
+_MESSAGE_DIRECTIONS = np.array(MESSAGE_DIRECTION_NAMES, dtype=object)
+
+
 def _repeat(value: str, n: int) -> pa.Array:
-    """A string column of one value, without a Python list of n references."""
-    return pa.array([value], pa.string()).take(pa.array(np.zeros(n, dtype=np.int32)))
+    """A string column of one value, built from buffers (no list of n references, and
+    no pyarrow.compute import)."""
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
 def _quantile(ordered: list[float], q: float) -> float:

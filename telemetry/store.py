@@ -67,17 +67,26 @@ class Store:
         return CaptureWriter(self, capture_id, flush_rows)
 
 
+def _as_float(column: pa.ChunkedArray) -> np.ndarray:
+    """Time column as float64 ns, NaN for nulls (without pyarrow.compute: its import
+    alone costs more than a small capture's whole write)."""
+    values = column.to_numpy()
+    if values.dtype.kind == "M":  # timestamps: nulls come back as NaT
+        ints = values.view(np.int64)
+        out = ints.astype(np.float64)
+        out[ints == np.iinfo(np.int64).min] = np.nan
+        return out
+    return np.asarray(values, dtype="float64")
+
+
 def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
     """Hour bucket (ns // 1h) of each row from its partition time column (with fallbacks)."""
-    ts = data.column(PARTITION_TIME[table]).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    ts = np.asarray(ts, dtype="float64")  # nulls -> nan
+    ts = _as_float(data.column(PARTITION_TIME[table]))  # nulls -> nan
     for name in PARTITION_FALLBACK.get(table, ()):
         missing = np.isnan(ts)
         if not missing.any():
             break
-        alt = np.asarray(
-            data.column(name).cast(pa.int64()).to_numpy(zero_copy_only=False), dtype="float64"
-        )
+        alt = _as_float(data.column(name))
         ts[missing] = alt[missing]
     ts[np.isnan(ts)] = 0  # no time at all: epoch partition, still stored, never dropped
     return (ts // NS_PER_HOUR).astype(np.int64)
@@ -122,8 +131,16 @@ class CaptureWriter:
         self._buffers[table] = []
         self._buffered[table] = 0
         keys = _partition_keys(table, data)
-        for bucket in np.unique(keys):
-            rows = data.filter(pa.array(keys == bucket)) if len(np.unique(keys)) > 1 else data
+        buckets = np.unique(keys)
+        ordered = len(buckets) > 1 and bool((keys[1:] >= keys[:-1]).all())
+        bounds = np.searchsorted(keys, buckets, side="left").tolist() + [len(keys)] if ordered else []
+        for i, bucket in enumerate(buckets):
+            if len(buckets) == 1:
+                rows = data
+            elif ordered:  # rows in time order: each hour is a slice (no copy, same rows)
+                rows = data.slice(bounds[i], bounds[i + 1] - bounds[i])
+            else:
+                rows = data.filter(pa.array(keys == bucket))
             folder = self.staging / table / _partition_path(int(bucket))
             folder.mkdir(parents=True, exist_ok=True)
             self._seq += 1
