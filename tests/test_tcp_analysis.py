@@ -322,3 +322,36 @@ def test_stray_packets_far_outside_the_window_are_ignored():
     s = r.summary()
     assert s.bytes == (0, 4000) and s.capture_loss_bytes == (0, 0) and "R" not in s.history
     assert len(r.data(TO_CLIENT)) == 4000
+
+
+def test_reordering_past_the_capture_point_is_not_loss():
+    """A segment held back downstream: the receiver SACKs past it, the sender fast-
+    retransmits, the retransmission wins the race (the ACK echoes its TSval, so Eifel alone
+    says "genuine"), then the late original arrives and the receiver D-SACKs it. The
+    retransmission was spurious: reordering, no loss burst. (Seen in the lab's reorder run.)"""
+    f = Flow().handshake(tsval=1000)
+    for i in range(4):
+        f.s(1 + 100 * i, 1, "A", 100, tsval=2000 + i, tsecr=1001)
+    f.c(1, 101, "A", tsval=1100, tsecr=2000, sack=[(201, 301)])
+    f.c(1, 101, "A", tsval=1101, tsecr=2000, sack=[(201, 401)])
+    f.s(101, 1, "A", 100, tsval=2010, tsecr=1101)  # fast retransmission of the held segment
+    f.c(1, 401, "A", tsval=1102, tsecr=2010)  # answers the retransmission
+    f.c(1, 401, "A", tsval=1125, tsecr=2010, sack=[(101, 201)], dt_us=25 * MS)  # D-SACK: the original came late
+    r = analyze(f.batch())
+    assert [e.kind for e in r.events if "retransmission" in e.kind] == ["spurious_retransmission"]
+    assert r.summary().loss_bursts == (0, 0)
+
+
+def test_genuine_fast_retransmission_without_dsack():
+    """The same exchange without the late D-SACK stays a genuine fast retransmission."""
+    f = Flow().handshake(tsval=1000)
+    for i in range(4):
+        f.s(1 + 100 * i, 1, "A", 100, tsval=2000 + i, tsecr=1001)
+    f.c(1, 101, "A", tsval=1100, tsecr=2000, sack=[(201, 301)])
+    f.c(1, 101, "A", tsval=1101, tsecr=2000, sack=[(201, 401)])
+    f.s(101, 1, "A", 100, tsval=2010, tsecr=1101)
+    f.c(1, 401, "A", tsval=1102, tsecr=2010)
+    f.s(401, 401, "A", 100, tsval=2400, tsecr=1102, dt_us=300 * MS)
+    r = analyze(f.batch())
+    assert [e.kind for e in r.events if "retransmission" in e.kind] == ["fast_retransmission"]
+    assert r.summary().loss_bursts == (0, 1)

@@ -69,6 +69,10 @@ BURST_GAP_NS = 1_000_000_000
 HOLE_TIMEOUT_NS = 3_000_000_000
 MAX_BUF_BYTES = 8 << 20
 PENDING_RETX_NS = 2_000_000_000
+# After the ACK covering a retransmission, how long a D-SACK may still show the original
+# was only delayed (at least this, or 4 RTTs)
+DSACK_GRACE_NS = 200_000_000
+RECENT_BURSTS = 64  # closed bursts a late D-SACK can still correct
 FIN_LINGER_NS = 1_000_000_000
 TOMBSTONE_NS = 60_000_000_000
 STRAGGLER_SEQ = 1 << 20
@@ -468,11 +472,16 @@ class PacketPath:
         if R.pending_retx:
             keep = []
             for p in R.pending_retx:
-                if arel > p.start and ts >= p.ts:
+                if arel > p.start and ts >= p.ts and p.covered_ts is None:
                     # Eifel (RFC 3522): the ACK echoes a TSval older than the retransmission
-                    self._verdict(conn, R, p, e_u is not None and p.tsv is not None and e_u < p.tsv)
-                else:
-                    keep.append(p)
+                    if e_u is not None and p.tsv is not None and e_u < p.tsv:
+                        self._verdict(conn, R, p, True)
+                        continue
+                    # The ACK answers the retransmission, yet the original may only have been
+                    # delayed (reordering past the capture point): its late arrival brings a
+                    # D-SACK. Wait a little for it before calling the loss genuine.
+                    p.covered_ts = ts
+                keep.append(p)
             R.pending_retx = keep
         if R.burst_id is not None and arel >= R.burst_end:
             self._close_burst(R)
@@ -634,9 +643,11 @@ class PacketPath:
         if spurious:
             ev.kind = "spurious_retransmission"
             ev.burst_id = None
+            segs = D.segs.starts_in(p.start, p.end) + [p.start]
             if p.burst is not None and p.burst == D.burst_id:
-                D.burst_segs.difference_update(D.segs.starts_in(p.start, p.end))
-                D.burst_segs.discard(p.start)
+                D.burst_segs.difference_update(segs)
+            elif p.burst is not None:
+                self._uncount(D, p.burst, segs)
         self._events.append(ev)
 
     def _burst(self, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
@@ -661,10 +672,34 @@ class PacketPath:
     def _close_burst(D: Dir) -> None:
         if D.burst_segs:
             D.bursts += 1
-            if len(D.burst_segs) > D.longest:
-                D.longest = len(D.burst_segs)
+            size = len(D.burst_segs)
+            D.burst_sizes[size] = D.burst_sizes.get(size, 0) + 1
+            if size > D.longest:
+                D.longest = size
+            D.closed_bursts[D.burst_id] = D.burst_segs
+            if len(D.closed_bursts) > RECENT_BURSTS:
+                del D.closed_bursts[next(iter(D.closed_bursts))]
         D.burst_id = None
         D.burst_segs = set()
+
+    @staticmethod
+    def _uncount(D: Dir, burst: int, segs: list[int]) -> None:
+        """Segments of a closed burst turned out spurious: shrink it, or uncount it."""
+        members = D.closed_bursts.get(burst)
+        if members is None:
+            return
+        old = len(members)
+        members.difference_update(segs)
+        new = len(members)
+        if new == old:
+            return
+        D.burst_sizes[old] -= 1
+        if new:
+            D.burst_sizes[new] = D.burst_sizes.get(new, 0) + 1
+        else:
+            D.bursts -= 1
+            del D.closed_bursts[burst]
+        D.longest = max((k for k, v in D.burst_sizes.items() if v > 0), default=0)
 
     # ------------------------------------------------------------------ holes
 
@@ -714,10 +749,11 @@ class PacketPath:
         for D in conn.dirs:
             while D.holes and ts - D.holes[0].first_seen > HOLE_TIMEOUT_NS and D.buf:
                 self._skip_first_hole(conn, D, ts, fr, out)
-            if D.pending_retx and ts - D.pending_retx[0].ts > PENDING_RETX_NS:
+            if D.pending_retx:
+                grace = max(DSACK_GRACE_NS, 4 * conn.full_rtt()) if conn.full_rtt() else DSACK_GRACE_NS
                 keep = []
                 for p in D.pending_retx:
-                    if ts - p.ts > PENDING_RETX_NS:
+                    if ts - p.ts > PENDING_RETX_NS or (p.covered_ts is not None and ts - p.covered_ts > grace):
                         self._verdict(conn, D, p, False)
                     else:
                         keep.append(p)

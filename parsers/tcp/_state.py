@@ -40,9 +40,10 @@ class PendingRetx:
     """A retransmission of bytes the capture saw before, waiting for the verdict
     "spurious or not" (D-SACK, Eifel TSecr check, or time-out)."""
 
-    __slots__ = ("event", "start", "end", "ts", "tsv", "burst")
+    __slots__ = ("event", "start", "end", "ts", "tsv", "burst", "covered_ts")
 
     def __init__(self, event, start: int, end: int, ts: int, tsv, burst):
+        self.covered_ts: int | None = None  # when the cumulative ACK covered it (Eifel: genuine)
         self.event = event
         self.start = start
         self.end = end
@@ -65,7 +66,7 @@ class Dir:
         # RTT of this direction's data (capture point -> far end -> capture point)
         "srtt", "min_rtt",
         # loss bursts
-        "burst_id", "burst_end", "burst_last", "burst_segs",
+        "burst_id", "burst_end", "burst_last", "burst_segs", "closed_bursts", "burst_sizes",
         # counters
         "retx", "ooo", "zero_windows", "cap_loss", "bursts", "longest", "n_dupacks",
     )  # fmt: skip
@@ -135,6 +136,10 @@ class Dir:
         self.cap_loss = 0
         self.bursts = 0
         self.longest = 0
+        # recently closed bursts (id -> segments) and how many bursts have each size, so a
+        # D-SACK that arrives after a burst closed can still take a spurious segment out
+        self.closed_bursts: dict[int, set[int]] = {}
+        self.burst_sizes: dict[int, int] = {}
         self.n_dupacks = 0
 
     def clean(self) -> bool:
@@ -144,7 +149,9 @@ class Dir:
             and not self.buf
             and not self.holes
             and self.pending_gap == 0
-            and not self.pending_retx
+            # a retransmission already ACKed only waits for a D-SACK, and rows with SACK
+            # blocks never take the bulk path, so it cannot be missed there
+            and all(p.covered_ts is not None for p in self.pending_retx)
             and self.zw_since is None
             and self.fin is None
             and not self.keepalive
