@@ -2,11 +2,12 @@
 -- flow control and application throttling are judged in request_evidence.) From its
 -- path's timeline while the request was in flight (path_timeline, 1 s buckets) and the
 -- 100 ms delivery buckets (flow_rates):
---   shaper   a delivery-rate ceiling with growing RTT: the RTT is inflated over the
---            floor, the inference connections offer more than gets delivered (sent >=
---            1.1 x acknowledged: a backlog builds behind the ceiling), and no cross
---            traffic on the path explains the queue (cross bytes < 1/4 of ours);
---            delay = the RTT inflation
+--   shaper   a delivery-rate ceiling with growing RTT: over a queueing episode of the
+--            path (seconds with RTT inflation over the floor, at most 1 s apart) the
+--            inference connections offered more than got delivered (sent >= 1.1 x
+--            acknowledged: a backlog builds behind the ceiling) and no cross traffic
+--            explains the queue (cross bytes < 1/4 of ours); each request in flight
+--            during it with inflated RTT is shaped; delay = its RTT inflation
 --   policer  losses that start above a constant rate, without a queue: a loss episode
 --            on the path (retransmissions no more than 2 s apart, at least 5) with no
 --            RTT inflation before or during it, whose goodput (the token rate, as in
@@ -26,15 +27,26 @@ WITH req AS (
         queue_inflation_ms, path_floor_ms, loss_stall_ms, loss_events
     FROM request_evidence
 ),
-shaping AS (
-    SELECT r.conn_id, r.stream_id,
-        sum(p.sent_bytes) AS sent, sum(p.acked_bytes) AS acked, sum(p.cross_bytes) AS cross_bytes,
-        median(p.inflation_ms) AS inflation_ms
-    FROM req AS r
-    JOIN path_timeline AS p
-      ON p.client_addr = r.client_addr AND p.server_addr = r.server_addr
-     AND p.second BETWEEN r.first_second - 1 AND r.last_second
+-- shaper: queueing episodes per path (seconds with RTT inflation, at most 1 s apart)
+inflated AS (
+    SELECT client_addr, server_addr, second, sent_bytes, acked_bytes, cross_bytes, inflation_ms,
+        second - lag(second) OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS since_prev
+    FROM path_timeline
+    WHERE inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0))
+),
+queue_episodes AS (
+    SELECT *, sum(CASE WHEN since_prev IS NULL OR since_prev > 1 THEN 1 ELSE 0 END)
+        OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS episode
+    FROM inflated
+),
+shaped AS (
+    SELECT client_addr, server_addr, episode, min(second) AS first_second, max(second) AS last_second,
+        sum(sent_bytes) AS sent, sum(acked_bytes) AS acked, sum(cross_bytes) AS cross_bytes,
+        max(inflation_ms) AS max_inflation_ms
+    FROM queue_episodes
     GROUP BY ALL
+    HAVING sum(sent_bytes) >= 1.1 * sum(acked_bytes)
+       AND sum(cross_bytes) < 0.25 * sum(acked_bytes)
 ),
 -- policer: loss episodes per path (retransmission seconds no more than 2 s apart)
 loss_seconds AS (
@@ -95,14 +107,16 @@ policed AS (
 )
 SELECT r.conn_id, r.stream_id,
     'shaper' AS throttle_kind,
-    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered, RTT +{:.1f} ms, no cross traffic',
-           s.acked * 8 / 1000 / greatest(r.last_second - r.first_second + 2, 1),
-           s.sent * 8 / 1000 / greatest(r.last_second - r.first_second + 2, 1), s.inflation_ms) AS throttle_detail,
+    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered for {} s, RTT up to +{:.0f} ms, no cross traffic',
+           e.acked * 8 / 1000 / (e.last_second - e.first_second + 1),
+           e.sent * 8 / 1000 / (e.last_second - e.first_second + 1),
+           e.last_second - e.first_second + 1, e.max_inflation_ms) AS throttle_detail,
     r.queue_inflation_ms AS throttle_delay_ms
-FROM req AS r JOIN shaping AS s USING (conn_id, stream_id)
-WHERE s.inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor_ms)
-  AND s.sent >= 1.1 * s.acked
-  AND coalesce(s.cross_bytes, 0) < 0.25 * s.acked
+FROM req AS r
+JOIN shaped AS e
+  ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
+ AND r.last_second >= e.first_second AND r.first_second <= e.last_second
+WHERE r.queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor_ms)
 UNION ALL
 SELECT r.conn_id, r.stream_id,
     'policer',
