@@ -4,7 +4,8 @@
 --                delay = head-of-line stall until each burst's hole was filled
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= half the
---                floor); delay = inflation x one round trip
+--                floor) while in flight (25th percentile) or when its last bytes went
+--                (median of its final 500 ms); delay = the inflation its last bytes met
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
 --                (sender blocked on WINDOW_UPDATE), application (429/503,
 --                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (throttle_evidence)
@@ -27,7 +28,7 @@ WITH s AS (
 net AS (
     SELECT
         *,
-        queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * path_floor_ms) AS queued,
+        greatest(queue_inflation_ms, queue_inflation_end_ms) >= greatest(getvariable('queue_min_ms'), 0.5 * path_floor_ms) AS queued,
         loss_events > 0 AND throttle_kind IS DISTINCT FROM 'policer' AS lossy,
         reorder_events > 0 AS reordered
     FROM s
@@ -43,7 +44,7 @@ causes AS (
                reorder_events, dup_acks, reorder_wait_ms)
     FROM net WHERE reordered
     UNION ALL
-    SELECT conn_id, stream_id, 'queueing', NULL, queue_inflation_ms,
+    SELECT conn_id, stream_id, 'queueing', NULL, queue_delay_ms,
         format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
                queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
     FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'

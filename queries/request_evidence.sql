@@ -4,7 +4,8 @@
 -- the head-of-line stall they caused, reordering (out-of-order arrivals, spurious
 -- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
--- path floor (25th percentile of the samples in flight: robust to delayed ACKs), and
+-- path floor (25th percentile of the samples in flight: robust to delayed ACKs; and the
+-- largest inflation over its final 500 ms, the queue its last bytes met), and
 -- whether the capture saw both directions.
 -- depends_on: request_metrics, tcp_events, rtt_floor, h2_events, connections
 WITH ev AS (
@@ -61,6 +62,15 @@ rtt_dir AS (
       ON f.conn_id = m.conn_id AND f.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
+rtt_end AS (  -- the queue its last bytes went through: inflation over its final 500 ms
+    SELECT m.conn_id, m.stream_id, max(f.inflation_ms) AS inflation_ms, median(f.inflation_ms) AS inflation_p50_ms
+    FROM request_metrics AS m
+    JOIN (
+        SELECT conn_id, direction, ts, inflation_ms FROM rtt_floor
+    ) AS f
+      ON f.conn_id = m.conn_id AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
+    GROUP BY ALL
+),
 rtt AS (
     SELECT conn_id, stream_id,
         sum(samples) AS rtt_samples,
@@ -86,6 +96,12 @@ SELECT
     coalesce(flow.flow_control_blocked_ms, 0) AS flow_control_blocked_ms,
     coalesce(rtt.rtt_samples, 0) AS rtt_samples,
     coalesce(rtt.queue_inflation_ms, 0) AS queue_inflation_ms,
+    -- the queue its last bytes met (median over its final 500 ms): a queue that built up
+    -- late in its life shows here and not in the lifetime percentile
+    coalesce(rtt_end.inflation_p50_ms, 0) AS queue_inflation_end_ms,
+    -- delay a queue added to the request: the inflation its last bytes met (a growing queue
+    -- delays the end more than the median), at least the typical inflation in flight
+    greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(least(rtt_end.inflation_ms, m.latency_eff_ms), 0)) AS queue_delay_ms,
     rtt.queue_direction,
     coalesce(rtt.path_floor_ms, c.rtt_min_ms_to_client + c.rtt_min_ms_to_server, c.handshake_rtt_ms, 0) AS path_floor_ms,
     c.packets_to_client = 0 OR c.packets_to_server = 0 AS one_sided,
@@ -96,3 +112,4 @@ LEFT JOIN loss USING (conn_id, stream_id)
 LEFT JOIN other USING (conn_id, stream_id)
 LEFT JOIN flow USING (conn_id, stream_id)
 LEFT JOIN rtt USING (conn_id, stream_id)
+LEFT JOIN rtt_end USING (conn_id, stream_id)

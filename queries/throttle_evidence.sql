@@ -7,7 +7,8 @@
 --            inference connections offered more than got delivered (sent >= 1.1 x
 --            acknowledged: a backlog builds behind the ceiling) and no cross traffic
 --            explains the queue (cross bytes < 1/4 of ours); each request in flight
---            during it with inflated RTT is shaped; delay = its RTT inflation
+--            during it with inflated RTT is shaped; delay = the inflation its last
+--            bytes met
 --   policer  losses that start above a constant rate, without a queue: a loss episode
 --            on the path (retransmissions no more than 2 s apart, at least 5) with no
 --            RTT inflation before or during it, whose goodput (the token rate, as in
@@ -24,7 +25,8 @@ WITH req AS (
     SELECT conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
         epoch_ns(finished_at) // 1000000000 AS last_second,
-        queue_inflation_ms, path_floor_ms, loss_stall_ms, loss_events
+        greatest(queue_inflation_ms, queue_inflation_end_ms) AS queue_inflation_ms, queue_delay_ms,
+        path_floor_ms, loss_stall_ms, loss_events
     FROM request_evidence
 ),
 -- shaper: queueing episodes per path (seconds with RTT inflation, at most 1 s apart)
@@ -111,7 +113,7 @@ SELECT r.conn_id, r.stream_id,
            e.acked * 8 / 1000 / (e.last_second - e.first_second + 1),
            e.sent * 8 / 1000 / (e.last_second - e.first_second + 1),
            e.last_second - e.first_second + 1, e.max_inflation_ms) AS throttle_detail,
-    r.queue_inflation_ms AS throttle_delay_ms
+    r.queue_delay_ms AS throttle_delay_ms
 FROM req AS r
 JOIN shaped AS e
   ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
