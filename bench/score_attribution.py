@@ -118,7 +118,7 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
         SELECT conn_id, stream_id, arg_max(label, delay_ms) AS label FROM causes GROUP BY ALL
     """)
     in_win = con.execute("""
-        SELECT m.conn_id, m.stream_id, w.label AS expected, p.label AS primary_label,
+        SELECT m.conn_id, m.stream_id, w.name, w.label AS expected, p.label AS primary_label,
                list(c.label) FILTER (WHERE c.label IS NOT NULL) AS labels
         FROM matched AS m
         JOIN windows_truth AS w ON w.name = m.in_window
@@ -130,20 +130,30 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
     score.slow_in_window = len(in_win)
     if windows:
         if in_win:
-            counts: dict[str, int] = {}
-            for row in in_win:
-                counts[row[3] or "none"] = counts.get(row[3] or "none", 0) + 1
-            score.dominant = max(counts, key=lambda k: (counts[k], k))
-            wanted = {row[2] for row in in_win}
-            score.dominant_ok = score.dominant in wanted
-            carried = sum(1 for row in in_win if row[2] in (row[4] or []))
+            # judged per window: each must be dominated by its own injected cause
+            dominants, oks = [], []
+            for w in windows:
+                rows = [r for r in in_win if r[2] == w["name"]]
+                if not rows:
+                    score.notes.append(f"no slow request inside window {w['name']}")
+                    oks.append(False)
+                    continue
+                counts: dict[str, int] = {}
+                for r in rows:
+                    counts[r[4] or "none"] = counts.get(r[4] or "none", 0) + 1
+                dom = max(counts, key=lambda k: (counts[k], k))
+                dominants.append(dom)
+                oks.append(dom == expected[w["name"]])
+            score.dominant = ",".join(dominants)
+            score.dominant_ok = all(oks)
+            carried = sum(1 for r in in_win if r[3] in (r[5] or []))
             score.carry_share = carried / len(in_win)
             if any(w["cause"] == "server" for w in windows):
-                srv = [row for row in in_win if row[2] == "server"]
+                srv = [r for r in in_win if r[3] == "server"]
                 if srv:
-                    score.server_share = sum(1 for r in srv if "server" in (r[4] or [])) / len(srv)
+                    score.server_share = sum(1 for r in srv if "server" in (r[5] or [])) / len(srv)
                     score.server_net_blamed = sum(
-                        1 for r in srv if any(lab.split("/")[0] in NETWORK_CAUSES for lab in (r[4] or []))
+                        1 for r in srv if any(lab.split("/")[0] in NETWORK_CAUSES for lab in (r[5] or []))
                     )
         else:
             score.notes.append("no slow request inside the windows")
