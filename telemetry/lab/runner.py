@@ -726,6 +726,12 @@ def _finish(
     if any(c["reconnected"] for c in meta["connections"]):
         problems.append("a client channel reconnected")
 
+    # the client's derived stream ids and ports against the capture (tshark)
+    from telemetry.lab.verify import check_client_against_capture
+
+    client_check = check_client_against_capture(rows, out / "capture.pcap", int(server_cfg["port"]))
+    if client_check.get("checked") and not client_check["ok"]:
+        problems.append(f"client calls do not match the capture's streams: {client_check}")
     cmp_rows = compare(table, windows)
     idle = bridge["idle_delay_ms"]
     labels = {
@@ -790,6 +796,7 @@ def _finish(
         "disturbed": disturbed,
         "problems": problems,
         "client_summary": cmp_rows,
+        "client_check": client_check,
         "host": {
             "kernel": os.uname().release,
             "cpus": os.cpu_count(),

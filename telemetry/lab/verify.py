@@ -1,0 +1,74 @@
+"""Check a lab run's client truth against its capture with tshark (the reference decoder).
+
+The client derives each call's HTTP/2 stream id (grpcio does not expose it) and records its
+connection's local port; the request body carries the request id. Here tshark lists every
+stream the client opened (HEADERS towards the server) and the id in its first DATA frame,
+and the two are compared.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+
+def capture_streams(
+    pcap: Path | str, port: int
+) -> tuple[set[tuple[int, int]], dict[tuple[int, int], int]]:
+    """(client port, stream id) of every stream opened towards ``port``, and the request
+    id in each stream's request body where tshark decoded it."""
+    r = subprocess.run(
+        ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},http2",
+         "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", f"http2 && tcp.dstport=={port}",
+         "-T", "fields", "-e", "tcp.srcport", "-e", "http2.streamid", "-e", "http2.type",
+         "-e", "http2.length", "-e", "http2.data.data"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"tshark failed: {r.stderr[-500:]}")
+    streams: set[tuple[int, int]] = set()
+    body_id: dict[tuple[int, int], int] = {}
+    for line in r.stdout.splitlines():
+        f = line.split("\t")
+        if len(f) < 4 or not f[1]:
+            continue
+        sport = int(f[0])
+        ids, types, lens = f[1].split(","), f[2].split(","), f[3].split(",")
+        datas = iter(f[4].split(",")) if len(f) > 4 and f[4] else iter(())
+        for sid, typ, ln in zip(ids, types, lens, strict=False):
+            key = (sport, int(sid))
+            if typ == "1":
+                streams.add(key)
+            elif typ == "0" and ln.isdigit() and int(ln) > 0:
+                raw = bytes.fromhex(next(datas, "").replace(":", ""))
+                if len(raw) > 5:
+                    try:
+                        body_id.setdefault(key, int(json.loads(raw[5:])["id"]))
+                    except (ValueError, KeyError, TypeError):
+                        pass
+    return streams, body_id
+
+
+def check_client_against_capture(
+    client_rows: list[dict[str, Any]], pcap: Path | str, port: int
+) -> dict[str, Any]:
+    """Compare the client's (port, stream id, request id) with the capture."""
+    if shutil.which("tshark") is None:
+        return {"checked": False, "reason": "tshark not installed"}
+    streams, body_id = capture_streams(pcap, port)
+    mine = {(r["conn_local_port"], r["stream_id"]): r["request_id"] for r in client_rows}
+    matched = [k for k in mine if k in body_id]
+    wrong = [k for k in matched if body_id[k] != mine[k]]
+    return {
+        "checked": True,
+        "client_calls": len(mine),
+        "capture_streams": len(streams),
+        "client_only": len(set(mine) - streams),
+        "capture_only": len(streams - set(mine)),
+        "ids_compared": len(matched),
+        "ids_mismatched": len(wrong),
+        "ok": set(mine) == streams and not wrong and len(matched) > 0.9 * len(mine),
+    }
