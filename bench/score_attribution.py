@@ -166,8 +166,13 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
     score.outside_requests = outside[0]
     score.outside_net = outside[1] / outside[0] if outside[0] else None
     # spikes against the windows
+    # a spike spans from its window's start to the last finish of the requests started in
+    # it: requests keep streaming after the window they started in
     spikes = con.execute("""
-        SELECT window_start, epoch_ns(window_start) AS s, epoch_ns(window_start) + CAST(? * 1e9 AS BIGINT) AS e FROM spikes
+        SELECT sp.window_start, epoch_ns(sp.window_start) AS s,
+               greatest(epoch_ns(sp.window_start) + CAST(? * 1e9 AS BIGINT), max(epoch_ns(m.finished_at))) AS e
+        FROM spikes AS sp JOIN request_metrics AS m USING (window_id)
+        GROUP BY sp.window_start
     """, [window_s]).fetchall()
     hit = 0
     for w in windows:

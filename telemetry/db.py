@@ -26,8 +26,8 @@ DEFAULT_PARAMS: dict[str, object] = {
     "window_s": 10.0,
     "bucket_s": 1.0,  # bucket of the per-connection time view (conn_timeline)  # window length for timelines and spikes
     "baseline_windows": 6,  # trailing windows forming a spike's baseline
-    "spike_factor": 2.0,  # p99 above factor x baseline p99 ...
-    "spike_min_delta_ms": 50.0,  # ... and at least this many ms above it
+    "spike_factor": 1.4,  # p99 above factor x baseline p99 ...
+    "spike_min_delta_ms": 10.0,  # ... and at least this many ms above it
     "min_window_requests": 5,  # windows with fewer requests do not make spikes
     "slo_ttft_ms": None,  # user SLOs (null: p99-based)
     "slo_latency_ms": None,
