@@ -348,6 +348,17 @@ class CapturePipeline:
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
                 if len(ts):
                     conn.note_acks(tcp_dir, ts, off)
+        self._take_tcp_events()
+        for conn in self.conns.values():
+            if conn.session is not None:
+                requests, rows, h2_events = conn.session.take_rows()
+                self._take(conn, requests, rows, h2_events)
+                self._resolve_acks(conn, None)
+            if len(conn.rows) + conn.rate_buckets() >= FLUSH_CONN_ROWS:
+                self._flush_open(conn)
+        self._close_all(self.tcp.take_closed(IDLE_CLOSE_NS))
+
+    def _take_tcp_events(self) -> None:
         events, samples = self.tcp.take_events()
         for ev in events:
             self._conn(ev.conn_key).rows.tcp_events.append(ev)
@@ -364,14 +375,19 @@ class CapturePipeline:
                     floor = conn.rtt_floor[tcp_dir]
                     if floor is None or low < floor:
                         conn.rtt_floor[tcp_dir] = low
-        for conn in self.conns.values():
-            if conn.session is not None:
-                requests, rows, h2_events = conn.session.take_rows()
-                self._take(conn, requests, rows, h2_events)
-                self._resolve_acks(conn, None)
-            if len(conn.rows) + conn.rate_buckets() >= FLUSH_CONN_ROWS:
-                self._flush_open(conn)
-        for summary in self.tcp.take_closed(IDLE_CLOSE_NS):
+
+    def _close_all(self, summaries: list[ConnectionSummary]) -> None:
+        """Closing a connection settles what the TCP layer still held: verdicts on recent
+        retransmissions, holes, bytes buffered behind a hole. Take those first."""
+        if not summaries:
+            return
+        for chunk in self.tcp.take_chunks():
+            session = self.sessions.get(chunk.conn_key)
+            if session is None:
+                session = self._open_session(chunk.conn_key)
+            session.feed(chunk)
+        self._take_tcp_events()
+        for summary in summaries:
             self._close(summary)
 
     def _count_sent(self, chunks: list) -> None:
@@ -573,8 +589,7 @@ class CapturePipeline:
         self._write_connection(conn, summary, protocol)
 
     def finish(self) -> None:
-        for summary in self.tcp.finish():
-            self._close(summary)
+        self._close_all(self.tcp.finish())
         # decode_segments already reports unknown link types per type; the container's
         # per-interface reports would say the same twice
         reported = {i.kind for i in self.issues}
