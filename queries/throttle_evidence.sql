@@ -2,11 +2,12 @@
 -- flow control and application throttling are judged in request_evidence.) From its
 -- path's timeline while the request was in flight (path_timeline, 1 s buckets) and the
 -- 100 ms delivery buckets (flow_rates):
---   shaper   a delivery-rate ceiling with growing RTT: over a queueing episode of the
---            path (seconds with RTT inflation over the floor, at most 1 s apart) the
---            inference connections offered more than got delivered (sent >= 1.1 x
---            acknowledged: a backlog builds behind the ceiling) and no cross traffic
---            explains the queue (cross bytes < 1/4 of ours); each request in flight
+--   shaper   a delivery-rate ceiling with growing RTT: while a queueing episode of the
+--            path built up (seconds with RTT inflation over the floor, at most 1 s
+--            apart; from 1 s before it to its peak, leaving out the drain) the inference
+--            connections offered more than got delivered (sent >= 1.1 x acknowledged: a
+--            backlog builds behind the ceiling) and no cross traffic explains the queue
+--            (cross bytes < 1/4 of ours); each request in flight
 --            during it with inflated RTT is shaped; delay = the inflation its last
 --            bytes met
 --   policer  losses that start above a constant rate, without a queue: a loss episode
@@ -41,14 +42,23 @@ queue_episodes AS (
         OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS episode
     FROM inflated
 ),
-shaped AS (
+episode_span_q AS (
     SELECT client_addr, server_addr, episode, min(second) AS first_second, max(second) AS last_second,
-        sum(sent_bytes) AS sent, sum(acked_bytes) AS acked, sum(cross_bytes) AS cross_bytes,
-        max(inflation_ms) AS max_inflation_ms
+        arg_max(second, inflation_ms) AS peak_second, max(inflation_ms) AS max_inflation_ms
     FROM queue_episodes
     GROUP BY ALL
-    HAVING sum(sent_bytes) >= 1.1 * sum(acked_bytes)
-       AND sum(cross_bytes) < 0.25 * sum(acked_bytes)
+),
+shaped AS (  -- offered vs delivered while the queue built: from 1 s before it to its peak
+    SELECT e.client_addr, e.server_addr, e.episode, e.first_second, e.last_second, e.max_inflation_ms,
+        sum(p.sent_bytes) AS sent, sum(p.acked_bytes) AS acked, sum(p.cross_bytes) AS cross_bytes,
+        count(*) AS seconds
+    FROM episode_span_q AS e
+    JOIN path_timeline AS p
+      ON p.client_addr = e.client_addr AND p.server_addr = e.server_addr
+     AND p.second BETWEEN e.first_second - 1 AND greatest(e.peak_second, e.first_second)
+    GROUP BY ALL
+    HAVING sum(p.sent_bytes) >= 1.1 * sum(p.acked_bytes)
+       AND sum(p.cross_bytes) < 0.25 * sum(p.acked_bytes)
 ),
 -- policer: loss episodes per path (retransmission seconds no more than 2 s apart)
 loss_seconds AS (
@@ -109,10 +119,9 @@ policed AS (
 )
 SELECT r.conn_id, r.stream_id,
     'shaper' AS throttle_kind,
-    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered for {} s, RTT up to +{:.0f} ms, no cross traffic',
-           e.acked * 8 / 1000 / (e.last_second - e.first_second + 1),
-           e.sent * 8 / 1000 / (e.last_second - e.first_second + 1),
-           e.last_second - e.first_second + 1, e.max_inflation_ms) AS throttle_detail,
+    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s), RTT up to +{:.0f} ms, no cross traffic',
+           e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
+           e.seconds, e.max_inflation_ms) AS throttle_detail,
     r.queue_delay_ms AS throttle_delay_ms
 FROM req AS r
 JOIN shaped AS e
