@@ -14,8 +14,8 @@ record (client port + HTTP/2 stream id) and compute:
                 spikes over periods the lab itself recorded as disturbed (its server or
                 bridge ran late: a real server-side event on a noisy host) are counted
                 apart as spikes_disturbed, with what they were attributed to
-  decomp_ok     of the slow requests, the share whose decomposition total is within 20%
-                of the latency the client measured
+  decomp_ok     of the requests slow in time (latency, TTFT or gap), the share whose
+                decomposition total is within 20% of the latency the client measured
 
 Usage: python bench/score_attribution.py [RUN_DIR ...] [--window 2s] [--json out.json]
 (default: every folder under samples/). Prints one row per run.
@@ -188,10 +188,14 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
             score.spikes_disturbed += 1
         else:
             score.spikes_out += 1
+    # requests slow in time (not those only turned away by throttling: a 4 ms rejection has
+    # no latency to decompose)
     dec = con.execute("""
         SELECT count(*), count(*) FILTER (WHERE abs(d.total_ms - m.client_latency_ms) <= 0.2 * m.client_latency_ms)
-        FROM matched AS m JOIN latency_decomposition AS d USING (conn_id, stream_id)
-        WHERE m.slow AND m.client_latency_ms IS NOT NULL
+        FROM matched AS m
+        JOIN latency_decomposition AS d USING (conn_id, stream_id)
+        JOIN slow_requests AS s USING (conn_id, stream_id)
+        WHERE m.client_latency_ms IS NOT NULL AND len(list_filter(s.slow_metrics, lambda x: x <> 'throttled')) > 0
     """).fetchone()
     score.decomp_ok = dec[1] / dec[0] if dec[0] else None
     return score

@@ -1,7 +1,8 @@
 -- Which requests were slow? A request is slow when its latency, TTFT or largest token
 -- gap exceeds the user's SLO for that metric (variables slo_latency_ms, slo_ttft_ms,
 -- slo_gap_ms) or, without an SLO, the p99 its window was expected to have (the
--- baseline p99: judging a window by its own p99 would hide most requests of a spike),
+-- baseline p99: judging a window by its own p99 would hide most requests of a spike)
+-- by a margin (10% and 5 ms: a p99 estimated from a few windows is noisy),
 -- or when it was turned away by throttling (HTTP 429/503, RESOURCE_EXHAUSTED,
 -- UNAVAILABLE): a fast rejection is still a failed request, its caller retries later.
 -- excess_ms is how far the worst metric went above its typical median: the delay the
@@ -10,9 +11,11 @@
 WITH judged AS (
     SELECT
         m.*,
-        coalesce(getvariable('slo_latency_ms'), b.latency_baseline_p99_ms) AS latency_threshold_ms,
-        coalesce(getvariable('slo_ttft_ms'), b.ttft_baseline_p99_ms) AS ttft_threshold_ms,
-        coalesce(getvariable('slo_gap_ms'), b.gap_baseline_p99_ms) AS gap_threshold_ms,
+        -- a baseline p99 estimated from a few windows is noisy: a request must clear it by
+        -- a margin (10%, and 5 ms) to count as slow; an SLO is taken as given
+        coalesce(getvariable('slo_latency_ms'), greatest(1.1 * b.latency_baseline_p99_ms, b.latency_baseline_p99_ms + 5)) AS latency_threshold_ms,
+        coalesce(getvariable('slo_ttft_ms'), greatest(1.1 * b.ttft_baseline_p99_ms, b.ttft_baseline_p99_ms + 5)) AS ttft_threshold_ms,
+        coalesce(getvariable('slo_gap_ms'), greatest(1.1 * b.gap_baseline_p99_ms, b.gap_baseline_p99_ms + 5)) AS gap_threshold_ms,
         b.latency_typical_p50_ms,
         b.ttft_typical_p50_ms,
         b.gap_typical_p50_ms
