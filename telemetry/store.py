@@ -57,7 +57,7 @@ class Store:
                 removed += 1
         return removed
 
-    def writer(self, capture_id: str, flush_rows: int = 250_000) -> CaptureWriter:
+    def writer(self, capture_id: str, flush_rows: int = 65_536) -> CaptureWriter:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -111,6 +111,7 @@ class CaptureWriter:
         self._buffers: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         self._buffered: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._seq = 0
+        self._files: dict[tuple[str, int], pq.ParquetWriter] = {}  # (table, hour) -> open file
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
 
     def append(self, table: str, data: pa.Table) -> None:
@@ -141,14 +142,25 @@ class CaptureWriter:
                 rows = data.slice(bounds[i], bounds[i + 1] - bounds[i])
             else:
                 rows = data.filter(pa.array(keys == bucket))
-            folder = self.staging / table / _partition_path(int(bucket))
+            self._file(table, int(bucket)).write_table(rows)
+            self.rows_written[table] += rows.num_rows
+
+    def _file(self, table: str, bucket: int) -> pq.ParquetWriter:
+        """The open staging file of a table's hour: each flush adds a row group to it, so
+        buffers stay small without a file per flush (staging is invisible to readers)."""
+        out = self._files.get((table, bucket))
+        if out is None:
+            folder = self.staging / table / _partition_path(bucket)
             folder.mkdir(parents=True, exist_ok=True)
             self._seq += 1
-            name = f"{self.capture_id}-{self._seq:05d}.parquet"
-            tmp = folder / f".{name}.tmp"
-            pq.write_table(rows, tmp, compression="zstd")
-            os.replace(tmp, folder / name)
-            self.rows_written[table] += rows.num_rows
+            path = folder / f"{self.capture_id}-{self._seq:05d}.parquet"
+            out = self._files[(table, bucket)] = pq.ParquetWriter(path, TABLES[table], compression="zstd")
+        return out
+
+    def _close_files(self) -> None:
+        files, self._files = self._files, {}
+        for out in files.values():
+            out.close()
 
     def commit(self, capture_row: pa.Table) -> None:
         """Flush everything, then move the capture's files into the store, captures last."""
@@ -157,6 +169,7 @@ class CaptureWriter:
                 self._flush(table)
         self.append("captures", capture_row)
         self._flush("captures")
+        self._close_files()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
         order = [t for t in TABLES if t != "captures"] + ["captures"]
         for table in order:
@@ -168,6 +181,10 @@ class CaptureWriter:
         _remove_empty_dirs(self.store.root / STAGING)
 
     def abort(self) -> None:
+        try:
+            self._close_files()
+        except Exception:  # noqa: BLE001 - the files are thrown away anyway
+            pass
         shutil.rmtree(self.staging, ignore_errors=True)
         _remove_empty_dirs(self.store.root / STAGING)
 
