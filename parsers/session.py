@@ -189,7 +189,7 @@ class AppSession:
             if not (self._fresh[0] or self._fresh[1] or self._strip[0] or self._strip[1]):
                 # steady state: hand chunks straight to the HTTP/2 fast path; the instance
                 # attribute shadows this method, so callers skip one Python call per chunk
-                self._fast = self.feed = h2.feed_chunk  # type: ignore[method-assign]
+                self._fast = self.feed = h2.chunk_feeder()  # type: ignore[method-assign]
             return
         item = (
             chunk.direction,

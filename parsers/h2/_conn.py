@@ -11,7 +11,9 @@ the time of the packet that completed *it*, not the whole frame.
 
 from __future__ import annotations
 
+import os
 import struct
+from functools import partial
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
 from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk
@@ -44,6 +46,18 @@ from ._frames import (
 )
 from ._hpack import DecodedBlock, TolerantDecoder
 from ._streams import Stream
+
+# Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
+# `pip install -e .`); without it, or with TAILTAP_PURE_PYTHON=1, the same Python code
+# runs and gives the same records.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
+    else:
+        _speedups.init(GrpcSplitter)
 
 # (stream_id, direction, index, ts_ns, size, compressed, end_offset): a MessageRecord
 # without its conn_key, as a tuple (one per message on the hot path)
@@ -276,6 +290,13 @@ class H2Connection:
             and D.block is None
             and not D.marks
         )
+
+    def chunk_feeder(self):
+        """The fastest callable equivalent to :meth:`feed_chunk` (the C fast path when
+        the extension is built)."""
+        if _speedups is not None:
+            return partial(_speedups.feed_chunk, self)
+        return self.feed_chunk
 
     def feed_chunk(self, c: PayloadChunk) -> None:
         """Same as :meth:`feed`, with a fast path for the common case: the chunk is
