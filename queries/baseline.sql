@@ -1,6 +1,8 @@
 -- What should each window's p99 have been? For every window, the baseline of each
--- metric: the median p99 of the trailing baseline_windows windows that had at least
--- min_window_requests requests, or, when fewer than two such windows precede it, the
+-- metric: the 25th percentile of the p99s of the trailing baseline_windows windows that
+-- had at least min_window_requests requests (a low quantile, so that a spike a few
+-- windows back does not raise the bar for the next one), or, when fewer than two such
+-- windows precede it, the
 -- median p99 over all such windows of the capture (the typical p99). Also the typical
 -- median (p50) of each metric, the reference for "excess" delay, and the baseline share
 -- of failed requests.
@@ -23,9 +25,9 @@ trail AS (
     SELECT
         w.window_id,
         count(b.window_id) AS trailing_windows,
-        median(b.latency_p99_ms) AS latency_trailing_p99_ms,
-        median(b.ttft_p99_ms) AS ttft_trailing_p99_ms,
-        median(b.gap_p99_ms) AS gap_trailing_p99_ms,
+        quantile_cont(b.latency_p99_ms, 0.25) AS latency_trailing_p99_ms,
+        quantile_cont(b.ttft_p99_ms, 0.25) AS ttft_trailing_p99_ms,
+        quantile_cont(b.gap_p99_ms, 0.25) AS gap_trailing_p99_ms,
         median(b.errors / b.requests) AS error_trailing_share
     FROM windows AS w
     LEFT JOIN eligible AS b

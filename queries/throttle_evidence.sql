@@ -9,7 +9,7 @@
 --            backlog builds behind the ceiling) and no cross traffic explains the queue
 --            (cross bytes < 1/4 of ours); each request in flight
 --            during it with inflated RTT is shaped; delay = the inflation its last
---            bytes met
+--            bytes met, plus the loss stalls when the shaper's queue overflowed
 --   policer  losses that start above a constant rate, without a queue: a loss episode
 --            on the path (retransmissions no more than 2 s apart, at least 5) with no
 --            RTT inflation before or during it, whose goodput (the token rate, as in
@@ -122,7 +122,8 @@ SELECT r.conn_id, r.stream_id,
     format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s), RTT up to +{:.0f} ms, no cross traffic',
            e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
            e.seconds, e.max_inflation_ms) AS throttle_detail,
-    r.queue_delay_ms AS throttle_delay_ms
+    -- drops when the shaper's queue overflowed are part of it too
+    r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
 FROM req AS r
 JOIN shaped AS e
   ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr

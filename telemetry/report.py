@@ -57,7 +57,7 @@ def _verdict(con, spikes: render.Rows) -> str:
         "ORDER BY window_id"
     ).fetchall():
         label = cause + (f" ({kind})" if kind else "")
-        parts.append(f"{render._plain(start)}: {label} ({share:.0%} of slow requests)")
+        parts.append(f"{start:%H:%M:%S}: {label} ({share:.0%} of slow requests)")
     return f"{len(spikes)} spike(s): " + "; ".join(parts)
 
 
