@@ -20,7 +20,7 @@ venv: $(BIN)/tailtap
 
 demo: venv
 	$(BIN)/tailtap analyze $(SAMPLE) --out $(DEMO_STORE) --force
-	@if $(BIN)/tailtap report --help >/dev/null 2>&1; then $(BIN)/tailtap report --store $(DEMO_STORE); fi
+	$(BIN)/tailtap report --store $(DEMO_STORE) --window 2s
 
 # Installs tshark/tcpdump with apt-get when they are missing and we are root; otherwise
 # the tests that need them say what is missing and skip.
