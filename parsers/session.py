@@ -140,7 +140,9 @@ class AppSession:
         self._h2: H2Connection | None = None
         self._h1: Http1Conn | None = None
         self._strip = [0, 0]  # preface bytes still to drop per TCP direction
-        self._fast = None  # HTTP/2 steady state: H2Connection.feed_chunk
+        # HTTP/2 steady state: a callable equivalent to feed() for every later chunk
+        # (H2Connection.chunk_feeder()), None before
+        self.fast_feed = None
         self._fresh = [True, True]  # no bytes of this direction handed to HTTP/2 yet
         self._h1_hold: list[list[_Held] | None] = [None, None]  # by role
         self._requests: list[RequestRecord] = []
@@ -158,7 +160,7 @@ class AppSession:
         return self._flipped
 
     def feed(self, chunk: PayloadChunk) -> None:
-        fast = self._fast
+        fast = self.fast_feed
         if fast is not None:
             fast(chunk)
             return
@@ -189,7 +191,7 @@ class AppSession:
             if not (self._fresh[0] or self._fresh[1] or self._strip[0] or self._strip[1]):
                 # steady state: hand chunks straight to the HTTP/2 fast path; the instance
                 # attribute shadows this method, so callers skip one Python call per chunk
-                self._fast = self.feed = h2.chunk_feeder()  # type: ignore[method-assign]
+                self.fast_feed = self.feed = h2.chunk_feeder()  # type: ignore[method-assign]
             return
         item = (
             chunk.direction,

@@ -15,6 +15,7 @@ import hashlib
 import os
 import time
 from array import array
+from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -341,7 +342,16 @@ class CapturePipeline:
                 session = sessions.get(key)
                 if session is None:
                     session = self._open_session(key)
-                _consume(map(session.feed, run))
+                fast = session.fast_feed
+                rest = iter(run)  # one pass: handshake chunks one by one, then the rest in C
+                if fast is None:
+                    for chunk in rest:
+                        session.feed(chunk)
+                        fast = session.fast_feed
+                        if fast is not None:  # steady state reached: the rest in C
+                            break
+                if fast is not None:
+                    _consume(map(fast, rest))
             self._count_sent(chunks)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
@@ -603,8 +613,8 @@ class CapturePipeline:
         ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
         rows, cid, flip = conn.rows, summary.conn_id, conn.flip
 
-        def base(count: int) -> dict[str, list]:
-            return {"capture_id": [self.capture_id] * count, "conn_id": [cid] * count}
+        def base(count: int) -> dict[str, pa.Array]:
+            return {"capture_id": _repeat(self.capture_id, count), "conn_id": _repeat(cid, count)}
 
         if rows.tcp_events:
             ev = rows.tcp_events
@@ -668,27 +678,38 @@ class CapturePipeline:
     def _write_rates(self, conn: _Conn, base, upto: int | None = None, final: bool = True) -> None:
         if not final and upto is None:
             return
-        cols: dict[str, list] = defaultdict(list)
+        parts: list[dict[str, object]] = []
         for tcp_dir in (TO_SERVER, TO_CLIENT):
             sent, acked = conn.sent[tcp_dir], conn.acked[tcp_dir]
-            prev_acked = conn.prev_acked[tcp_dir]
+            if not sent and not acked:
+                continue
             buckets = sorted(sent.keys() | acked.keys())
             if not final:
-                buckets = [b for b in buckets if b < upto]  # type: ignore[operator]
-            for b in buckets:
-                off = acked.get(b)
-                if off is not None:
-                    delta = off - prev_acked if prev_acked is not None else off
-                    prev_acked = off
-                else:
-                    delta = 0
-                cols["ts"].append(b * RATE_BUCKET_NS)
-                cols["direction"].append(DIRECTION_NAMES[tcp_dir ^ conn.flip])
-                got = sent.get(b, (0, 0))
-                cols["bytes_sent"].append(got[0])
-                cols["packets_sent"].append(got[1])
-                cols["bytes_acked"].append(max(delta, 0))
-            conn.prev_acked[tcp_dir] = prev_acked
+                buckets = buckets[: bisect_left(buckets, upto)]
+            if not buckets:
+                continue
+            n = len(buckets)
+            got = np.array([sent.get(b, (0, 0)) for b in buckets], dtype=np.int64).reshape(n, 2)
+            offs = [acked.get(b) for b in buckets]
+            # bytes_acked: a bucket's highest acked offset minus the previous bucket's that
+            # had one (carried over from rows already written), never negative
+            has = np.array([o is not None for o in offs], dtype=bool)
+            values = np.array([o for o in offs if o is not None], dtype=np.int64)
+            delta = np.zeros(n, dtype=np.int64)
+            if len(values):
+                prev = np.empty(len(values), dtype=np.int64)
+                prev[1:] = values[:-1]
+                carried = conn.prev_acked[tcp_dir]
+                prev[0] = carried if carried is not None else 0
+                delta[has] = np.maximum(values - prev, 0)
+                conn.prev_acked[tcp_dir] = int(values[-1])
+            parts.append({
+                "ts": np.array(buckets, dtype=np.int64) * RATE_BUCKET_NS,
+                "direction": _repeat(DIRECTION_NAMES[tcp_dir ^ conn.flip], n),
+                "bytes_sent": got[:, 0],
+                "packets_sent": got[:, 1],
+                "bytes_acked": delta,
+            })
             if final:
                 sent.clear()
                 acked.clear()
@@ -696,10 +717,16 @@ class CapturePipeline:
                 for b in buckets:
                     sent.pop(b, None)
                     acked.pop(b, None)
-        if cols:
+        if parts:
+            cols: dict[str, object] = {
+                "ts": pa.array(np.concatenate([p["ts"] for p in parts]), _TS),
+                "direction": pa.concat_arrays([p["direction"] for p in parts]),
+            }
+            for name in ("bytes_sent", "packets_sent", "bytes_acked"):
+                cols[name] = pa.array(np.concatenate([p[name] for p in parts]), pa.int64())
             n = len(cols["ts"])
             cols.update(base(n))
-            cols["bucket_ms"] = [RATE_BUCKET_NS // 1_000_000] * n
+            cols["bucket_ms"] = pa.array(np.full(n, RATE_BUCKET_NS // 1_000_000, dtype=np.int32))
             self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
     def _requests_table(self, summary: ConnectionSummary, rows: list) -> pa.Table:
@@ -731,8 +758,8 @@ class CapturePipeline:
             cols["latency_client_est_ms"].append(_client_est(start, last, end_acked, floor))
         n = len(rows)
         cols.update(
-            capture_id=[self.capture_id] * n,
-            conn_id=[summary.conn_id] * n,
+            capture_id=_repeat(self.capture_id, n),
+            conn_id=_repeat(summary.conn_id, n),
             client_addr=[summary.client_addr] * n,
             client_port=[summary.client_port] * n,
             server_addr=[summary.server_addr] * n,

@@ -154,7 +154,12 @@ class CaptureWriter:
             folder.mkdir(parents=True, exist_ok=True)
             self._seq += 1
             path = folder / f"{self.capture_id}-{self._seq:05d}.parquet"
-            out = self._files[(table, bucket)] = pq.ParquetWriter(path, TABLES[table], compression="zstd")
+            schema = TABLES[table]
+            # dictionary-encode the text columns only (ids, kinds, directions): trying it on
+            # times and counters costs most of the write and makes the files bigger
+            text = [f.name for f in schema if pa.types.is_string(f.type)]
+            out = pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=text)
+            self._files[(table, bucket)] = out
         return out
 
     def _close_files(self) -> None:
