@@ -219,7 +219,7 @@ def main() -> None:
     runs = args.runs or sorted(p for p in (ROOT / "samples").iterdir() if (p / "labels.json").exists())
     scores = []
     cols = ("scenario", "injected", "matched", "slow_in_window", "dominant", "dominant_ok", "carry_share",
-            "outside_net", "server_share", "spikes_in", "spikes_out", "spikes_disturbed", "decomp_ok")
+            "outside_net", "server_share", "server_net_blamed", "spikes_in", "spikes_out", "spikes_disturbed", "decomp_ok")
     print(" | ".join(cols))
     for run in runs:
         try:

@@ -52,22 +52,28 @@ flow AS (
      AND h.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
+-- RTT samples on the network side of the capture point only: next to a server (or a
+-- client) there is no network, and what inflates those samples is the host itself (a
+-- stalled server delays its ACKs)
+network_rtt AS (
+    SELECT f.* FROM rtt_floor AS f JOIN connections AS c USING (conn_id)
+    WHERE NOT (c.capture_side = 'server' AND f.direction = 'to_server')
+      AND NOT (c.capture_side = 'client' AND f.direction = 'to_client')
+),
 rtt_dir AS (
     SELECT m.conn_id, m.stream_id, f.direction,
         count(*) AS samples,
         quantile_cont(f.inflation_ms, 0.25) AS inflation_p25_ms,
         median(f.floor_ms) AS floor_ms
     FROM request_metrics AS m
-    JOIN rtt_floor AS f
+    JOIN network_rtt AS f
       ON f.conn_id = m.conn_id AND f.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
 rtt_end AS (  -- the queue its last bytes went through: inflation over its final 500 ms
     SELECT m.conn_id, m.stream_id, max(f.inflation_ms) AS inflation_ms, median(f.inflation_ms) AS inflation_p50_ms
     FROM request_metrics AS m
-    JOIN (
-        SELECT conn_id, direction, ts, inflation_ms FROM rtt_floor
-    ) AS f
+    JOIN network_rtt AS f
       ON f.conn_id = m.conn_id AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
     GROUP BY ALL
 ),
