@@ -60,6 +60,9 @@ network_rtt AS (
     WHERE NOT (c.capture_side = 'server' AND f.direction = 'to_server')
       AND NOT (c.capture_side = 'client' AND f.direction = 'to_client')
 ),
+-- a queue belongs to the path: judge it on every connection's samples between the same
+-- client and server while the request was in flight (a request's own few samples can be
+-- a delayed ACK's)
 rtt_dir AS (
     SELECT m.conn_id, m.stream_id, f.direction,
         count(*) AS samples,
@@ -67,14 +70,16 @@ rtt_dir AS (
         median(f.floor_ms) AS floor_ms
     FROM request_metrics AS m
     JOIN network_rtt AS f
-      ON f.conn_id = m.conn_id AND f.ts BETWEEN m.started_at AND m.finished_at
+      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
+     AND f.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
-rtt_end AS (  -- the queue its last bytes went through: inflation over its final 500 ms
+rtt_end AS (  -- the queue its last bytes went through: inflation on the path over its final 500 ms
     SELECT m.conn_id, m.stream_id, max(f.inflation_ms) AS inflation_ms, median(f.inflation_ms) AS inflation_p50_ms
     FROM request_metrics AS m
     JOIN network_rtt AS f
-      ON f.conn_id = m.conn_id AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
+      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
+     AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
     GROUP BY ALL
 ),
 rtt AS (
