@@ -47,18 +47,6 @@ from ._frames import (
 from ._hpack import DecodedBlock, TolerantDecoder
 from ._streams import Stream
 
-# Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
-# `pip install -e .`); without it, or with TAILTAP_PURE_PYTHON=1, the same Python code
-# runs and gives the same records.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
-    else:
-        _speedups.init(GrpcSplitter)
-
 # (stream_id, direction, index, ts_ns, size, compressed, end_offset): a MessageRecord
 # without its conn_key, as a tuple (one per message on the hot path)
 MessageRow = tuple[int, int, int, int, int, bool, int]
@@ -131,6 +119,19 @@ class _Dir:
         self.marks: list[tuple[int, int]] = []
         # at a frame boundary with nothing buffered or pending (feed_chunk fast path)
         self.plain = False
+
+
+# Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
+# `pip install -e .`); without it, or with TAILTAP_PURE_PYTHON=1, the same Python code
+# runs and gives the same records.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
+    else:
+        _speedups.init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk)
 
 
 class H2Connection:

@@ -11,76 +11,17 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init() */
 
-/* interned attribute names */
-static PyObject *s_direction, *s_data, *s_stream_offset, *s_gap_before, *s_ts_ns, *s_frame_no;
-static PyObject *s_dirs, *s_plain, *s_base, *s_max_known, *s_max_len, *s_frames;
-static PyObject *s_streams, *s_splitter, *s_probing, *s_left, *s_hdr, *s_keep_trailer;
-static PyObject *s_flows, *s_known, *s_conn, *s_messages, *s_frame_no_attr;
-static PyObject *s_msgs, *s_first_msg_ts, *s_first_msg_off, *s_end_ts, *s_msg_before_end;
-static PyObject *s_msg_after_first, *s_last_msg_ts, *s_data_frames, *s_first_data_ts;
-static PyObject *s_first_data_off, *s_last_data_ts, *s_data_bytes, *s_last_off;
-static PyObject *s_feed_chunk, *s_blocked;
+/* interned attribute names of H2Connection (a plain class: read through getattr) */
+static PyObject *s_dirs, *s_streams, *s_flows, *s_messages, *s_frame_no_attr, *s_feed_chunk;
 static PyObject *zero; /* the int 0: the connection-level key of FlowState.blocked */
 
-/* st.<name> must be a list of two; returns a new reference or NULL (no error set) */
-static PyObject *pair(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return NULL;
-    }
-    if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) != 2) {
-        Py_DECREF(v);
-        return NULL;
-    }
-    return v;
-}
 
-/* truth value of obj.<name>: 1, 0, or -1 when it cannot be read */
-static int attr_true(PyObject *obj, PyObject *name) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    int r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    if (r < 0) PyErr_Clear();
-    return r;
-}
 
-/* obj.<name> as a C long long; 0 on success, -1 when missing or not an int in range */
-static int attr_ll(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL) {
-        PyErr_Clear();
-        return -1;
-    }
-    if (!PyLong_CheckExact(v)) {
-        Py_DECREF(v);
-        return -1;
-    }
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    Py_DECREF(v);
-    if (overflow || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
 
-static int set_ll(PyObject *obj, PyObject *name, long long x) {
-    PyObject *v = PyLong_FromLongLong(x);
-    if (v == NULL) return -1;
-    int r = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
-    return r;
-}
 
 /* list[i] = value (new reference taken over) */
 static int list_set(PyObject *list, Py_ssize_t i, PyObject *value) {
@@ -101,182 +42,227 @@ static inline unsigned long be32(const unsigned char *p) {
     return ((unsigned long)p[0] << 24) | ((unsigned long)p[1] << 16) | ((unsigned long)p[2] << 8) | p[3];
 }
 
+/* Direct __slots__ access, like the interpreter's LOAD_ATTR_SLOT: offsets of the slot
+ * members, read once from the classes' member descriptors by init(); every object is
+ * checked to be of exactly that class before its slots are read. */
+#define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
+enum { C_DIRECTION, C_DATA, C_TS_NS, C_FRAME_NO, C_STREAM_OFFSET, C_GAP_BEFORE, C_N };
+enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_N };
+enum { S_SPLITTER, S_MSGS, S_FIRST_MSG_TS, S_FIRST_MSG_OFF, S_END_TS, S_MSG_BEFORE_END,
+       S_MSG_AFTER_FIRST, S_LAST_MSG_TS, S_DATA_FRAMES, S_FIRST_DATA_TS, S_FIRST_DATA_OFF,
+       S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_N };
+enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_N };
+enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_N };
+static const char *chunk_names[C_N] = {"direction", "data", "ts_ns", "frame_no", "stream_offset", "gap_before"};
+static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames"};
+static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "first_msg_off", "end_ts",
+    "msg_before_end", "msg_after_first", "last_msg_ts", "data_frames", "first_data_ts",
+    "first_data_off", "last_data_ts", "data_bytes", "last_off"};
+static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer"};
+static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked"};
+static PyTypeObject *chunk_type, *dir_type, *stream_type, *flow_type;
+static Py_ssize_t c_off[C_N], d_off[D_N], s_off[S_N], g_off[G_N], f_off[F_N];
+
+static int slot_offsets(PyObject *type, const char **names, int n, Py_ssize_t *out) {
+    for (int i = 0; i < n; i++) {
+        PyObject *descr = PyObject_GetAttrString(type, names[i]);
+        if (descr == NULL) return -1;
+        if (Py_TYPE(descr) != &PyMemberDescr_Type ||
+            ((PyMemberDescrObject *)descr)->d_member->type != T_OBJECT_EX) {
+            PyErr_Format(PyExc_TypeError, "%s is not a __slots__ member", names[i]);
+            Py_DECREF(descr);
+            return -1;
+        }
+        out[i] = ((PyMemberDescrObject *)descr)->d_member->offset;
+        Py_DECREF(descr);
+    }
+    return 0;
+}
+
+/* a slot holding an int that fits a long long: 0 on success, -1 otherwise (no error set) */
+static inline int slot_ll(PyObject *o, Py_ssize_t off, long long *out) {
+    PyObject *v = SLOT(o, off);
+    if (v == NULL || !PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* replace a slot's value (takes over the new reference) */
+static inline int slot_put(PyObject *o, Py_ssize_t off, PyObject *v) {
+    if (v == NULL) return -1;
+    PyObject *old = SLOT(o, off);
+    SLOT(o, off) = v;
+    Py_XDECREF(old);
+    return 0;
+}
+
+/* st.<slot> must be a list of two; borrowed reference or NULL */
+static inline PyObject *pair_slot(PyObject *st, int i) {
+    PyObject *v = SLOT(st, s_off[i]);
+    return (v != NULL && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 2) ? v : NULL;
+}
+
 /* 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
 static int try_fast(PyObject *conn, PyObject *chunk) {
     int ret = 0;
-    PyObject *data = NULL, *dirs = NULL, *D = NULL, *streams = NULL, *st = NULL;
-    PyObject *splitter = NULL, *sp = NULL, *flows = NULL, *fs = NULL, *fs_streams = NULL;
-    PyObject *msgs = NULL, *end_ts = NULL, *frames = NULL, *ts = NULL, *frame_no = NULL;
-    PyObject *sid_obj = NULL, *w_obj = NULL, *messages = NULL, *blocked = NULL;
-    PyObject *first_msg_ts = NULL, *first_msg_off = NULL, *msg_before_end = NULL;
-    PyObject *msg_after_first = NULL, *last_msg_ts = NULL, *first_data_ts = NULL;
-    PyObject *first_data_off = NULL, *last_data_ts = NULL, *data_bytes = NULL, *last_off = NULL;
-    long long d, offset, base, max_len, left, fs_conn = 0, w = 0;
-    int known = 0, has_w = 0;
+    PyObject *dirs = NULL, *streams = NULL, *flows = NULL, *messages = NULL, *sid_obj = NULL;
+    PyObject *lists[S_N];
+    long long d, offset, base, max_len, left, fs_conn = 0, w = 0, dframes;
+    int has_w = 0;
 
-    if (attr_ll(chunk, s_direction, &d) < 0 || (d != 0 && d != 1)) goto done;
-    data = PyObject_GetAttr(chunk, s_data);
-    if (data == NULL) { PyErr_Clear(); goto done; }
-    if (!PyBytes_CheckExact(data)) goto done;
+    if (Py_TYPE(chunk) != chunk_type) return 0;
+    if (slot_ll(chunk, c_off[C_DIRECTION], &d) < 0 || (d != 0 && d != 1)) return 0;
+    PyObject *data = SLOT(chunk, c_off[C_DATA]);
+    if (data == NULL || !PyBytes_CheckExact(data)) return 0;
     Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n < 14) return 0;
+    long long gap;
+    if (slot_ll(chunk, c_off[C_GAP_BEFORE], &gap) < 0 || gap != 0) return 0;
+    if (slot_ll(chunk, c_off[C_STREAM_OFFSET], &offset) < 0) return 0;
+    PyObject *ts = SLOT(chunk, c_off[C_TS_NS]);
+    PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
+    if (ts == NULL || frame_no == NULL) return 0;
     const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
-    dirs = PyObject_GetAttr(conn, s_dirs);
-    if (dirs == NULL) { PyErr_Clear(); goto done; }
-    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) goto done;
-    D = PyTuple_GET_ITEM(dirs, d);
-    Py_INCREF(D);
-    if (attr_true(D, s_plain) != 1) goto done;
-    if (attr_ll(chunk, s_stream_offset, &offset) < 0 || attr_ll(D, s_base, &base) < 0) goto done;
-    if (offset != base) goto done;
-    if (attr_true(chunk, s_gap_before) != 0) goto done;
-    if (n < 14) goto done;
     long long length = n - 9;
     unsigned long lt = be32(b);
     unsigned int flags = b[4];
     unsigned long sid = be32(b + 5);
     unsigned int gflag = b[9];
     unsigned long glen = be32(b + 10);
-    if (lt != ((unsigned long)length << 8) || (flags & 0x08) || (sid & 0x80000000UL)) goto done;
-    if (flags & 0x01) goto done; /* END_STREAM: the Python path ends the stream */
-    int max_known = attr_true(D, s_max_known);
-    if (max_known < 0) goto done;
-    if (max_known) {
-        if (attr_ll(D, s_max_len, &max_len) < 0 || length > max_len) goto done;
+    if (lt != ((unsigned long)length << 8) || (flags & 0x08) || (sid & 0x80000000UL)) return 0;
+    if (flags & 0x01) return 0; /* END_STREAM: the Python path ends the stream */
+    if (gflag >= 0x80 || (long long)glen + 5 != length) return 0;
+
+    dirs = PyObject_GetAttr(conn, s_dirs);
+    if (dirs == NULL) { PyErr_Clear(); goto done; }
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) goto done;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True) goto done;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || offset != base) goto done;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    if (max_known == Py_True) {
+        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) goto done;
+    } else if (max_known != Py_False) {
+        goto done;
     }
+    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) goto done;
     streams = PyObject_GetAttr(conn, s_streams);
     if (streams == NULL) { PyErr_Clear(); goto done; }
     if (!PyDict_CheckExact(streams)) goto done;
     sid_obj = PyLong_FromUnsignedLong(sid);
     if (sid_obj == NULL) { ret = -1; goto done; }
-    st = PyDict_GetItemWithError(streams, sid_obj);
+    PyObject *st = PyDict_GetItemWithError(streams, sid_obj);
     if (st == NULL) { PyErr_Clear(); goto done; }
-    Py_INCREF(st);
-    splitter = pair(st, s_splitter);
-    if (splitter == NULL) goto done;
-    sp = PyList_GET_ITEM(splitter, d);
-    Py_INCREF(sp);
+    if (Py_TYPE(st) != stream_type) goto done;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) goto done;
+    }
+    PyObject *sp = PyList_GET_ITEM(lists[S_SPLITTER], d);
     if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) goto done;
-    if (attr_true(sp, s_probing) != 0) goto done;
-    if (attr_ll(sp, s_left, &left) < 0 || left != -1) goto done;
-    if (attr_true(sp, s_hdr) != 0) goto done;
-    if (attr_true(sp, s_keep_trailer) != 0) goto done;
-    if (gflag >= 0x80 || (long long)glen + 5 != length) goto done;
-    /* flow control: a window reaching zero is left to the Python path */
+    if (SLOT(sp, g_off[G_PROBING]) != Py_False || SLOT(sp, g_off[G_KEEP_TRAILER]) != Py_False) goto done;
+    if (slot_ll(sp, g_off[G_LEFT], &left) < 0 || left != -1) goto done;
+    PyObject *hdr = SLOT(sp, g_off[G_HDR]);
+    if (hdr == NULL || !PyByteArray_CheckExact(hdr) || PyByteArray_GET_SIZE(hdr) != 0) goto done;
+    /* flow control: a new block (window reaching zero) is left to the Python path */
     flows = PyObject_GetAttr(conn, s_flows);
     if (flows == NULL) { PyErr_Clear(); goto done; }
     if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) goto done;
-    fs = PyTuple_GET_ITEM(flows, d);
-    Py_INCREF(fs);
-    known = attr_true(fs, s_known);
-    if (known < 0) goto done;
-    if (known) {
-        /* (FlowState.consume marks a block only when not already marked) */
-        blocked = PyObject_GetAttr(fs, s_blocked);
-        if (blocked == NULL) { PyErr_Clear(); goto done; }
-        if (!PyDict_CheckExact(blocked)) goto done;
-        if (attr_ll(fs, s_conn, &fs_conn) < 0) goto done;
-        if (fs_conn - length <= 0) {
-            int r = PyDict_Contains(blocked, zero);
-            if (r != 1) { PyErr_Clear(); goto done; }
-        }
-        fs_streams = PyObject_GetAttr(fs, s_streams);
-        if (fs_streams == NULL) { PyErr_Clear(); goto done; }
-        if (!PyDict_CheckExact(fs_streams)) goto done;
-        w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
+    PyObject *fs = PyTuple_GET_ITEM(flows, d);
+    if (Py_TYPE(fs) != flow_type) goto done;
+    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
+    PyObject *fs_streams = NULL;
+    if (known == Py_True) {
+        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
+        fs_streams = SLOT(fs, f_off[F_STREAMS]);
+        if (blocked == NULL || !PyDict_CheckExact(blocked)) goto done;
+        if (fs_streams == NULL || !PyDict_CheckExact(fs_streams)) goto done;
+        if (slot_ll(fs, f_off[F_CONN], &fs_conn) < 0) goto done;
+        if (fs_conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); goto done; }
+        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
         if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); goto done; }
         if (w_obj != NULL) {
             if (!PyLong_CheckExact(w_obj)) goto done;
             int overflow = 0;
             w = PyLong_AsLongLongAndOverflow(w_obj, &overflow);
             if (overflow || (w == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
-            if (w - length <= 0) {
-                int r = PyDict_Contains(blocked, sid_obj);
-                if (r != 1) { PyErr_Clear(); goto done; }
-            }
+            if (w - length <= 0 && PyDict_Contains(blocked, sid_obj) != 1) { PyErr_Clear(); goto done; }
             has_w = 1;
         }
+    } else if (known != Py_False) {
+        goto done;
     }
-    /* the stream's per-direction lists */
-    msgs = pair(st, s_msgs);
-    end_ts = pair(st, s_end_ts);
-    frames = pair(st, s_data_frames);
-    first_msg_ts = pair(st, s_first_msg_ts);
-    first_msg_off = pair(st, s_first_msg_off);
-    msg_before_end = pair(st, s_msg_before_end);
-    msg_after_first = pair(st, s_msg_after_first);
-    last_msg_ts = pair(st, s_last_msg_ts);
-    first_data_ts = pair(st, s_first_data_ts);
-    first_data_off = pair(st, s_first_data_off);
-    last_data_ts = pair(st, s_last_data_ts);
-    data_bytes = pair(st, s_data_bytes);
-    last_off = pair(st, s_last_off);
-    if (!msgs || !end_ts || !frames || !first_msg_ts || !first_msg_off || !msg_before_end ||
-        !msg_after_first || !last_msg_ts || !first_data_ts || !first_data_off || !last_data_ts ||
-        !data_bytes || !last_off)
-        goto done;
-    if (!PyLong_CheckExact(PyList_GET_ITEM(msgs, d)) || !PyLong_CheckExact(PyList_GET_ITEM(frames, d)))
-        goto done;
+    PyObject *idx = PyList_GET_ITEM(lists[S_MSGS], d);
+    PyObject *nframes = PyList_GET_ITEM(lists[S_DATA_FRAMES], d);
+    if (!PyLong_CheckExact(idx) || !PyLong_CheckExact(nframes)) goto done;
     messages = PyObject_GetAttr(conn, s_messages);
     if (messages == NULL) { PyErr_Clear(); goto done; }
     if (!PyList_CheckExact(messages)) goto done;
-    ts = PyObject_GetAttr(chunk, s_ts_ns);
-    if (ts == NULL) { PyErr_Clear(); goto done; }
-    frame_no = PyObject_GetAttr(chunk, s_frame_no);
-    if (frame_no == NULL) { PyErr_Clear(); goto done; }
 
     /* ---- from here on the chunk is ours: apply what the Python fast path does ---- */
     ret = -1;
     long long off_end = base + n;
     if (PyObject_SetAttr(conn, s_frame_no_attr, frame_no) < 0) goto done;
-    long long dframes;
-    if (attr_ll(D, s_frames, &dframes) < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "_Dir.frames is not an int");
-        goto done;
-    }
-    if (set_ll(D, s_frames, dframes + 1) < 0 || set_ll(D, s_base, off_end) < 0) goto done;
-    PyObject *idx = PyList_GET_ITEM(msgs, d);
-    Py_INCREF(idx);
+    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto done;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto done;
+    Py_INCREF(idx); /* msgs[d] is replaced below */
     int idx_zero = PyLong_AsLongLong(idx) == 0;
+    PyObject *row = NULL;
     if (idx_zero) {
         Py_INCREF(ts);
-        if (list_set(first_msg_ts, d, ts) < 0 || list_set(first_msg_off, d, PyLong_FromLongLong(off_end)) < 0) {
-            Py_DECREF(idx);
-            goto done;
-        }
+        if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) goto fail_idx;
+        if (list_set(lists[S_FIRST_MSG_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto fail_idx;
     }
-    if (PyList_GET_ITEM(end_ts, 1 - d) == Py_None) {
+    if (PyList_GET_ITEM(lists[S_END_TS], 1 - d) == Py_None) {
         Py_INCREF(Py_True);
-        if (list_set(msg_before_end, d, Py_True) < 0) { Py_DECREF(idx); goto done; }
+        if (list_set(lists[S_MSG_BEFORE_END], d, Py_True) < 0) goto fail_idx;
     }
-    int other = PyObject_IsTrue(PyList_GET_ITEM(msgs, 1 - d));
-    if (other < 0) { Py_DECREF(idx); goto done; }
+    int other = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSGS], 1 - d));
+    if (other < 0) goto fail_idx;
     if (other) {
         Py_INCREF(Py_True);
-        if (list_set(msg_after_first, d, Py_True) < 0) { Py_DECREF(idx); goto done; }
+        if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto fail_idx;
     }
-    PyObject *row = Py_BuildValue("(kLOOkOL)", sid, d, idx, ts, glen, gflag == 1 ? Py_True : Py_False, off_end);
-    Py_DECREF(idx);
-    if (row == NULL) goto done;
+    row = PyTuple_New(7);
+    if (row == NULL) goto fail_idx;
+    Py_INCREF(sid_obj);
+    PyTuple_SET_ITEM(row, 0, sid_obj);
+    PyTuple_SET_ITEM(row, 1, PyLong_FromLongLong(d));
+    PyTuple_SET_ITEM(row, 2, idx); /* takes the reference from above */
+    Py_INCREF(ts);
+    PyTuple_SET_ITEM(row, 3, ts);
+    PyTuple_SET_ITEM(row, 4, PyLong_FromUnsignedLong(glen));
+    PyObject *comp = gflag == 1 ? Py_True : Py_False;
+    Py_INCREF(comp);
+    PyTuple_SET_ITEM(row, 5, comp);
+    PyTuple_SET_ITEM(row, 6, PyLong_FromLongLong(off_end));
+    if (PyTuple_GET_ITEM(row, 1) == NULL || PyTuple_GET_ITEM(row, 4) == NULL || PyTuple_GET_ITEM(row, 6) == NULL) {
+        Py_DECREF(row);
+        goto done;
+    }
     int app = PyList_Append(messages, row);
     Py_DECREF(row);
     if (app < 0) goto done;
-    if (list_add(msgs, d, 1) < 0) goto done;
+    if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
     Py_INCREF(ts);
-    if (list_set(last_msg_ts, d, ts) < 0) goto done;
-    int had_frames = PyObject_IsTrue(PyList_GET_ITEM(frames, d));
-    if (had_frames < 0) goto done;
-    if (!had_frames) {
+    if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto done;
+    if (PyLong_AsLongLong(nframes) == 0) {
         Py_INCREF(ts);
-        if (list_set(first_data_ts, d, ts) < 0 || list_set(first_data_off, d, PyLong_FromLongLong(off_end)) < 0)
-            goto done;
+        if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) goto done;
+        if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
     }
-    if (list_add(frames, d, 1) < 0) goto done;
+    if (list_add(lists[S_DATA_FRAMES], d, 1) < 0) goto done;
     Py_INCREF(ts);
-    if (list_set(last_data_ts, d, ts) < 0) goto done;
-    if (list_add(data_bytes, d, length) < 0) goto done;
-    if (list_set(last_off, d, PyLong_FromLongLong(off_end)) < 0) goto done;
-    if (known) {
-        if (set_ll(fs, s_conn, fs_conn - length) < 0) goto done;
+    if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto done;
+    if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto done;
+    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
+    if (known == Py_True) {
+        if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - length)) < 0) goto done;
         if (has_w) {
             PyObject *nw = PyLong_FromLongLong(w - length);
             if (nw == NULL) goto done;
@@ -286,15 +272,16 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
         }
     }
     ret = 1;
+    goto done;
 
+fail_idx:
+    Py_DECREF(idx);
 done:
-    Py_XDECREF(data); Py_XDECREF(dirs); Py_XDECREF(D); Py_XDECREF(streams); Py_XDECREF(st);
-    Py_XDECREF(splitter); Py_XDECREF(sp); Py_XDECREF(flows); Py_XDECREF(fs); Py_XDECREF(fs_streams);
-    Py_XDECREF(msgs); Py_XDECREF(end_ts); Py_XDECREF(frames); Py_XDECREF(ts); Py_XDECREF(frame_no);
-    Py_XDECREF(sid_obj); Py_XDECREF(messages); Py_XDECREF(blocked); Py_XDECREF(first_msg_ts); Py_XDECREF(first_msg_off);
-    Py_XDECREF(msg_before_end); Py_XDECREF(msg_after_first); Py_XDECREF(last_msg_ts);
-    Py_XDECREF(first_data_ts); Py_XDECREF(first_data_off); Py_XDECREF(last_data_ts);
-    Py_XDECREF(data_bytes); Py_XDECREF(last_off);
+    Py_XDECREF(dirs);
+    Py_XDECREF(streams);
+    Py_XDECREF(flows);
+    Py_XDECREF(messages);
+    Py_XDECREF(sid_obj);
     return ret;
 }
 
@@ -313,20 +300,38 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyObject_CallMethodOneArg(args[0], s_feed_chunk, args[1]);
 }
 
-static PyObject *init(PyObject *self, PyObject *splitter_type) {
-    if (!PyType_Check(splitter_type)) {
-        PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter)");
+static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk) */
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk)");
         return NULL;
     }
-    Py_INCREF(splitter_type);
-    Py_XSETREF(grpc_splitter_type, splitter_type);
+    for (int i = 0; i < 5; i++) {
+        if (!PyType_Check(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "init() takes classes");
+            return NULL;
+        }
+    }
+    if (slot_offsets(args[0], splitter_names, G_N, g_off) < 0 ||
+        slot_offsets(args[1], dir_names, D_N, d_off) < 0 ||
+        slot_offsets(args[2], stream_names, S_N, s_off) < 0 ||
+        slot_offsets(args[3], flow_names, F_N, f_off) < 0 ||
+        slot_offsets(args[4], chunk_names, C_N, c_off) < 0)
+        return NULL;
+    for (int i = 0; i < 5; i++) Py_INCREF(args[i]);
+    Py_XSETREF(grpc_splitter_type, args[0]);
+    Py_XSETREF(dir_type, (PyTypeObject *)args[1]);
+    Py_XSETREF(stream_type, (PyTypeObject *)args[2]);
+    Py_XSETREF(flow_type, (PyTypeObject *)args[3]);
+    Py_XSETREF(chunk_type, (PyTypeObject *)args[4]);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
-    {"init", init, METH_O, "init(GrpcSplitter): the splitter class the fast path accepts."},
+    {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
+     "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk): the classes whose slots it reads."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -335,21 +340,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1
 #define INTERN(var, text) if (((var) = PyUnicode_InternFromString(text)) == NULL) return NULL
 
 PyMODINIT_FUNC PyInit__speedups(void) {
-    INTERN(s_direction, "direction"); INTERN(s_data, "data"); INTERN(s_stream_offset, "stream_offset");
-    INTERN(s_gap_before, "gap_before"); INTERN(s_ts_ns, "ts_ns"); INTERN(s_frame_no, "frame_no");
-    INTERN(s_dirs, "dirs"); INTERN(s_plain, "plain"); INTERN(s_base, "base");
-    INTERN(s_max_known, "max_known"); INTERN(s_max_len, "max_len"); INTERN(s_frames, "frames");
-    INTERN(s_streams, "streams"); INTERN(s_splitter, "splitter"); INTERN(s_probing, "probing");
-    INTERN(s_left, "left"); INTERN(s_hdr, "hdr"); INTERN(s_keep_trailer, "keep_trailer");
-    INTERN(s_flows, "flows"); INTERN(s_known, "known"); INTERN(s_conn, "conn");
-    INTERN(s_messages, "messages"); INTERN(s_frame_no_attr, "_frame_no");
-    INTERN(s_msgs, "msgs"); INTERN(s_first_msg_ts, "first_msg_ts"); INTERN(s_first_msg_off, "first_msg_off");
-    INTERN(s_end_ts, "end_ts"); INTERN(s_msg_before_end, "msg_before_end");
-    INTERN(s_msg_after_first, "msg_after_first"); INTERN(s_last_msg_ts, "last_msg_ts");
-    INTERN(s_data_frames, "data_frames"); INTERN(s_first_data_ts, "first_data_ts");
-    INTERN(s_first_data_off, "first_data_off"); INTERN(s_last_data_ts, "last_data_ts");
-    INTERN(s_data_bytes, "data_bytes"); INTERN(s_last_off, "last_off");
-    INTERN(s_feed_chunk, "feed_chunk"); INTERN(s_blocked, "blocked");
+    INTERN(s_dirs, "dirs"); INTERN(s_streams, "streams"); INTERN(s_flows, "flows");
+    INTERN(s_messages, "messages"); INTERN(s_frame_no_attr, "_frame_no"); INTERN(s_feed_chunk, "feed_chunk");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }
