@@ -3,7 +3,12 @@
 -- them (a server-side capture point sees responses leave, not arrive), else the
 -- capture-point values; the client-side largest token gap from the ACK times of its
 -- messages; when it started and finished; its window (variable window_s).
--- depends_on: requests_in_range, messages
+-- A held ACK is undone for TTFT: when one ACK covers both of a stream's first two
+-- response messages and the client sent no duplicate ACK in between (nothing was late or
+-- lost), the client held its ACK for the second segment (ACK every second segment); the
+-- first message reached it when it would have been ACKed: its capture time plus the
+-- delay the second message's ACK shows.
+-- depends_on: requests_in_range, messages, tcp_events
 WITH acked_gaps AS (
     SELECT conn_id, stream_id,
         max(gap_ms) AS max_gap_client_est_ms
@@ -15,6 +20,25 @@ WITH acked_gaps AS (
         WHERE direction = 'response'
     )
     GROUP BY conn_id, stream_id
+),
+first_two AS (
+    SELECT conn_id, stream_id,
+        max(epoch_ns(ts)) FILTER (WHERE "index" = 0) AS t0,
+        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 0) AS a0,
+        max(epoch_ns(ts)) FILTER (WHERE "index" = 1) AS t1,
+        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 1) AS a1
+    FROM messages
+    WHERE direction = 'response' AND "index" < 2
+    GROUP BY conn_id, stream_id
+),
+held_ack AS (
+    SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
+    FROM first_two AS f
+    WHERE f.a0 = f.a1 AND f.t1 > f.t0
+      AND NOT EXISTS (
+          SELECT 1 FROM tcp_events AS e
+          WHERE e.conn_id = f.conn_id AND e.direction = 'to_client' AND e.kind = 'dup_ack'
+            AND epoch_ns(e.ts) BETWEEN f.t0 AND f.a0)
 )
 SELECT
     r.capture_id,
@@ -35,10 +59,13 @@ SELECT
     r.ttft_ms,
     r.max_gap_ms,
     coalesce(r.latency_client_est_ms, r.latency_ms) AS latency_eff_ms,
-    coalesce(r.ttft_client_est_ms, r.ttft_ms) AS ttft_eff_ms,
+    CASE WHEN h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL
+         THEN (h.first_acked_ns - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
+         ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
     CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
 FROM requests_in_range AS r
 LEFT JOIN acked_gaps AS g USING (conn_id, stream_id)
+LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL
