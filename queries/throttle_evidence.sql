@@ -21,7 +21,7 @@
 --            bulk transfers it can also lower it, and this test cannot tell those apart.
 --            delay = the loss stalls
 -- Columns: conn_id, stream_id, throttle_kind, throttle_detail, throttle_delay_ms.
--- depends_on: request_evidence, path_timeline, flow_rates, connections, tcp_events
+-- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections
 WITH req AS (
     SELECT conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
@@ -30,17 +30,9 @@ WITH req AS (
         path_floor_ms, loss_stall_ms, loss_events
     FROM request_evidence
 ),
--- shaper: queueing episodes per path (seconds with RTT inflation, at most 1 s apart)
-inflated AS (
-    SELECT client_addr, server_addr, second, sent_bytes, acked_bytes, cross_bytes, inflation_ms,
-        second - lag(second) OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS since_prev
-    FROM path_timeline
-    WHERE inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0))
-),
+-- shaper: the path's queueing episodes
 queue_episodes AS (
-    SELECT *, sum(CASE WHEN since_prev IS NULL OR since_prev > 1 THEN 1 ELSE 0 END)
-        OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS episode
-    FROM inflated
+    SELECT * FROM path_episodes WHERE kind = 'queue'
 ),
 episode_span_q AS (
     SELECT client_addr, server_addr, episode, min(second) AS first_second, max(second) AS last_second,
@@ -60,16 +52,9 @@ shaped AS (  -- offered vs delivered while the queue built: from 1 s before it t
     HAVING sum(p.sent_bytes) >= 1.1 * sum(p.acked_bytes)
        AND sum(p.cross_bytes) < 0.25 * sum(p.acked_bytes)
 ),
--- policer: loss episodes per path (retransmission seconds no more than 2 s apart)
-loss_seconds AS (
-    SELECT client_addr, server_addr, second, retransmissions, inflation_ms,
-        second - lag(second) OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS since_prev
-    FROM path_timeline WHERE retransmissions > 0
-),
+-- policer: the path's loss episodes
 episodes AS (
-    SELECT *, sum(CASE WHEN since_prev IS NULL OR since_prev > 2 THEN 1 ELSE 0 END)
-        OVER (PARTITION BY client_addr, server_addr ORDER BY second) AS episode
-    FROM loss_seconds
+    SELECT * FROM path_episodes WHERE kind = 'loss'
 ),
 episode_span AS (
     SELECT client_addr, server_addr, episode, min(second) AS first_loss, max(second) AS last_loss,
