@@ -57,6 +57,10 @@ def _text(b: bytes) -> str:
         return b.decode("utf-8", "replace")
 
 
+# the static table as text, decoded once (every entry is ASCII)
+STATIC_TEXT = tuple((_text(n), _text(v)) for n, v in STATIC_TABLE)
+
+
 class TolerantDecoder:
     """HPACK decoder for one direction's header blocks."""
 
@@ -109,8 +113,7 @@ class TolerantDecoder:
 
     def _lookup(self, index: int) -> tuple[str | None, str | None]:
         if 0 < index <= STATIC_LEN:
-            n, v = STATIC_TABLE[index - 1]
-            return _text(n), _text(v)
+            return STATIC_TEXT[index - 1]
         i = index - STATIC_LEN - 1
         if 0 <= i < len(self.entries):
             e = self.entries[i]
@@ -128,8 +131,12 @@ class TolerantDecoder:
             while i < n:
                 b = mv[i]
                 if b & 0x80:  # indexed field
-                    index, used = decode_integer(mv[i:], 7)
-                    i += used
+                    if b != 0xFF:  # the index fits the prefix: one byte (the common case)
+                        index = b & 0x7F
+                        i += 1
+                    else:
+                        index, used = decode_integer(mv[i:], 7)
+                        i += used
                     if index == 0:
                         raise HPACKDecodingError("index 0")
                     name, value = self._lookup(index)
@@ -146,8 +153,13 @@ class TolerantDecoder:
                         prefix, indexing = 6, True
                     else:
                         prefix, indexing = 4, False
-                    index, used = decode_integer(mv[i:], prefix)
-                    i += used
+                    mask = (1 << prefix) - 1
+                    if b & mask != mask:
+                        index = b & mask
+                        i += 1
+                    else:
+                        index, used = decode_integer(mv[i:], prefix)
+                        i += used
                     if index:
                         name, _ = self._lookup(index)
                         nlen = -1 if name is None else len(name)
@@ -177,9 +189,14 @@ class TolerantDecoder:
     def _string(mv: memoryview, i: int, n: int) -> tuple[bytes, int]:
         if i >= n:
             raise HPACKDecodingError("truncated string")
-        huff = mv[i] & 0x80
-        length, used = decode_integer(mv[i:], 7)
-        i += used
+        first = mv[i]
+        huff = first & 0x80
+        if first & 0x7F != 0x7F:  # the length fits the prefix: one byte
+            length = first & 0x7F
+            i += 1
+        else:
+            length, used = decode_integer(mv[i:], 7)
+            i += used
         end = i + length
         if end > n:
             raise HPACKDecodingError("truncated string")
