@@ -42,4 +42,9 @@ SELECT e.conn_id, e.stream_id, e.ts,
     e.layer, e.event, e.detail
 FROM events AS e
 JOIN r USING (conn_id, stream_id)
-ORDER BY e.conn_id, e.stream_id, e.ts, e.layer
+ORDER BY e.conn_id, e.stream_id, e.ts,
+    -- several events in one packet: in the order HTTP/2 puts them on the wire
+    CASE WHEN e.event = 'request headers' THEN 0 WHEN e.event LIKE 'request message%' THEN 1
+         WHEN e.event LIKE 'request end%' THEN 2 WHEN e.event = 'response headers' THEN 3
+         WHEN e.event LIKE 'response message%' THEN 4 WHEN e.event LIKE 'response end%' THEN 5 ELSE 6 END,
+    e.event

@@ -343,7 +343,7 @@ def explain(
     from telemetry import render
     from telemetry.report import RequestNotFound, explain_sections
 
-    conn_id, sep, stream = request.rpartition(":")
+    conn_id, sep, stream = request.strip().rpartition(":")
     if not sep or not conn_id or not stream.isdigit():
         raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
     params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}

@@ -77,7 +77,7 @@ def to_markdown(sections: dict[str, Rows | str], title: str | None = None) -> st
 def to_csv(rows: Rows) -> str:
     out = io.StringIO()
     if rows:
-        w = csv.DictWriter(out, fieldnames=list(rows[0]))
+        w = csv.DictWriter(out, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         for row in rows:
             w.writerow({k: _plain(v) for k, v in row.items()})
