@@ -20,8 +20,8 @@ from bisect import bisect_left
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from itertools import chain, groupby
-from operator import attrgetter
+from itertools import chain, groupby, repeat
+from operator import attrgetter, sub, truediv
 from pathlib import Path
 
 import numpy as np
@@ -474,9 +474,15 @@ class CapturePipeline:
             old = conn.pending[d]
             conn.pending[d] = block if old is None else _Msgs.concat([old, block])
             if d == TO_CLIENT:
+                # response times per stream, one extend per stream (order kept within each)
                 times = conn.response_times
-                for s_id, t in zip(block.sid.tolist(), block.ts.tolist(), strict=True):
-                    times[s_id].append(t)
+                by_sid = np.argsort(block.sid, kind="stable")
+                sids, ts_sorted = block.sid[by_sid], block.ts[by_sid]
+                cuts = np.flatnonzero(sids[1:] != sids[:-1]) + 1
+                for s_id, part in zip(
+                    sids[np.concatenate(([0], cuts))].tolist(), np.split(ts_sorted, cuts), strict=True
+                ):
+                    times[s_id].extend(part.tolist())
 
     # -- ACK times ---------------------------------------------------------------------
     def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
@@ -739,32 +745,47 @@ class CapturePipeline:
             self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
     def _requests_table(self, summary: ConnectionSummary, rows: list) -> pa.Table:
-        cols: dict[str, list] = defaultdict(list)
+        # the columns copied from the records, in one C-level pass
+        passthrough = list(zip(*(_PASSTHROUGH_OF(row[0]) for row in rows), strict=True))
+        cols: dict[str, list] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
+        throttled, ttft, latency, p50, p99, max_gap, ttft_est, latency_est = ([] for _ in range(8))
         for r, times, first_acked, end_acked, floor_ms in rows:
-            for name in _REQUEST_PASSTHROUGH:
-                cols[name].append(getattr(r, name))
-            cols["app_throttled"].append(
-                (r.http_status in APP_THROTTLE_HTTP) or (r.grpc_status in APP_THROTTLE_GRPC)
-            )
+            throttled.append((r.http_status in APP_THROTTLE_HTTP) or (r.grpc_status in APP_THROTTLE_GRPC))
             start = r.request_start
             ttft_from = r.request_end if r.request_end is not None else start
             last = r.end if r.end is not None else r.last_message
-            cols["ttft_ms"].append(_ms(ttft_from, r.first_message))
-            cols["latency_ms"].append(_ms(start, last))
-            gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True)) if len(times) > 1 else None
-            cols["gap_p50_ms"].append(_quantile(gaps, 0.50) if gaps else None)
-            cols["gap_p99_ms"].append(_quantile(gaps, 0.99) if gaps else None)
-            cols["max_gap_ms"].append(gaps[-1] if gaps else None)
-            cols["first_message_acked"].append(first_acked)
-            cols["end_acked"].append(end_acked)
+            ttft.append(_ms(ttft_from, r.first_message))
+            latency.append(_ms(start, last))
+            if len(times) > 1:
+                # (b - a) / 1e6 for consecutive times, iterated in C
+                gaps = sorted(map(truediv, map(sub, times[1:], times[:-1]), repeat(1e6)))
+                p50.append(_quantile(gaps, 0.50))
+                p99.append(_quantile(gaps, 0.99))
+                max_gap.append(gaps[-1])
+            else:
+                p50.append(None)
+                p99.append(None)
+                max_gap.append(None)
             # Client-side estimates. The client sent the request half an RTT (capture point
             # <-> client, at its floor) before the capture saw it, and received each response
             # half an RTT before its ACK reached the capture point: the two shifts cancel in
             # (ACK time - request time). Without an ACK the response is assumed to reach the
             # client half an RTT after the capture point: + one RTT floor in all.
             floor = floor_ms or 0.0
-            cols["ttft_client_est_ms"].append(_client_est(ttft_from, r.first_message, first_acked, floor))
-            cols["latency_client_est_ms"].append(_client_est(start, last, end_acked, floor))
+            ttft_est.append(_client_est(ttft_from, r.first_message, first_acked, floor))
+            latency_est.append(_client_est(start, last, end_acked, floor))
+        cols.update(
+            app_throttled=throttled,
+            ttft_ms=ttft,
+            latency_ms=latency,
+            gap_p50_ms=p50,
+            gap_p99_ms=p99,
+            max_gap_ms=max_gap,
+            first_message_acked=[row[2] for row in rows],
+            end_acked=[row[3] for row in rows],
+            ttft_client_est_ms=ttft_est,
+            latency_client_est_ms=latency_est,
+        )
         n = len(rows)
         cols.update(
             capture_id=_repeat(self.capture_id, n),
@@ -852,6 +873,7 @@ _REQUEST_PASSTHROUGH = (
     "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
     "headers_known",
 )
+_PASSTHROUGH_OF = attrgetter(*_REQUEST_PASSTHROUGH)
 
 
 _TS = pa.timestamp("ns", tz="UTC")
