@@ -1,5 +1,5 @@
 # tailtap: two commands do all set-up on a fresh machine.
-#   make demo   venv + install + analyze a bundled lab sample + print the report
+#   make demo   venv + install + analyze a bundled lab sample + print the report (methods, spikes, causes)
 #   make test   system packages the tests use (apt-get, when root) + venv + lint + the whole suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -20,7 +20,6 @@ venv: $(BIN)/tailtap
 
 demo: venv
 	$(BIN)/tailtap analyze $(SAMPLE) --out $(DEMO_STORE) --force
-	$(BIN)/tailtap report --store $(DEMO_STORE) --window 2s
 
 # Installs tshark/tcpdump with apt-get when they are missing and we are root; otherwise
 # the tests that need them say what is missing and skip.

@@ -90,6 +90,7 @@ def analyze(
     force: Annotated[bool, typer.Option("--force", help="Re-ingest captures already in the store (their rows are replaced).")] = False,
     jobs: Annotated[int, typer.Option("--jobs", "-j", min=1, help="Capture files ingested in parallel.")] = 1,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: about 15 windows over the capture).")] = None,
 ) -> None:
     """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
 
@@ -147,7 +148,8 @@ def analyze(
     if report and failed < len(results):
         from telemetry.report import analyze_report
 
-        analyze_report(store, fmt.value, console, capture_ids=[r.capture_id for r in results if not r.error])
+        window_s = parse_duration_ms(window) / 1000.0 if window else None
+        analyze_report(store, fmt.value, console, capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)
     if failed:
         raise typer.Exit(EXIT_INPUT)
 

@@ -21,12 +21,34 @@ def analyze_sections(store: Store, capture_ids: list[str] | None = None, params:
     }
 
 
-def analyze_report(store: Store, fmt: str, console: Console, capture_ids: list[str] | None = None) -> None:
+NICE_WINDOWS_S = (1, 2, 5, 10, 30, 60, 300, 900, 3600)
+
+
+def auto_window_s(store: Store, capture_ids: list[str] | None) -> float:
+    """A window length giving about 10-20 windows over the captures' time span."""
+    con = connect(store, {"capture_ids": capture_ids or None})
+    span = con.execute(
+        "SELECT (epoch_ns(max(last_ts)) - epoch_ns(min(first_ts))) / 1e9 FROM capture_overview"
+    ).fetchone()[0]
+    if not span:
+        return 10.0
+    return float(next((w for w in NICE_WINDOWS_S if span / w <= 20), NICE_WINDOWS_S[-1]))
+
+
+def analyze_report(
+    store: Store, fmt: str, console: Console, capture_ids: list[str] | None = None, window_s: float | None = None
+) -> None:
+    """Per-method summary, then the spike report, for the captures just analyzed."""
     sections = analyze_sections(store, capture_ids)
+    window_s = window_s or auto_window_s(store, capture_ids)
+    report = report_sections(store, {"capture_ids": capture_ids or None, "window_s": window_s})
     if fmt == "table":
         print_analyze(console, sections)
+        console.print(f"\n[bold]why p99 went bad[/bold] ({window_s:g} s windows; `tailtap report --window` to change)")
+        print_report(console, report)
     else:
-        render.emit(console, fmt, sections, title="tailtap analyze")
+        render.emit(console, fmt, {**sections, "window_s": window_s, **{f"report_{k}": v for k, v in report.items()}},
+                    title="tailtap analyze")
 
 
 def report_sections(store: Store, params: dict | None = None) -> dict[str, render.Rows | str]:
