@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments, format_addr
+from parsers.h2 import sent_runs as _sent_runs
 from parsers.records import (
     DIRECTION_NAMES,
     MESSAGE_DIRECTION_NAMES,
@@ -411,21 +412,14 @@ class CapturePipeline:
 
     def _count_sent(self, chunks: list) -> None:
         """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
-        cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
-        buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
-        lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
-        order = np.lexsort((buckets, cd))
-        cd, buckets, lens = cd[order], buckets[order], lens[order]
-        starts = np.flatnonzero(np.concatenate(([True], (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]))))
-        sums = np.add.reduceat(lens, starts)
-        counts = np.diff(np.append(starts, len(cd)))
+        totals = _sent_runs(chunks, RATE_BUCKET_NS) if _sent_runs is not None else None
+        runs = _sent_runs_py(chunks) if totals is None else ((k, b, *v) for (k, b), v in totals.items())
         conns = self.conns
-        for k, b, nbytes, npk in zip(
-            cd[starts].tolist(), buckets[starts].tolist(), sums.tolist(), counts.tolist(), strict=True
-        ):
+        for k, b, nbytes, npk in runs:
             sent = conns[k >> 1].sent[k & 1]
             got = sent.get(b)
             sent[b] = (got[0] + nbytes, got[1] + npk) if got else (nbytes, npk)
+
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
@@ -888,6 +882,22 @@ def _repeat(value: str, n: int) -> pa.Array:
     raw = value.encode()
     offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def _sent_runs_py(chunks: list) -> zip:
+    """(conn_key * 2 + direction, bucket, bytes, chunks) per group of chunks, in numpy
+    (what parsers.h2.sent_runs gives as a dict)."""
+    cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
+    buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
+    lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
+    order = np.lexsort((buckets, cd))
+    cd, buckets, lens = cd[order], buckets[order], lens[order]
+    starts = np.flatnonzero(np.concatenate(([True], (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]))))
+    sums = np.add.reduceat(lens, starts)
+    counts = np.diff(np.append(starts, len(cd)))
+    return zip(
+        cd[starts].tolist(), buckets[starts].tolist(), sums.tolist(), counts.tolist(), strict=True
+    )
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -150,3 +150,25 @@ def test_shared_captures_same_with_and_without_c(monkeypatch, name):
     for conn in read_capture(CAPTURES / name):
         if conn.chunks:
             _assert_same(conn.chunks, monkeypatch)
+
+
+def test_sent_runs_same_as_python_counting():
+    from telemetry.ingest import RATE_BUCKET_NS, _sent_runs_py
+
+    rnd = random.Random(7)
+    chunks = [
+        PayloadChunk(rnd.choice((1, 2, 9)), rnd.choice((0, 1)), b"x" * rnd.randrange(0, 1500),
+                     1_700_000_000_000_000_000 + k * rnd.choice((1_000, 30_000_000)), k, 0)
+        for k in range(3000)
+    ]
+
+    def totals(runs) -> dict:
+        out: dict = {}
+        for key, bucket, nbytes, count in runs:
+            b, c = out.get((key, bucket), (0, 0))
+            out[(key, bucket)] = (b + nbytes, c + count)
+        return out
+
+    fast = _conn._speedups.sent_runs(chunks, RATE_BUCKET_NS)
+    assert totals((k, b, *v) for (k, b), v in fast.items()) == totals(_sent_runs_py(chunks))
+    assert _conn._speedups.sent_runs([], RATE_BUCKET_NS) == {}

@@ -2,8 +2,15 @@
 and per-stream request/message records. Sans-I/O; the public entry is
 :class:`parsers.session.AppSession`, which drives :class:`H2Connection`."""
 
-from ._conn import H2Connection
+from ._conn import H2Connection, sent_runs
 from ._frames import PREFACE, header_plausible, scan_for_frames
 from ._hpack import TolerantDecoder
 
-__all__ = ["H2Connection", "PREFACE", "TolerantDecoder", "header_plausible", "scan_for_frames"]
+__all__ = [
+    "H2Connection",
+    "PREFACE",
+    "TolerantDecoder",
+    "header_plausible",
+    "scan_for_frames",
+    "sent_runs",
+]

@@ -46,14 +46,14 @@ static inline unsigned long be32(const unsigned char *p) {
  * members, read once from the classes' member descriptors by init(); every object is
  * checked to be of exactly that class before its slots are read. */
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
-enum { C_DIRECTION, C_DATA, C_TS_NS, C_FRAME_NO, C_STREAM_OFFSET, C_GAP_BEFORE, C_N };
+enum { C_DIRECTION, C_DATA, C_TS_NS, C_FRAME_NO, C_STREAM_OFFSET, C_GAP_BEFORE, C_CONN_KEY, C_N };
 enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_N };
 enum { S_SPLITTER, S_MSGS, S_FIRST_MSG_TS, S_FIRST_MSG_OFF, S_END_TS, S_MSG_BEFORE_END,
        S_MSG_AFTER_FIRST, S_LAST_MSG_TS, S_DATA_FRAMES, S_FIRST_DATA_TS, S_FIRST_DATA_OFF,
        S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_N };
 enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_N };
 enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_N };
-static const char *chunk_names[C_N] = {"direction", "data", "ts_ns", "frame_no", "stream_offset", "gap_before"};
+static const char *chunk_names[C_N] = {"direction", "data", "ts_ns", "frame_no", "stream_offset", "gap_before", "conn_key"};
 static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames"};
 static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "first_msg_off", "end_ts",
     "msg_before_end", "msg_after_first", "last_msg_ts", "data_frames", "first_data_ts",
@@ -327,7 +327,82 @@ static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
+/* sent_runs(chunks, bucket_ns): payload bytes and chunks per
+ * (conn_key * 2 + direction, ts_ns // bucket_ns), as {(key, bucket): (bytes, chunks)},
+ * for the pipeline's flow_rates counting (consecutive chunks of one key and bucket are
+ * summed before the dict is touched); None when a chunk is not a plain PayloadChunk
+ * (the caller counts in Python). */
+static PyObject *sent_runs(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2 || !PyList_CheckExact(args[0]) || !PyLong_CheckExact(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "sent_runs(list of PayloadChunk, bucket_ns)");
+        return NULL;
+    }
+    if (chunk_type == NULL) Py_RETURN_NONE;
+    long long bucket_ns = PyLong_AsLongLong(args[1]);
+    if (bucket_ns <= 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bucket_ns must be > 0");
+        return NULL;
+    }
+    PyObject *chunks = args[0];
+    PyObject *out = PyDict_New();
+    if (out == NULL) return NULL;
+    long long cur_key = 0, cur_bucket = 0, nbytes = 0, count = 0;
+    Py_ssize_t n = PyList_GET_SIZE(chunks);
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        long long key = 0, bucket = 0, len = 0;
+        if (i < n) {
+            PyObject *c = PyList_GET_ITEM(chunks, i);
+            long long conn_key, d, ts;
+            if (Py_TYPE(c) != chunk_type || slot_ll(c, c_off[C_CONN_KEY], &conn_key) < 0 ||
+                slot_ll(c, c_off[C_DIRECTION], &d) < 0 || slot_ll(c, c_off[C_TS_NS], &ts) < 0)
+                goto python;
+            PyObject *data = SLOT(c, c_off[C_DATA]);
+            if (data == NULL || !PyBytes_CheckExact(data)) goto python;
+            key = conn_key * 2 + d;
+            bucket = ts / bucket_ns;
+            if (ts % bucket_ns < 0) bucket -= 1; /* floor division, as in Python */
+            len = PyBytes_GET_SIZE(data);
+            if (count && key == cur_key && bucket == cur_bucket) {
+                nbytes += len;
+                count += 1;
+                continue;
+            }
+        }
+        if (count) {
+            /* out[(key, bucket)] += (bytes, chunks) */
+            PyObject *k = Py_BuildValue("(LL)", cur_key, cur_bucket);
+            if (k == NULL) goto error;
+            PyObject *got = PyDict_GetItemWithError(out, k);
+            long long b0 = 0, c0 = 0;
+            if (got == NULL && PyErr_Occurred()) { Py_DECREF(k); goto error; }
+            if (got != NULL) {
+                b0 = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 0));
+                c0 = PyLong_AsLongLong(PyTuple_GET_ITEM(got, 1));
+            }
+            PyObject *v = Py_BuildValue("(LL)", b0 + nbytes, c0 + count);
+            if (v == NULL) { Py_DECREF(k); goto error; }
+            int r = PyDict_SetItem(out, k, v);
+            Py_DECREF(k);
+            Py_DECREF(v);
+            if (r < 0) goto error;
+        }
+        cur_key = key;
+        cur_bucket = bucket;
+        nbytes = len;
+        count = 1;
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+python:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
+    {"sent_runs", (PyCFunction)(void (*)(void))sent_runs, METH_FASTCALL,
+     "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
