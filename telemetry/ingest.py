@@ -581,10 +581,8 @@ class CapturePipeline:
         self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
 
     def _open_summary(self, key: int) -> ConnectionSummary | None:
-        """conn_id and addresses of a connection still open (as the TCP layer names it).
-        parsers.tcp has no public accessor for this yet: use its summary builder."""
-        live = self.tcp._by_key.get(key)
-        return None if live is None else self.tcp._summary(live)
+        """conn_id and addresses of a connection still open (as the TCP layer names it)."""
+        return self.tcp.open_summary(key)
 
     # -- connection end ----------------------------------------------------------------
     def _close(self, summary: ConnectionSummary) -> None:

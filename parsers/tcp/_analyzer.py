@@ -159,6 +159,13 @@ class TcpAnalyzer(PacketPath, BulkPath):
             return self._ports(conn)
         return self._closed_info[conn_key]
 
+    def open_summary(self, conn_key: int) -> ConnectionSummary | None:
+        """The summary of a connection still open, as it stands now (ids, addresses,
+        counters so far), or None when it is not open. The pipeline writes a long-lived
+        connection's rows before it closes and needs its conn_id and addresses for that."""
+        conn = self._by_key.get(conn_key)
+        return None if conn is None else self._summary(conn)
+
     def flip_connection(self, conn_key: int) -> None:
         """Swap client and server of a live connection (e.g. the HTTP/2 preface showed
         the heuristic guessed wrong). Later chunks, events and the summary use the new
