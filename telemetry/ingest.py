@@ -18,7 +18,8 @@ import time
 from array import array
 from bisect import bisect_left
 from collections import defaultdict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import chain, groupby, repeat
 from operator import attrgetter, sub, truediv
@@ -109,49 +110,138 @@ def ingest_file(
     options: IngestOptions | None = None,
     progress: ProgressFn | None = None,
 ) -> IngestResult:
-    options = options or IngestOptions()
-    path = Path(path)
-    result = IngestResult(path=str(path))
-    started = time.perf_counter()
+    """Ingest one capture file on its own: a chain of one file, finished inside its commit."""
+    return IngestChain(store, options).ingest(path, progress, final=True)
+
+
+def _unreadable(path: Path) -> str | None:
     if not path.exists():
-        result.error = f"{path}: no such file"
-        return result
+        return f"{path}: no such file"
     if path.is_dir():
-        result.error = f"{path}: is a folder, not a capture file"
-        return result
+        return f"{path}: is a folder, not a capture file"
     if path.stat().st_size == 0:
-        result.error = f"{path}: empty file, not a capture"
+        return f"{path}: empty file, not a capture"
+    return None
+
+
+class IngestChain:
+    """Ingests consecutive files of one capture run (a rotated capture) with ONE parser
+    state, so that a connection crossing a rotation keeps its HPACK table and open streams.
+
+    Each file still has its own capture_id (content hash), ``captures`` row and atomic
+    commit: rows resolved while reading a file go to that file's writer; connections and
+    requests still open at its end continue in the next file (a request straddling a
+    rotation is one row, written with the file in which it ends). :meth:`close` finishes
+    what is left (open connections, unanswered requests) as a small commit of its own,
+    capture_id ``closing_id(last file's id)``, with a ``captures`` row of no packets: the
+    files' commits are never held back, so a file is in the store as soon as it was read
+    (the daemon deletes it then).
+
+    A file already in the store (without ``force``) breaks the chain: the state so far is
+    closed, the file skipped, and the next file starts a fresh state (no row twice). A file
+    that cannot be read drops the state: its partial rows were thrown away with its writer.
+    """
+
+    def __init__(self, store: Store, options: IngestOptions | None = None) -> None:
+        self.store = store
+        self.options = options or IngestOptions()
+        self._pipeline: CapturePipeline | None = None
+        self._last: IngestResult | None = None  # the chain's last committed file
+
+    @property
+    def open(self) -> bool:
+        """Whether parser state carries over to the next file."""
+        return self._pipeline is not None
+
+    def ingest(
+        self, path: str | os.PathLike[str], progress: ProgressFn | None = None, final: bool = False
+    ) -> IngestResult:
+        """Ingest the next file of the run. ``final``: it is the last one, finish
+        everything inside its own commit (what :func:`ingest_file` does)."""
+        path = Path(path)
+        result = IngestResult(path=str(path))
+        started = time.perf_counter()
+        result.error = _unreadable(path)
+        if result.error:
+            return result
+        result.capture_id = capture_id_of(path)
+        if self.store.has_capture(result.capture_id) and not self.options.force:
+            self.close()
+            result.skipped = True
+            return result
+        writer = self.store.writer(result.capture_id)
+        pipeline = self._pipeline
+        if pipeline is None:
+            pipeline = CapturePipeline(result.capture_id, writer, self.options)
+        else:
+            pipeline.begin_file(result.capture_id, writer)
+        self._pipeline = None  # only a file read to its end hands its state on
+        with _fewer_collections():
+            try:
+                _stream(path, pipeline, result, progress)
+                if result.error:
+                    writer.abort()
+                    self._last = None
+                    return result
+                if final:
+                    pipeline.finish()
+                else:
+                    pipeline.end_file()
+                pipeline.fill_result(result)
+                writer.commit(pipeline.capture_row(path, result))
+            except BaseException:
+                writer.abort()
+                self._last = None
+                raise
+        if not final:
+            self._pipeline = pipeline
+        self._last = result
+        result.seconds = time.perf_counter() - started
         return result
-    result.capture_id = capture_id_of(path)
-    if store.has_capture(result.capture_id) and not options.force:
-        result.skipped = True
+
+    def close(self) -> IngestResult | None:
+        """Finish the state carried over (TCP finish, sessions finish) and commit it;
+        None when there was none."""
+        pipeline, last = self._pipeline, self._last
+        self._pipeline = self._last = None
+        if pipeline is None or last is None:
+            return None
+        started = time.perf_counter()
+        result = IngestResult(path=last.path, capture_id=closing_id(last.capture_id))
+        writer = self.store.writer(result.capture_id)
+        pipeline.begin_file(result.capture_id, writer)
+        with _fewer_collections():
+            try:
+                pipeline.finish()
+                pipeline.fill_result(result)
+                writer.commit(pipeline.capture_row(Path(f"{last.path}{CLOSING_SUFFIX}"), result))
+            except BaseException:
+                writer.abort()
+                raise
+        result.seconds = time.perf_counter() - started
         return result
-    writer = store.writer(result.capture_id)
+
+
+CLOSING_SUFFIX = "#close"  # path of the captures row of a chain's closing commit
+
+
+def closing_id(capture_id: str) -> str:
+    """capture_id of the closing commit after the file ``capture_id``: derived, so that
+    closing the same chain again replaces it (idempotent) and never names a file."""
+    return hashlib.blake2b(f"{capture_id}{CLOSING_SUFFIX}".encode(), digest_size=16).hexdigest()
+
+
+@contextmanager
+def _fewer_collections() -> Iterator[None]:
     # The pipeline allocates (and frees by reference counting) a few container objects
     # per packet; the default gen-0 threshold (700) runs the cycle collector every few
     # hundred packets for nothing. Collect less often while ingesting.
     gc_threshold = gc.get_threshold()
     gc.set_threshold(max(gc_threshold[0], GC_GEN0_THRESHOLD), *gc_threshold[1:])
     try:
-        pipeline = CapturePipeline(result.capture_id, writer, options)
-        _stream(path, pipeline, result, progress)
-        if result.error:
-            writer.abort()
-            return result
-        pipeline.finish()
-        result.packets = pipeline.stats.packets
-        result.bytes = pipeline.stats.bytes
-        result.connections = pipeline.connections_written
-        result.requests = pipeline.requests_written
-        result.issues = pipeline.issues
-        writer.commit(pipeline.capture_row(path, result))
-    except BaseException:
-        writer.abort()
-        raise
+        yield
     finally:
         gc.set_threshold(*gc_threshold)
-    result.seconds = time.perf_counter() - started
-    return result
 
 
 def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> None:
@@ -315,6 +405,35 @@ class CapturePipeline:
         self.monotonic = True  # capture times never went back so far
         self.connections_written = 0
         self.requests_written = 0
+
+    # -- files of a chain ----------------------------------------------------------------
+    def begin_file(self, capture_id: str, writer: CaptureWriter) -> None:
+        """Go on with the next file of the run: new container decoder and per-file counts;
+        the TCP analyzer, sessions and connections carry over."""
+        self.capture_id = capture_id
+        self.writer = writer
+        self.decoder = CaptureDecoder()
+        self.stats = DecodeStats()
+        self.issues = []
+        self.compressed = False
+        self.first_ts = None
+        self.connections_written = 0
+        self.requests_written = 0
+
+    def end_file(self) -> None:
+        """The file ends but the capture goes on: hand the writer every row resolved so
+        far (rows of open connections too, once their orientation is final); what is still
+        open carries over to the next file."""
+        for conn in self.conns.values():
+            self._flush_open(conn)
+        self._take_decoder_issues()
+
+    def fill_result(self, result: IngestResult) -> None:
+        result.packets = self.stats.packets
+        result.bytes = self.stats.bytes
+        result.connections = self.connections_written
+        result.requests = self.requests_written
+        result.issues = self.issues
 
     def _conn(self, key: int) -> _Conn:
         conn = self.conns.get(key)
@@ -607,6 +726,9 @@ class CapturePipeline:
 
     def finish(self) -> None:
         self._close_all(self.tcp.finish())
+        self._take_decoder_issues()
+
+    def _take_decoder_issues(self) -> None:
         # decode_segments already reports unknown link types per type; the container's
         # per-interface reports would say the same twice
         reported = {i.kind for i in self.issues}
@@ -935,4 +1057,4 @@ def flip_summary(s: ConnectionSummary) -> ConnectionSummary:
     return _flip(s)
 
 
-__all__ = ["IngestOptions", "IngestResult", "InputError", "ingest_file", "capture_side", "format_addr"]
+__all__ = ["IngestChain", "IngestOptions", "IngestResult", "InputError", "ingest_file", "closing_id", "capture_side", "format_addr"]
