@@ -139,7 +139,8 @@ class IngestChain:
 
     A file already in the store (without ``force``) breaks the chain: the state so far is
     closed, the file skipped, and the next file starts a fresh state (no row twice). A file
-    that cannot be read drops the state: its partial rows were thrown away with its writer.
+    that fails after some of its packets went through the parsers drops the state (its
+    rows were thrown away with its writer); one that fails before keeps it.
     """
 
     def __init__(self, store: Store, options: IngestOptions | None = None) -> None:
@@ -170,7 +171,8 @@ class IngestChain:
             result.skipped = True
             return result
         writer = self.store.writer(result.capture_id)
-        pipeline = self._pipeline
+        carried = self._pipeline
+        pipeline = carried
         if pipeline is None:
             pipeline = CapturePipeline(result.capture_id, writer, self.options)
         else:
@@ -181,7 +183,10 @@ class IngestChain:
                 _stream(path, pipeline, result, progress)
                 if result.error:
                     writer.abort()
-                    self._last = None
+                    if carried is not None and pipeline.decoder.packets_read == 0:
+                        self._pipeline = carried  # not a packet of it was used: the state is intact
+                    else:
+                        self._last = None
                     return result
                 if final:
                     pipeline.finish()
