@@ -5,8 +5,9 @@ and handles signals; the worker thread ingests, prunes and refreshes gauges; the
 server threads only render the registry.
 
 Stopping: SIGTERM/SIGINT stop the capture (the tool closes its file), let the worker
-finish the file it is ingesting, and exit 0; files still waiting stay in the spool and
-are ingested at the next start. A second signal exits at once (the store's staging
+finish the file it is ingesting, close its ingest chain (connections still open are
+written), and exit 0; files still waiting stay in the spool and are ingested at the next
+start, as a new chain. A second signal exits at once (the store's staging
 folder makes the interrupted ingest invisible). A bounded run (--duration/--once) ends
 by stopping the capture and ingesting every file it wrote before exiting.
 """

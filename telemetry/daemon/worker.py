@@ -13,6 +13,12 @@ failed/ with its error, never silently lost. Files left by an earlier run are co
 --max-files files, the oldest waiting files are deleted and counted: the spool is a ring
 buffer, and the freshest traffic is the most useful.
 
+Files of one capture run are ingested as one chain (telemetry.ingest.IngestChain): a
+connection crossing a rotation keeps its HPACK table and open streams, a request crossing
+it is one row. A new run (the capture restarted), a gap (a file dropped, failed or missing
+from the sequence) and the worker's exit close the chain: what is still open is written
+as the chain's closing commit.
+
 The worker thread also runs retention and recomputes the recent-window gauges, so that
 every store-heavy task is serialised (two cores shared; DuckDB never reads a partition
 that retention is deleting).
@@ -35,7 +41,7 @@ from pathlib import Path
 from telemetry.daemon import retention
 from telemetry.daemon.capture import PREFIX
 from telemetry.daemon.metrics import DaemonMetrics
-from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.ingest import IngestChain, IngestOptions, IngestResult
 from telemetry.store import Store, StoreError
 
 log = logging.getLogger("tailtap.daemon")
@@ -48,6 +54,19 @@ _NUM = re.compile(r"(\d+)")
 
 class SpoolBusy(Exception):
     pass
+
+
+# tcpdump: tailtap-<run>-<time>.pcap[N]; dumpcap: tailtap-<run>_<seq>_<time>.pcapng
+_RUN_NAME = re.compile(rf"^{re.escape(PREFIX)}(\d+)(?:_(\d+)_)?")
+
+
+def run_of(path: Path) -> tuple[str, int | None] | None:
+    """(capture run id, sequence number when the tool writes one) from a spool file's name;
+    None for a name the daemon's capture did not write."""
+    m = _RUN_NAME.match(path.name)
+    if m is None:
+        return None
+    return m.group(1), int(m.group(2)) if m.group(2) is not None else None
 
 
 def _natural(path: Path) -> list[object]:
@@ -194,6 +213,9 @@ class Worker(threading.Thread):
         self._next_retention = 0.0
         self._next_refresh = 0.0
         self._dirty = True  # something was ingested since the last refresh
+        # one parser state across the files of a capture run
+        self._chain = IngestChain(store, settings.options)
+        self._chain_run: tuple[str, int | None] | None = None  # run and sequence of its last file
 
     def stop(self) -> None:
         self._halt.set()
@@ -209,6 +231,7 @@ class Worker(threading.Thread):
     def run(self) -> None:
         try:
             self._loop()
+            self.close_chain()
         except BaseException as exc:  # a bug: the service reports it and exits non-zero
             self.failure = exc
             log.error("ingest worker crashed: %s", "".join(traceback.format_exception(exc)).rstrip())
@@ -223,6 +246,7 @@ class Worker(threading.Thread):
             if self._halt.is_set() and not draining:
                 return
             if not pending and draining and not capturing:
+                self.close_chain()  # before the final refresh: it counts the closing rows
                 self._housekeeping(final=True)
                 return
             self._housekeeping()  # time-gated: also runs when ingest never idles
@@ -239,6 +263,7 @@ class Worker(threading.Thread):
         extra = len(pending) - self.settings.max_files
         if self.settings.max_files <= 0 or extra <= 0:
             return pending
+        self.close_chain()  # the dropped files are a gap in the run
         for path in pending[:extra]:
             path.unlink(missing_ok=True)
             self.metrics.spool_dropped.inc()
@@ -264,13 +289,14 @@ class Worker(threading.Thread):
         m = self.metrics
         self.current = path
         try:
+            self._follow_run(path)
             if not has_packets(path):
                 path.unlink(missing_ok=True)
                 m.spool_empty.inc()
                 log.debug("%s: no packets, deleted", path.name)
                 return
             try:
-                result = ingest_file(path, self.store, self.settings.options)
+                result = self._chain.ingest(path)
             except StoreError as exc:
                 # the file is fine, the store is not: keep the file and retry later
                 m.ingest_errors.inc()
@@ -280,6 +306,7 @@ class Worker(threading.Thread):
                 return
             except Exception as exc:  # a parser bug must not lose the file or stop the daemon
                 m.ingest_errors.inc()
+                self.close_chain()  # the file is missing from the run
                 detail = "".join(traceback.format_exception(exc))
                 dest = self.spool.fail(path, f"ingest crashed:\n{detail}")
                 log.error("%s: ingest crashed (%s: %s); moved to %s", path.name, type(exc).__name__, exc, dest)
@@ -287,6 +314,7 @@ class Worker(threading.Thread):
             self.store_broken = False
             if result.error:
                 m.ingest_errors.inc()
+                self.close_chain()  # the file is missing from the run
                 dest = self.spool.fail(path, result.error)
                 log.error("%s: %s; moved to %s", path.name, result.error, dest)
                 return
@@ -301,11 +329,37 @@ class Worker(threading.Thread):
         finally:
             self.current = None
 
-    def _account(self, result) -> None:
+    def _follow_run(self, path: Path) -> None:
+        """Close the chain unless ``path`` is the next file of its run."""
+        run = run_of(path)
+        last = self._chain_run
+        if last is not None and (
+            run is None
+            or run[0] != last[0]  # the capture restarted (or files of an earlier run)
+            # a file is missing (the same number again: a file retried after a store error)
+            or (run[1] is not None and last[1] is not None and run[1] not in (last[1], last[1] + 1))
+        ):
+            self.close_chain()
+        self._chain_run = run
+
+    def close_chain(self) -> None:
+        """Write what the chain still holds open (connections, requests) and start afresh."""
+        self._chain_run = None
+        try:
+            result = self._chain.close()
+        except Exception as exc:  # noqa: BLE001 - the open rows are lost, the files are stored
+            self.metrics.ingest_errors.inc()
+            log.error("closing the ingest chain failed (%s: %s); its open connections are not stored", type(exc).__name__, exc)
+            return
+        if result is not None:
+            self._account(result, closing=True)
+
+    def _account(self, result: IngestResult, closing: bool = False) -> None:
         m = self.metrics
-        m.captures_ingested.inc()
-        m.packets.inc(result.packets)
-        m.bytes.inc(result.bytes)
+        if not closing:  # a closing commit reads no file
+            m.captures_ingested.inc()
+            m.packets.inc(result.packets)
+            m.bytes.inc(result.bytes)
         m.connections.inc(result.connections)
         m.ingest_seconds.inc(result.seconds)
         now = time.time()
@@ -316,12 +370,18 @@ class Worker(threading.Thread):
             m.refresh_errors.inc()
             log.warning("%s: request metrics not updated: %s", Path(result.path).name, exc)
             last_ts = None
-        if last_ts is not None:
+        if last_ts is not None and not closing:
             m.ingest_lag.set(max(0.0, now - last_ts))
         self._dirty = True
         issues = ""
         if result.issues:
             issues = f"; {len(result.issues)} decode issue(s), first: {result.issues[0].message}"
+        if closing:
+            log.info(
+                "%s: end of the ingest chain: %d connections, %d requests still open written%s",
+                Path(result.path).name, result.connections, result.requests, issues,
+            )
+            return
         log.info(
             "%s: %d packets, %d connections, %d requests in %.2f s%s",
             Path(result.path).name, result.packets, result.connections, result.requests, result.seconds, issues,
