@@ -29,7 +29,7 @@ from typer.testing import CliRunner
 from telemetry.daemon import retention
 from telemetry.daemon.cli import daemon_app
 from telemetry.daemon.metrics import Counter, DaemonMetrics, Gauge, Histogram, Registry
-from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets
+from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, run_of
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions
 from telemetry.store import Store
@@ -217,10 +217,10 @@ def test_prune_kept_files_by_age_and_count(tmp_path):
 # -- spool and worker ----------------------------------------------------------------------
 
 
-def _tiny_pcap(t0_ns: int) -> bytes:
-    syn = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 50051, seq=1, flags=0x02)))
-    synack = ether(ipv4("10.0.0.2", "10.0.0.1", tcp(50051, 40000, seq=9, ack=2, flags=0x12)))
-    data = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(40000, 50051, seq=2, ack=10, payload=b"hello")))
+def _tiny_pcap(t0_ns: int, port: int = 40000) -> bytes:
+    syn = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(port, 50051, seq=1, flags=0x02)))
+    synack = ether(ipv4("10.0.0.2", "10.0.0.1", tcp(50051, port, seq=9, ack=2, flags=0x12)))
+    data = ether(ipv4("10.0.0.1", "10.0.0.2", tcp(port, 50051, seq=2, ack=10, payload=b"hello")))
     return pcap([(t0_ns, syn), (t0_ns + 100_000, synack), (t0_ns + 200_000, data)], nano=True)
 
 
@@ -288,6 +288,38 @@ def test_worker_ingests_fails_and_bounds_the_spool(tmp_path):
     assert kept == waiting[2:]
     assert metrics.spool_dropped.value() == 2
     assert not waiting[0].exists() and waiting[3].exists()
+
+
+def test_files_of_one_run_are_one_chain_until_a_new_run_or_a_gap(tmp_path):
+    assert run_of(Path("tailtap-1795335105168-20261122T081151.pcap")) == ("1795335105168", None)
+    assert run_of(Path("tailtap-1795335105168-20261122T081151.pcap3")) == ("1795335105168", None)
+    assert run_of(Path("tailtap-17953_00004_20261122081151.pcapng")) == ("17953", 4)
+    assert run_of(Path("other.pcap")) is None
+
+    spool = Spool(tmp_path / "spool")
+    spool.prepare()
+    store = Store(tmp_path / "store")
+    worker = Worker(spool, store, DaemonMetrics(), WorkerSettings(IngestOptions()), lambda: set(), lambda: True)
+    t0 = time.time_ns()
+
+    def feed(name: str, i: int) -> bool:
+        path = spool.root / name
+        path.write_bytes(_tiny_pcap(t0 + i * 10**9, 40000 + i))  # a new connection each time, left open
+        worker.ingest(path)
+        return worker._chain.open
+
+    connections = "SELECT count(*) FROM connections"
+    assert feed("tailtap-7_00001_1.pcapng", 0)
+    assert feed("tailtap-7_00002_1.pcapng", 1)
+    assert connect(store).execute(connections).fetchone()[0] == 0  # both still open in the chain
+    assert feed("tailtap-7_00004_1.pcapng", 2)  # 3 is missing: the chain so far is closed
+    assert connect(store).execute(connections).fetchone()[0] == 2
+    assert feed("tailtap-8_00001_1.pcapng", 3)  # the capture restarted: a new run
+    assert connect(store).execute(connections).fetchone()[0] == 3
+    worker.close_chain()  # what the worker does when it exits
+    assert not worker._chain.open
+    assert connect(store).execute(connections).fetchone()[0] == 4
+    assert worker.metrics.captures_ingested.value() == 4
 
 
 def test_spool_is_locked_by_one_daemon(tmp_path):
@@ -371,9 +403,11 @@ def _generate(request: bytes, context):
 
 class _GrpcLoad:
     """A server-streaming gRPC service and a client thread calling it on fresh connections
-    (a local subchannel pool per channel: every call has its own HPACK context)."""
+    (a local subchannel pool per channel: every call has its own HPACK context), or, with
+    ``one_channel``, every call on one long-lived connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, one_channel: bool = False) -> None:
+        self.one_channel = one_channel
         self.port = _free_port()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handler = grpc.method_handlers_generic_handler("tailtap.test.LLM", {"Generate": grpc.unary_stream_rpc_method_handler(_generate)})
@@ -389,20 +423,32 @@ class _GrpcLoad:
         self._thread.start()
         return self
 
+    def _channel(self):
+        return grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)])
+
     def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                with grpc.insecure_channel(f"127.0.0.1:{self.port}", options=[("grpc.use_local_subchannel_pool", 1)]) as ch:
-                    got = list(ch.unary_stream(METHOD)(str(TOKENS).encode(), timeout=5))
-                assert len(got) == TOKENS
-                self.calls += 1
-            except Exception as exc:  # reported by the test, not raised in a thread
-                self.errors.append(repr(exc))
-            self._stop.wait(0.03)
+        shared = self._channel() if self.one_channel else None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if shared is not None:
+                        got = list(shared.unary_stream(METHOD)(str(TOKENS).encode(), timeout=5))
+                    else:
+                        with self._channel() as ch:
+                            got = list(ch.unary_stream(METHOD)(str(TOKENS).encode(), timeout=5))
+                    assert len(got) == TOKENS
+                    self.calls += 1
+                except Exception as exc:  # reported by the test, not raised in a thread
+                    self.errors.append(repr(exc))
+                self._stop.wait(0.03)
+        finally:
+            if shared is not None:
+                shared.close()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.ident is not None:  # started
+            self._thread.join(10)
         self.server.stop(grace=None)
 
 
@@ -562,3 +608,46 @@ def test_bounded_run_ingests_leftovers_and_keeps_bad_files(tmp_path, capturer):
     assert captures[0] >= 2  # the leftover + at least one live file
     requests = con.execute("SELECT count(*) FROM requests WHERE path = ?", [METHOD]).fetchone()[0]
     assert requests > 0 and load.calls > 0
+
+
+@needs_capture
+def test_long_lived_connection_keeps_its_methods_across_rotated_files(tmp_path):
+    """One gRPC connection for every call, files rotated each second: the files of a run are
+    one ingest chain, so calls in the later files still have their method (HPACK context
+    carried over) and a call crossing a rotation is one row."""
+    load = _GrpcLoad(one_channel=True)
+    metrics_port = _free_port()
+    daemon = _daemon(tmp_path, load.port, metrics_port, "--duration", "6", "--retention-hours", "100000")
+    try:
+        # the connection opens once the capture runs: its first HEADERS are in the first file
+        _wait_for("the capture to be up", 20, lambda: _total(_get(f"http://127.0.0.1:{metrics_port}/metrics"), "tailtap_capture_up") == 1)
+        load.start()
+        assert daemon.wait(40) == 0, _log(tmp_path)
+    finally:
+        if daemon.poll() is None:
+            _kill(daemon.pid)
+            daemon.wait(10)
+        load.stop()
+    assert load.calls > 0 and not load.errors, load.errors
+    log = _log(tmp_path)
+    assert "Traceback" not in log and "end of the ingest chain" in log, log
+    con = connect(Store(tmp_path / "store"))
+    # requests per capture file, in capture order (the closing commit has no packets)
+    per_file = con.execute(
+        "SELECT c.first_ts, count(r.stream_id), count(r.path) FILTER (WHERE r.path = ?), "
+        "count(*) FILTER (WHERE NOT r.headers_known) "
+        "FROM captures c JOIN requests r USING (capture_id) WHERE c.packets > 0 GROUP BY ALL ORDER BY 1",
+        [METHOD],
+    ).fetchall()
+    assert len(per_file) >= 3, per_file  # the connection spans several files
+    for _first_ts, n, with_method, unknown in per_file[1:]:
+        assert n > 0 and with_method == n and unknown == 0, per_file
+    conns = con.execute("SELECT count(DISTINCT conn_id) FROM requests").fetchone()[0]
+    assert conns == 1
+    # one row per call: no (stream) split in two at a rotation
+    dupes = con.execute("SELECT stream_id FROM requests GROUP BY ALL HAVING count(*) > 1").fetchall()
+    assert dupes == []
+    total, whole = con.execute(
+        "SELECT count(*), count(*) FILTER (WHERE response_messages = ? AND grpc_status = 0) FROM requests", [TOKENS]
+    ).fetchone()
+    assert whole >= total - 1  # every call whole, but the last one the capture's end may cut
