@@ -67,26 +67,8 @@ def header_plausible(
         return False
     if flags & ~_VALID_FLAGS[ftype]:
         return False
-    on = _ON_STREAM[ftype]
-    if on is True and sid == 0:
-        return False
-    if on is False and sid != 0:
-        return False
-    # Fixed or minimum payload sizes by type.
-    if ftype == PRIORITY:
-        return length == 5
-    if ftype == RST_STREAM or ftype == WINDOW_UPDATE:
-        return length == 4
-    if ftype == SETTINGS:
-        return length == 0 if flags & FLAG_ACK else length % 6 == 0
-    if ftype == PING:
-        return length == 8
-    if ftype == GOAWAY:
-        return length >= 8
-    if ftype == PUSH_PROMISE:
-        # promised on a client-initiated (odd) stream
-        return length >= 4 and sid & 1 == 1
-    return True
+    # a PUSH_PROMISE is promised on a client-initiated (odd) stream
+    return _layout_ok(length, ftype, flags, sid) and (ftype != PUSH_PROMISE or sid & 1 == 1)
 
 
 def frame_ok_in_sync(length: int, ftype: int, flags: int, sid: int, max_len: int) -> bool:
@@ -96,6 +78,11 @@ def frame_ok_in_sync(length: int, ftype: int, flags: int, sid: int, max_len: int
         return length <= max_len and not sid & 0x80000000
     if sid & 0x80000000 or length > max_len:
         return False
+    return _layout_ok(length, ftype, flags, sid)
+
+
+def _layout_ok(length: int, ftype: int, flags: int, sid: int) -> bool:
+    """The layout rules of a known frame type: on a stream or not, fixed or minimum sizes."""
     on = _ON_STREAM[ftype]
     if on is True and sid == 0:
         return False
