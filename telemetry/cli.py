@@ -340,8 +340,7 @@ def explain(
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
-    """Tell one request's story: its timeline with the network events during it, its causes, and
-    the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
+    """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
     from telemetry import render
     from telemetry.report import RequestNotFound, explain_sections
 
