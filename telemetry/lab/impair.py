@@ -80,6 +80,13 @@ class Model:
     def matches(self, p: Pkt) -> bool:
         return p.is_ip and (self.match == "all" or p.payload > 0)
 
+    def _tail_drop(self, p: Pkt) -> bool:
+        """A full waiting room (``self.backlog`` over ``limit_bytes``) drops the frame."""
+        if self.backlog.at(p.t_ns) + p.size > self.params["limit_bytes"]:
+            p.dropped, p.by = True, self.kind
+            return True
+        return False
+
     def start(self, t_ns: int, rng: random.Random) -> None:  # noqa: B027 - optional hook
         """Called when the window opens (resets per-window state)."""
 
@@ -196,8 +203,7 @@ class Queue(Model):
     def apply(self, p: Pkt, rng: random.Random) -> None:
         if not self.matches(p) or p.dropped:
             return
-        if self.backlog.at(p.t_ns) + p.size > self.params["limit_bytes"]:
-            p.dropped, p.by = True, self.kind
+        if self._tail_drop(p):
             return
         depart = max(p.t_ns, self.busy_until) + p.size * 8 * NS_PER_S // int(
             self.params["rate_bps"]
@@ -224,8 +230,7 @@ class Shaper(Model):
     def apply(self, p: Pkt, rng: random.Random) -> None:
         if not self.matches(p) or p.dropped:
             return
-        if self.backlog.at(p.t_ns) + p.size > self.params["limit_bytes"]:
-            p.dropped, p.by = True, self.kind
+        if self._tail_drop(p):
             return
         rate = float(self.params["rate_bps"]) / 8 / NS_PER_S  # bytes per ns
         t = max(p.t_ns, self.last)
