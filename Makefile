@@ -10,7 +10,7 @@ APT_PACKAGES := tshark tcpdump iproute2 procps
 
 .PHONY: demo test venv system-deps lint bench clean
 
-$(BIN)/tailtap: pyproject.toml parsers/h2/_speedups.c
+$(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

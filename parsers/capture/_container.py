@@ -13,6 +13,7 @@ blocks (SPB, obsolete PB) stop the fast loop and go through a careful per-block 
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass
 
@@ -22,6 +23,15 @@ from parsers.records import DecodeIssue, PacketBatch
 
 from . import _linktypes
 from ._gather import take_rows, take_struct
+
+# Optional C record walks (parsers/capture/_speedups.c, built by `pip install -e .`);
+# without it, or with TAILTAP_PURE_PYTHON=1, the Python walks below give the same offsets.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
 
 # Larger records are taken as corruption rather than waited for. Like libpcap, a pcap
 # record may not exceed 256 KiB (or the file's snaplen when that is larger); like
@@ -300,8 +310,19 @@ class CaptureDecoder:
 
 def _walk_pcap(
     data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+) -> tuple[np.ndarray, int]:
+    """Offsets (int64) of the complete records from ``pos``, and where the walk stopped;
+    the hot loop of pcap decoding."""
+    if _speedups is not None:
+        raw, stop = _speedups.walk_pcap(data, pos, end, hdrlen, caplen_at.format[0] == ">")
+        return np.frombuffer(raw, np.int64), stop
+    out, stop = _walk_pcap_py(data, pos, end, hdrlen, caplen_at)
+    return np.array(out, np.int64), stop
+
+
+def _walk_pcap_py(
+    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
 ) -> tuple[list[int], int]:
-    """Offsets of the complete records from ``pos``; the hot loop of pcap decoding."""
     unpack = caplen_at.unpack_from
     out: list[int] = []
     append = out.append
@@ -354,11 +375,11 @@ class _PcapReader:
                     base + rel,
                 )
 
-    def _decode(self, dec: CaptureDecoder, positions: list[int]) -> list[int]:
+    def _decode(self, dec: CaptureDecoder, positions: np.ndarray) -> np.ndarray:
         """Read every record header at once; a bad caplen is fatal at its record."""
-        if not positions:
+        if not len(positions):
             return positions
-        pos = np.array(positions, dtype=np.int64)
+        pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
         hdr = take_struct(arr, pos, self.rec)
         del arr  # release the export of the bytearray before it is resized
@@ -442,12 +463,21 @@ def ts_to_ns(raw: np.ndarray, tsresol: int, tsoffset: int) -> np.ndarray:
     return ns
 
 
-def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
-    """Offsets of consecutive complete EPBs from ``pos``; the hot loop of pcapng decoding.
+def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[np.ndarray, int]:
+    """Offsets (int64) of consecutive complete EPBs from ``pos``, and where the walk
+    stopped; the hot loop of pcapng decoding.
 
     Stops at anything else (other block types, implausible lengths, the incomplete tail),
     which the careful per-block path then handles.
     """
+    if _speedups is not None:
+        raw, stop = _speedups.walk_epb(data, pos, end, head.format[0] == ">")
+        return np.frombuffer(raw, np.int64), stop
+    out, stop = _walk_epb_py(data, pos, end, head)
+    return np.array(out, np.int64), stop
+
+
+def _walk_epb_py(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
     unpack = head.unpack_from
     out: list[int] = []
     append = out.append
@@ -526,7 +556,7 @@ class _PcapngReader:
             if self.order is not None:
                 data, base = dec._data, dec._base
                 positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
-                if positions:
+                if len(positions):
                     self._flush_slow(dec)
                     self._decode_epbs(dec, positions)
                     if dec._dead:
@@ -549,8 +579,8 @@ class _PcapngReader:
         return f"pcapng block at byte {dec._pos}"
 
     # -- bulk EPB path --------------------------------------------------------------
-    def _decode_epbs(self, dec: CaptureDecoder, positions: list[int]) -> None:
-        pos = np.array(positions, dtype=np.int64)
+    def _decode_epbs(self, dec: CaptureDecoder, positions: np.ndarray) -> None:
+        pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
         hdr = take_struct(arr, pos, self.epb)
         blen = hdr["len"].astype(np.int64)
