@@ -135,6 +135,44 @@ class PayloadChunk:
 
 
 @dataclass(slots=True)
+class ChunkRun:
+    """Consecutive :class:`PayloadChunk` of one connection (both directions, capture
+    order) as columns over the batch buffer, none with ``gap_before``: what the TCP layer's
+    bulk path hands out instead of an object and a ``bytes`` copy per packet."""
+
+    conn_key: int
+    # int64 (n, 6): direction, ts_ns, frame_no, stream_offset, start, end (data is
+    # buf[start:end])
+    rows: np.ndarray
+    buf: np.ndarray  # uint8
+
+    def __len__(self) -> int:
+        return int(self.rows.shape[0])
+
+    def chunks(self, first: int = 0) -> list[PayloadChunk]:
+        """The run as PayloadChunks, from row ``first`` on."""
+        mv = memoryview(self.buf)
+        key = self.conn_key
+        return [
+            PayloadChunk(key, d, bytes(mv[a:z]), ts, fno, off)
+            for d, ts, fno, off, a, z in self.rows[first:].tolist()
+        ]
+
+
+def expand_runs(items: list[PayloadChunk | ChunkRun]) -> list[PayloadChunk]:
+    """PayloadChunks and ChunkRuns -> PayloadChunks, order kept."""
+    if not any(type(x) is ChunkRun for x in items):
+        return items  # type: ignore[return-value]
+    out: list[PayloadChunk] = []
+    for x in items:
+        if type(x) is ChunkRun:
+            out += x.chunks()
+        else:
+            out.append(x)
+    return out
+
+
+@dataclass(slots=True)
 class TcpEvent:
     ts_ns: int
     conn_key: int

@@ -33,7 +33,14 @@ from parsers.h2 import H2Connection
 from parsers.h2._conn import MessageRow
 from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
 from parsers.http1 import METHODS, Http1Conn
-from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk, RequestRecord
+from parsers.records import (
+    ChunkRun,
+    DecodeIssue,
+    H2Event,
+    MessageRecord,
+    PayloadChunk,
+    RequestRecord,
+)
 
 _SNIFF_MAX = 64 * 1024  # bytes per direction looked at before giving up
 _SNIFF_NOFRAMES = 32 * 1024  # no frame chain in this many bytes: not HTTP/2
@@ -207,6 +214,23 @@ class AppSession:
         elif mode == "http1":
             self._feed_h1(item)
         # opaque: nothing to decode (TLS or unknown)
+
+    def feed_run(self, run: ChunkRun) -> None:
+        """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the
+        HTTP/2 steady state the run goes to the HTTP/2 layer as columns."""
+        first = 0
+        if self.fast_feed is None:
+            chunks = run.chunks()
+            for c in chunks:
+                self.feed(c)
+                first += 1
+                if self.fast_feed is not None:
+                    break
+            if first == len(chunks):
+                return
+        h2 = self._h2
+        assert h2 is not None  # fast_feed is set only in the HTTP/2 steady state
+        h2.feed_run(run, first)
 
     def take_records(self) -> tuple[list[RequestRecord], list[MessageRecord], list[H2Event]]:
         reqs, rows, evs = self.take_rows()

@@ -17,7 +17,7 @@ import os
 import time
 from array import array
 from bisect import bisect_left
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -35,6 +35,7 @@ from parsers.records import (
     MESSAGE_DIRECTION_NAMES,
     TO_CLIENT,
     TO_SERVER,
+    ChunkRun,
     ConnectionSummary,
     DecodeIssue,
     DecodeStats,
@@ -289,7 +290,6 @@ def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progres
 
 
 _CONN_KEY = attrgetter("conn_key")
-_consume = deque(maxlen=0).extend  # drain an iterator in C
 _NO_TS = np.iinfo(np.int64).min  # acked_ts not (yet) known: null in the table
 _MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked")
 
@@ -467,25 +467,20 @@ class CapturePipeline:
             self.monotonic = False
         self.last_ts = int(ts_ns[-1])
         segments = decode_segments(batch, self.stats, self.issues)
-        chunks = self.tcp.feed(segments)
+        chunks = self.tcp.feed_runs(segments)
         if chunks:
             # the TCP layer hands out each connection's chunks together: one lookup per
-            # run, and the per-chunk loop runs in C (map into a zero-length deque)
+            # group; bulk-path chunks come as ChunkRun columns, fed in one call each
             sessions = self.sessions
-            for key, run in groupby(chunks, _CONN_KEY):
+            for key, group in groupby(chunks, _CONN_KEY):
                 session = sessions.get(key)
                 if session is None:
                     session = self._open_session(key)
-                fast = session.fast_feed
-                rest = iter(run)  # one pass: handshake chunks one by one, then the rest in C
-                if fast is None:
-                    for chunk in rest:
-                        session.feed(chunk)
-                        fast = session.fast_feed
-                        if fast is not None:  # steady state reached: the rest in C
-                            break
-                if fast is not None:
-                    _consume(map(fast, rest))
+                for item in group:
+                    if type(item) is ChunkRun:
+                        session.feed_run(item)
+                    else:
+                        session.feed(item)
             self._count_sent(chunks)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
@@ -536,9 +531,18 @@ class CapturePipeline:
 
     def _count_sent(self, chunks: list) -> None:
         """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
+        conns = self.conns
+        runs = [c for c in chunks if type(c) is ChunkRun]
+        if runs:
+            chunks = [c for c in chunks if type(c) is not ChunkRun]
+            for k, b, nbytes, npk in _run_sent(runs):
+                sent = conns[k >> 1].sent[k & 1]
+                got = sent.get(b)
+                sent[b] = (got[0] + nbytes, got[1] + npk) if got else (nbytes, npk)
+            if not chunks:
+                return
         totals = _sent_runs(chunks, RATE_BUCKET_NS) if _sent_runs is not None else None
         runs = _sent_runs_py(chunks) if totals is None else ((k, b, *v) for (k, b), v in totals.items())
-        conns = self.conns
         for k, b, nbytes, npk in runs:
             sent = conns[k >> 1].sent[k & 1]
             got = sent.get(b)
@@ -1009,12 +1013,14 @@ def _repeat(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
-def _sent_runs_py(chunks: list) -> zip:
-    """(conn_key * 2 + direction, bucket, bytes, chunks) per group of chunks, in numpy
-    (what parsers.h2.sent_runs gives as a dict)."""
-    cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
-    buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
-    lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
+def _run_sent(runs: list[ChunkRun]) -> zip:
+    """(conn_key * 2 + direction, bucket, bytes, chunks) per group over ChunkRuns."""
+    rows = np.concatenate([r.rows for r in runs]) if len(runs) > 1 else runs[0].rows
+    keys = np.concatenate([np.full(len(r), r.conn_key * 2, dtype=np.int64) for r in runs])
+    return _sent_groups(keys + rows[:, 0], rows[:, 1] // RATE_BUCKET_NS, rows[:, 5] - rows[:, 4])
+
+
+def _sent_groups(cd: np.ndarray, buckets: np.ndarray, lens: np.ndarray) -> zip:
     order = np.lexsort((buckets, cd))
     cd, buckets, lens = cd[order], buckets[order], lens[order]
     starts = np.flatnonzero(np.concatenate(([True], (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]))))
@@ -1023,6 +1029,15 @@ def _sent_runs_py(chunks: list) -> zip:
     return zip(
         cd[starts].tolist(), buckets[starts].tolist(), sums.tolist(), counts.tolist(), strict=True
     )
+
+
+def _sent_runs_py(chunks: list) -> zip:
+    """(conn_key * 2 + direction, bucket, bytes, chunks) per group of chunks, in numpy
+    (what parsers.h2.sent_runs gives as a dict)."""
+    cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
+    buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
+    lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
+    return _sent_groups(cd, buckets, lens)
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -8,6 +8,7 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from h2_builders import (
     CAPTURES,
@@ -25,7 +26,7 @@ from h2_builders import (
 )
 
 from parsers.h2 import _conn
-from parsers.records import PayloadChunk
+from parsers.records import ChunkRun, PayloadChunk
 from parsers.session import AppSession
 
 pytestmark = pytest.mark.skipif(_conn._speedups is None, reason="C extension not built (pip install -e .)")
@@ -33,15 +34,49 @@ pytestmark = pytest.mark.skipif(_conn._speedups is None, reason="C extension not
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 
-def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch) -> tuple:
+def as_run(chunks: list[PayloadChunk]) -> ChunkRun:
+    """Gap-free chunks of one connection as one ChunkRun over a fresh buffer."""
+    assert not any(c.gap_before for c in chunks)
+    buf = np.frombuffer(b"".join(c.data for c in chunks) + b"\0" * 8, np.uint8)
+    rows = np.zeros((len(chunks), 6), np.int64)
+    pos = 0
+    for i, c in enumerate(chunks):
+        rows[i] = (c.direction, c.ts_ns, c.frame_no, c.stream_offset, pos, pos + len(c.data))
+        pos += len(c.data)
+    return ChunkRun(chunks[0].conn_key, rows, buf)
+
+
+def _feed_group(s: AppSession, group: list[PayloadChunk], runs: bool) -> None:
+    """Feed chunk by chunk, or gap-free stretches as ChunkRuns (gaps one by one)."""
+    if not runs:
+        for c in group:
+            s.feed(c)
+        return
+    pending: list[PayloadChunk] = []
+    for c in group + [None]:  # type: ignore[list-item]
+        if c is None or c.gap_before:
+            if pending:
+                s.feed_run(as_run(pending))
+                pending = []
+            if c is not None:
+                s.feed(c)
+        else:
+            pending.append(c)
+
+
+def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False) -> tuple:
     with monkeypatch.context() as m:
         if pure:
             m.setattr(_conn, "_speedups", None)
         s = AppSession(chunks[0].conn_key, 40000, 50051)
         rows = []
-        for i, c in enumerate(chunks):
-            s.feed(c)
-            if i % 7 == 0:
+        # rows are taken after chunk 0, 7, 14, ...: the same points in both feeding modes
+        bounds = [0, 1] + list(range(8, len(chunks), 7)) + [len(chunks)]
+        for a, z in zip(bounds[:-1], bounds[1:], strict=True):
+            if a >= z:
+                continue
+            _feed_group(s, chunks[a:z], runs)
+            if (z - 1) % 7 == 0:
                 reqs, msgs, evs = s.take_rows()
                 rows.append((reqs, msgs, [vars_of(e) for e in evs]))
         h2 = s._h2
@@ -60,9 +95,12 @@ def vars_of(obj) -> tuple:
 
 
 def _assert_same(chunks: list[PayloadChunk], monkeypatch) -> None:
+    """C and Python, chunk by chunk and as ChunkRuns: four times the same result."""
     fast = _run(chunks, False, monkeypatch)
     pure = _run(chunks, True, monkeypatch)
     assert fast == pure
+    assert _run(chunks, False, monkeypatch, runs=True) == fast
+    assert _run(chunks, True, monkeypatch, runs=True) == fast
 
 
 def _token_stream(windows: bool, streams: int = 3, tokens: int = 40, seed: int = 1) -> list[PayloadChunk]:

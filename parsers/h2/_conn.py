@@ -16,7 +16,7 @@ import struct
 from functools import partial
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
-from parsers.records import DecodeIssue, H2Event, MessageRecord, PayloadChunk
+from parsers.records import ChunkRun, DecodeIssue, H2Event, MessageRecord, PayloadChunk
 
 from ._flow import FlowState
 from ._frames import (
@@ -301,6 +301,16 @@ class H2Connection:
         if _speedups is not None:
             return partial(_speedups.feed_chunk, self)
         return self.feed_chunk
+
+    def feed_run(self, run: ChunkRun, first: int = 0) -> None:
+        """:meth:`feed_chunk` for every chunk of ``run`` from row ``first`` on; with the
+        extension, the whole-message DATA rows never become PayloadChunks."""
+        if _speedups is not None:
+            _speedups.feed_run(self, run.conn_key, run.rows, run.buf, first)
+            return
+        feed = self.feed_chunk
+        for c in run.chunks(first):
+            feed(c)
 
     def feed_chunk(self, c: PayloadChunk) -> None:
         """Same as :meth:`feed`, with a fast path for the common case: the chunk is

@@ -12,6 +12,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <structmember.h>
+#include <string.h>
 
 static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init() */
 
@@ -108,27 +109,18 @@ static inline PyObject *pair_slot(PyObject *st, int i) {
     return (v != NULL && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 2) ? v : NULL;
 }
 
-/* 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
-static int try_fast(PyObject *conn, PyObject *chunk) {
+/* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
+ * `offset`, times as int objects), for a chunk without gap_before.
+ * 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
+static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_ssize_t n,
+                        long long offset, PyObject *ts, PyObject *frame_no) {
     int ret = 0;
     PyObject *dirs = NULL, *streams = NULL, *flows = NULL, *messages = NULL, *sid_obj = NULL;
     PyObject *lists[S_N];
-    long long d, offset, base, max_len, left, fs_conn = 0, w = 0, dframes;
+    long long base, max_len, left, fs_conn = 0, w = 0, dframes;
     int has_w = 0;
 
-    if (Py_TYPE(chunk) != chunk_type) return 0;
-    if (slot_ll(chunk, c_off[C_DIRECTION], &d) < 0 || (d != 0 && d != 1)) return 0;
-    PyObject *data = SLOT(chunk, c_off[C_DATA]);
-    if (data == NULL || !PyBytes_CheckExact(data)) return 0;
-    Py_ssize_t n = PyBytes_GET_SIZE(data);
-    if (n < 14) return 0;
-    long long gap;
-    if (slot_ll(chunk, c_off[C_GAP_BEFORE], &gap) < 0 || gap != 0) return 0;
-    if (slot_ll(chunk, c_off[C_STREAM_OFFSET], &offset) < 0) return 0;
-    PyObject *ts = SLOT(chunk, c_off[C_TS_NS]);
-    PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
-    if (ts == NULL || frame_no == NULL) return 0;
-    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    if ((d != 0 && d != 1) || n < 14) return 0;
     long long length = n - 9;
     unsigned long lt = be32(b);
     unsigned int flags = b[4];
@@ -285,6 +277,95 @@ done:
     return ret;
 }
 
+/* 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
+static int try_fast(PyObject *conn, PyObject *chunk) {
+    long long d, offset, gap;
+    if (Py_TYPE(chunk) != chunk_type) return 0;
+    if (slot_ll(chunk, c_off[C_DIRECTION], &d) < 0 || (d != 0 && d != 1)) return 0;
+    PyObject *data = SLOT(chunk, c_off[C_DATA]);
+    if (data == NULL || !PyBytes_CheckExact(data)) return 0;
+    if (slot_ll(chunk, c_off[C_GAP_BEFORE], &gap) < 0 || gap != 0) return 0;
+    if (slot_ll(chunk, c_off[C_STREAM_OFFSET], &offset) < 0) return 0;
+    PyObject *ts = SLOT(chunk, c_off[C_TS_NS]);
+    PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
+    if (ts == NULL || frame_no == NULL) return 0;
+    return try_fast_raw(conn, d, (const unsigned char *)PyBytes_AS_STRING(data),
+                        PyBytes_GET_SIZE(data), offset, ts, frame_no);
+}
+
+/* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
+ * ChunkRun from row `first` on (rows: C-contiguous int64 (n, 6) direction, ts_ns,
+ * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows in the
+ * fast case are handled here without a PayloadChunk; any other row becomes the same
+ * PayloadChunk for conn.feed_chunk, exactly as chunk by chunk. */
+static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "feed_run(conn, conn_key, rows, buf, first)");
+        return NULL;
+    }
+    if (grpc_splitter_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parsers.h2._speedups.init() was not called");
+        return NULL;
+    }
+    PyObject *conn = args[0], *key = args[1];
+    Py_ssize_t first = PyLong_AsSsize_t(args[4]);
+    if (first == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer rv, bv;
+    if (PyObject_GetBuffer(args[2], &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (rv.ndim != 2 || rv.shape[1] != 6 || rv.itemsize != 8 || rv.format == NULL ||
+        strchr("lq", rv.format[strlen(rv.format) - 1]) == NULL || rv.format[0] == '>' || rv.format[0] == '!') {
+        PyBuffer_Release(&rv);
+        PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, 6) array");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(args[3], &bv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    const long long *r = (const long long *)rv.buf;
+    const unsigned char *buf = (const unsigned char *)bv.buf;
+    Py_ssize_t n = rv.shape[0];
+    PyObject *ret = NULL;
+    for (Py_ssize_t i = first < 0 ? 0 : first; i < n; i++) {
+        const long long *row = r + 6 * i;
+        long long a = row[4], z = row[5];
+        if (a < 0 || z < a || z > bv.len || (row[0] != 0 && row[0] != 1)) {
+            PyErr_SetString(PyExc_ValueError, "feed_run: bad row");
+            goto out;
+        }
+        PyObject *ts = PyLong_FromLongLong(row[1]);
+        PyObject *fno = PyLong_FromLongLong(row[2]);
+        if (ts == NULL || fno == NULL) {
+            Py_XDECREF(ts);
+            Py_XDECREF(fno);
+            goto out;
+        }
+        int fast = try_fast_raw(conn, row[0], buf + a, (Py_ssize_t)(z - a), row[3], ts, fno);
+        if (fast == 0) {
+            PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, row[0],
+                                                    (const char *)(buf + a), (Py_ssize_t)(z - a), ts, fno,
+                                                    row[3], 0);
+            if (chunk == NULL) {
+                fast = -1;
+            } else {
+                PyObject *res = PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
+                Py_DECREF(chunk);
+                if (res == NULL) fast = -1;
+                Py_XDECREF(res);
+            }
+        }
+        Py_DECREF(ts);
+        Py_DECREF(fno);
+        if (fast < 0) goto out;
+    }
+    ret = Py_None;
+    Py_INCREF(ret);
+out:
+    PyBuffer_Release(&rv);
+    PyBuffer_Release(&bv);
+    return ret;
+}
+
 static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "feed_chunk(conn, chunk)");
@@ -403,6 +484,8 @@ python:
 static PyMethodDef methods[] = {
     {"sent_runs", (PyCFunction)(void (*)(void))sent_runs, METH_FASTCALL,
      "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
+    {"feed_run", (PyCFunction)(void (*)(void))feed_run, METH_FASTCALL,
+     "feed_run(conn, conn_key, rows, buf, first): feed_chunk over the rows of a ChunkRun."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,

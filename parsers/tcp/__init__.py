@@ -9,6 +9,8 @@
   SYN was seen, else the first sequence number seen). Bytes that will never come
   (ACKed but not captured, cut by the snaplen, or given up on) are skipped and counted
   in ``gap_before`` so the session layer can resynchronise.
+  :meth:`TcpAnalyzer.feed_runs` gives the same chunks with the bulk path's ones as
+  :class:`~parsers.records.ChunkRun` columns over the batch buffer (no object per packet).
 * :class:`~parsers.records.TcpEvent` and :class:`~parsers.records.RttSample`
   (:meth:`TcpAnalyzer.take_events`); rules in :mod:`parsers.tcp._analysis`.
 * ACK progress per direction (:meth:`TcpAnalyzer.ack_progress`): when the far end

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from parsers.records import ConnectionSummary, PayloadChunk, RttSample, SegmentBatch, TcpEvent
+from parsers.records import (
+    ChunkRun,
+    ConnectionSummary,
+    PayloadChunk,
+    RttSample,
+    SegmentBatch,
+    TcpEvent,
+    expand_runs,
+)
 from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath, columns
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
@@ -51,8 +59,13 @@ class TcpAnalyzer(PacketPath, BulkPath):
 
     def feed(self, segments: SegmentBatch) -> list[PayloadChunk]:
         """Process one batch (capture order); returns newly deliverable in-order bytes."""
+        return expand_runs(self.feed_runs(segments))
+
+    def feed_runs(self, segments: SegmentBatch) -> list[PayloadChunk | ChunkRun]:
+        """Like :meth:`feed`, with the bulk path's chunks as :class:`ChunkRun` columns
+        (same chunks, same order, once expanded): no object per packet."""
         n = len(segments)
-        out: list[PayloadChunk] = []
+        out: list[PayloadChunk | ChunkRun] = []
         if n == 0:
             return out
         self.stats["segments"] += n
