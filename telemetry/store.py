@@ -14,8 +14,10 @@ The store knows tables and their schemas (telemetry.schema), nothing of protocol
 from __future__ import annotations
 
 import os
+import queue
 import shutil
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import numpy as np
@@ -98,8 +100,51 @@ def _partition_path(hour_bucket: int) -> str:
     return f"date={text[:10]}/hour={text[11:13]}"
 
 
+class _WriteThread:
+    """One thread that runs the Parquet writes (Arrow encodes and compresses without the
+    GIL) beside the parsers. Jobs run in submission order; the queue is short, so at most
+    a few flushes' tables wait (bounded memory). The first failure is raised to the caller
+    at its next submit or drain; later jobs are skipped."""
+
+    def __init__(self, depth: int = 3) -> None:
+        self._jobs: queue.Queue[tuple[Callable[..., None], tuple] | None] = queue.Queue(depth)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="tailtap-parquet", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                if self._error is None:
+                    job[0](*job[1])
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                self._error = exc
+            finally:
+                self._jobs.task_done()
+        self._jobs.task_done()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            exc, self._error = self._error, None
+            raise exc
+
+    def submit(self, fn: Callable[..., None], *args: object) -> None:
+        self._raise()
+        self._jobs.put((fn, args))
+
+    def drain(self) -> None:
+        """Wait until every job ran; raise the first failure."""
+        self._jobs.join()
+        self._raise()
+
+    def stop(self) -> None:
+        self._jobs.put(None)
+        self._thread.join()
+
+
 class CaptureWriter:
-    """Buffers a capture's rows per table and writes them into the staging folder."""
+    """Buffers a capture's rows per table and writes them into the staging folder (the
+    Parquet encoding in a background thread; :meth:`commit` waits for it)."""
 
     def __init__(self, store: Store, capture_id: str, flush_rows: int) -> None:
         self.store = store
@@ -113,6 +158,7 @@ class CaptureWriter:
         self._seq = 0
         self._files: dict[tuple[str, int], pq.ParquetWriter] = {}  # (table, hour) -> open file
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
+        self._thread: _WriteThread | None = None  # started at the first flush
 
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
@@ -128,22 +174,46 @@ class CaptureWriter:
         parts = self._buffers[table]
         if not parts:
             return
-        data = pa.concat_tables(parts)
         self._buffers[table] = []
         self._buffered[table] = 0
+        if self._thread is None:
+            self._thread = _WriteThread()
+        self._thread.submit(self._write, table, parts)
+
+    def _write(self, table: str, parts: list[pa.Table]) -> None:
+        """Write buffered tables into their hours' files (in the write thread)."""
+        data = pa.concat_tables(parts)
         keys = _partition_keys(table, data)
         buckets = np.unique(keys)
-        ordered = len(buckets) > 1 and bool((keys[1:] >= keys[:-1]).all())
-        bounds = np.searchsorted(keys, buckets, side="left").tolist() + [len(keys)] if ordered else []
-        for i, bucket in enumerate(buckets):
-            if len(buckets) == 1:
-                rows = data
-            elif ordered:  # rows in time order: each hour is a slice (no copy, same rows)
-                rows = data.slice(bounds[i], bounds[i + 1] - bounds[i])
-            else:
-                rows = data.filter(pa.array(keys == bucket))
-            self._file(table, int(bucket)).write_table(rows)
+        if len(buckets) == 1:
+            hours = [(int(buckets[0]), data)]
+        else:
+            # each hour's rows, in their order, from the stretches of equal keys: slices,
+            # no pyarrow.compute filter (whose import costs more than a small write)
+            cuts = np.flatnonzero(keys[1:] != keys[:-1]) + 1
+            starts = np.concatenate(([0], cuts)).tolist()
+            stops = np.concatenate((cuts, [len(keys)])).tolist()
+            pieces: dict[int, list[pa.Table]] = {}
+            for a, z in zip(starts, stops, strict=True):
+                pieces.setdefault(int(keys[a]), []).append(data.slice(a, z - a))
+            hours = [(b, p[0] if len(p) == 1 else pa.concat_tables(p)) for b, p in sorted(pieces.items())]
+        for bucket, rows in hours:
+            self._file(table, bucket).write_table(rows)
             self.rows_written[table] += rows.num_rows
+
+    def wait(self) -> None:
+        """Wait until the rows flushed so far are in the staging files (writes run in the
+        background); raises a write failure."""
+        if self._thread is not None:
+            self._thread.drain()
+
+    def _finish_writes(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            try:
+                thread.drain()
+            finally:
+                thread.stop()
 
     def _file(self, table: str, bucket: int) -> pq.ParquetWriter:
         """The open staging file of a table's hour: each flush adds a row group to it, so
@@ -174,6 +244,7 @@ class CaptureWriter:
                 self._flush(table)
         self.append("captures", capture_row)
         self._flush("captures")
+        self._finish_writes()
         self._close_files()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
         order = [t for t in TABLES if t != "captures"] + ["captures"]
@@ -186,6 +257,10 @@ class CaptureWriter:
         _remove_empty_dirs(self.store.root / STAGING)
 
     def abort(self) -> None:
+        try:
+            self._finish_writes()
+        except Exception:  # noqa: BLE001 - the files are thrown away anyway
+            pass
         try:
             self._close_files()
         except Exception:  # noqa: BLE001 - the files are thrown away anyway

@@ -71,6 +71,7 @@ def test_interrupted_write_is_invisible(tmp_path):
     w = store.writer("def")
     w.flush_rows = 1  # force files into staging before the crash
     w.append("rtt_samples", _rtt_rows("def", [T0, T0 + 5]))
+    w.wait()  # the background write reached the staging file
     # the process dies here: no commit, no abort
     assert list((tmp_path / ".staging").rglob("*.parquet"))
     assert store.table_files("rtt_samples") == []
@@ -106,3 +107,31 @@ def test_model_dependency_errors_are_named(tmp_path):
     (tmp_path / "a.sql").write_text("-- a\n-- depends_on: nope\nSELECT 1")
     with pytest.raises(ValueError, match="unknown view 'nope'"):
         load_models(tmp_path)
+
+
+def test_interleaved_hours_keep_their_row_order(tmp_path):
+    """Rows of several hours mixed in one flush land in their hour's file, in order."""
+    store = Store(tmp_path)
+    w = store.writer("mix")
+    times = [T0 + (HOUR if i % 3 == 1 else 0) + i for i in range(30)]
+    w.append("rtt_samples", _rtt_rows("mix", times))
+    w.commit(_capture_row("mix"))
+    got = sorted(pq.read_table(f).column("ts").cast("int64").to_pylist() for f in store.table_files("rtt_samples"))
+    want = sorted([[t for t in times if (t - T0) // HOUR == h] for h in (0, 1)])
+    assert got == want
+
+
+def test_background_write_failure_is_raised_and_nothing_stored(tmp_path):
+    store = Store(tmp_path)
+    w = store.writer("bad", flush_rows=1)
+
+    def disk_full(table: str, bucket: int):
+        raise OSError("no space left on device")
+
+    w._file = disk_full  # type: ignore[method-assign]
+    w.append("rtt_samples", _rtt_rows("bad", [T0]))
+    with pytest.raises(OSError, match="no space"):
+        w.commit(_capture_row("bad"))
+    w.abort()
+    assert not store.has_capture("bad") and store.table_files("rtt_samples") == []
+    assert not (tmp_path / ".staging").exists()
