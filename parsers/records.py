@@ -196,6 +196,38 @@ class RttSample:
 
 
 @dataclass(slots=True)
+class RttRun:
+    """RTT samples of one connection direction and source as columns (the TCP layer's
+    bulk path): the same samples as a list of :class:`RttSample`, in order."""
+
+    conn_key: int
+    direction: int
+    ts_ns: np.ndarray  # int64
+    rtt_ms: np.ndarray  # float64
+    source: str
+
+    def __len__(self) -> int:
+        return int(self.ts_ns.shape[0])
+
+    def samples(self) -> list[RttSample]:
+        k, d, src = self.conn_key, self.direction, self.source
+        return [RttSample(t, k, d, r, src) for t, r in zip(self.ts_ns.tolist(), self.rtt_ms.tolist(), strict=True)]
+
+
+def expand_rtts(items: list[RttSample | RttRun]) -> list[RttSample]:
+    """RttSamples and RttRuns -> RttSamples, order kept."""
+    if not any(type(x) is RttRun for x in items):
+        return items  # type: ignore[return-value]
+    out: list[RttSample] = []
+    for x in items:
+        if type(x) is RttRun:
+            out += x.samples()
+        else:
+            out.append(x)
+    return out
+
+
+@dataclass(slots=True)
 class ConnectionSummary:
     conn_key: int
     conn_id: str  # stable id: hash of the 4-tuple and first packet time

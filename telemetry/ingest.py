@@ -42,6 +42,7 @@ from parsers.records import (
     H2Event,
     PacketBatch,
     RequestRecord,
+    RttRun,
     RttSample,
     TcpEvent,
 )
@@ -326,14 +327,15 @@ class _ConnRows:
     """Rows of one connection not yet handed to the writer."""
 
     tcp_events: list[TcpEvent] = field(default_factory=list)
-    rtt: list[RttSample] = field(default_factory=list)
+    rtt: list[RttSample | RttRun] = field(default_factory=list)
+    n_rtt: int = 0  # RTT samples in ``rtt`` (an RttRun holds many)
     h2: list[H2Event] = field(default_factory=list)
     messages: list[tuple[int, _Msgs]] = field(default_factory=list)  # (session direction, rows)
     requests: list[tuple] = field(default_factory=list)
 
     def __len__(self) -> int:
         n_msgs = sum(len(m) for _d, m in self.messages)
-        return len(self.tcp_events) + len(self.rtt) + len(self.h2) + n_msgs + len(self.requests)
+        return len(self.tcp_events) + self.n_rtt + len(self.h2) + n_msgs + len(self.requests)
 
 
 @dataclass
@@ -498,22 +500,37 @@ class CapturePipeline:
         self._close_all(self.tcp.take_closed(IDLE_CLOSE_NS))
 
     def _take_tcp_events(self) -> None:
-        events, samples = self.tcp.take_events()
+        events, samples = self.tcp.take_events_runs()
         for ev in events:
             self._conn(ev.conn_key).rows.tcp_events.append(ev)
         for key, run in groupby(samples, _CONN_KEY):
             group = list(run)
             conn = self._conn(key)
             conn.rows.rtt.extend(group)
+            # bulk-path samples come as RttRun columns, the others one by one
+            parts: tuple[list, list] = ([], [])
+            singles: tuple[list[float], list[float]] = ([], [])
+            for s in group:
+                if type(s) is RttRun:
+                    parts[s.direction].append(s.rtt_ms)
+                    conn.rows.n_rtt += len(s)
+                else:
+                    singles[s.direction].append(s.rtt_ms)
+                    conn.rows.n_rtt += 1
             for tcp_dir in (TO_SERVER, TO_CLIENT):
-                values = [s.rtt_ms for s in group if s.direction == tcp_dir]
-                if values:
-                    conn.rtt_values[tcp_dir].extend(values)
-                    # min() keeps the first of equals, like a running minimum would
-                    low = min(values)
-                    floor = conn.rtt_floor[tcp_dir]
-                    if floor is None or low < floor:
-                        conn.rtt_floor[tcp_dir] = low
+                arrays = parts[tcp_dir]
+                if singles[tcp_dir]:
+                    arrays.append(np.array(singles[tcp_dir], dtype=np.float64))
+                if not arrays:
+                    continue
+                values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+                if not len(values):
+                    continue
+                conn.rtt_values[tcp_dir].frombytes(values.astype(np.float64, copy=False).tobytes())
+                low = float(values.min())  # the running minimum (RTTs are never NaN)
+                floor = conn.rtt_floor[tcp_dir]
+                if floor is None or low < floor:
+                    conn.rtt_floor[tcp_dir] = low
 
     def _close_all(self, summaries: list[ConnectionSummary]) -> None:
         """Closing a connection settles what the TCP layer still held: verdicts on recent
@@ -768,13 +785,13 @@ class CapturePipeline:
                 "burst_id": [e.burst_id for e in ev],
             }))
         if rows.rtt:
-            rs = rows.rtt
+            ts, dirs, rtt, source = _rtt_columns(rows.rtt)
             self.writer.append("rtt_samples", table_from_columns("rtt_samples", {
-                **base(len(rs)),
-                "ts": [s.ts_ns for s in rs],
-                "direction": [DIRECTION_NAMES[s.direction ^ flip] for s in rs],
-                "rtt_ms": [s.rtt_ms for s in rs],
-                "source": [s.source for s in rs],
+                **base(len(ts)),
+                "ts": pa.array(ts, _TS),
+                "direction": pa.array(_DIRECTIONS[dirs ^ flip], pa.string()),
+                "rtt_ms": pa.array(rtt, pa.float64()),
+                "source": pa.array(source, pa.string()),
             }))
         if rows.h2:
             h2 = rows.h2
@@ -1003,6 +1020,34 @@ _TS = pa.timestamp("ns", tz="UTC")
 
 
 _MESSAGE_DIRECTIONS = np.array(MESSAGE_DIRECTION_NAMES, dtype=object)
+_DIRECTIONS = np.array(DIRECTION_NAMES, dtype=object)
+
+
+def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(ts, TCP direction, rtt_ms, source) columns of RttSamples and RttRuns, in order."""
+    ts, dirs, rtt, src = [], [], [], []
+    singles: list[RttSample] = []
+
+    def flush_singles() -> None:
+        if singles:
+            ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
+            dirs.append(np.array([s.direction for s in singles], dtype=np.int64))
+            rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
+            src.append(np.array([s.source for s in singles], dtype=object))
+            singles.clear()
+
+    for it in items:
+        if type(it) is RttRun:
+            flush_singles()
+            n = len(it)
+            ts.append(it.ts_ns)
+            dirs.append(np.full(n, it.direction, dtype=np.int64))
+            rtt.append(it.rtt_ms)
+            src.append(np.full(n, it.source, dtype=object))
+        else:
+            singles.append(it)
+    flush_singles()
+    return tuple(np.concatenate(c) for c in (ts, dirs, rtt, src))  # type: ignore[return-value]
 
 
 def _repeat(value: str, n: int) -> pa.Array:

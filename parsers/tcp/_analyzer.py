@@ -8,9 +8,11 @@ from parsers.records import (
     ChunkRun,
     ConnectionSummary,
     PayloadChunk,
+    RttRun,
     RttSample,
     SegmentBatch,
     TcpEvent,
+    expand_rtts,
     expand_runs,
 )
 from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath, columns
@@ -40,7 +42,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
         self._tomb: dict[tuple, tuple] = {}
         self._closed_info: dict[int, tuple[int, int]] = {}
         self._events: list[TcpEvent] = []
-        self._rtts: list[RttSample] = []
+        self._rtts: list[RttSample | RttRun] = []
         self._done: list[ConnectionSummary] = []
         self._late: list[PayloadChunk] = []
         self._next_key = 1
@@ -119,6 +121,12 @@ class TcpAnalyzer(PacketPath, BulkPath):
 
     def take_events(self) -> tuple[list[TcpEvent], list[RttSample]]:
         """Events and RTT samples produced since the last call."""
+        ev, rt = self.take_events_runs()
+        return ev, expand_rtts(rt)
+
+    def take_events_runs(self) -> tuple[list[TcpEvent], list[RttSample | RttRun]]:
+        """Like :meth:`take_events`, with the bulk path's samples as :class:`RttRun`
+        columns (same samples, same order, once expanded)."""
         ev, rt = self._events, self._rtts
         self._events, self._rtts = [], []
         return ev, rt

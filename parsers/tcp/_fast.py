@@ -16,11 +16,9 @@ there, so both paths give the same result.
 
 from __future__ import annotations
 
-from itertools import repeat
-
 import numpy as np
 
-from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttSample, TcpEvent
+from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
 from parsers.tcp._analysis import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
@@ -360,10 +358,7 @@ class BulkPath:
                 js = jj[ok]
                 out = (TA[ok], TA[ok] - t[js])
                 X.segs.sampled_end = int(en[js[-1]])
-                self._rtts.extend(
-                    map(RttSample, TA[ok].tolist(), repeat(conn.key), repeat(X.idx),
-                        (out[1] / 1e6).tolist(), repeat("data_ack"))
-                )  # fmt: skip
+                self._rtts.append(RttRun(conn.key, X.idx, TA[ok], out[1] / 1e6, "data_ack"))
             keep = en > X.acked
             st, en, t = st[keep], en[keep], t[keep]
         sampled = X.segs.sampled_end
@@ -400,10 +395,7 @@ class BulkPath:
                 ok = (kk < n) & (tv[kc] == e) & (tt[kc] <= et) & later_ok
                 if ok.any():
                     out = (et[ok], et[ok] - tt[kc[ok]])
-                    self._rtts.extend(
-                        map(RttSample, et[ok].tolist(), repeat(key), repeat(X.idx),
-                            (out[1] / 1e6).tolist(), repeat("tsecr"))
-                    )  # fmt: skip
+                    self._rtts.append(RttRun(key, X.idx, et[ok], out[1] / 1e6, "tsecr"))
             last_echo = max(last_echo, int(run[-1]))
         keep = tv > last_echo
         q.set_arrays(tv[keep], tt[keep], ts_[keep], last_echo)
