@@ -29,6 +29,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from parsers.h2 import H2Connection
 from parsers.h2._conn import MessageRow
 from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
@@ -65,6 +67,13 @@ def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
         (m.stream_id, m.direction, m.index, m.ts_ns, m.size, m.compressed, m.end_offset)
         for m in msgs
     ]
+
+
+_NO_COLS = np.zeros((0, 7), dtype=np.int64)
+
+
+def _cols_of(rows: list[MessageRow]) -> np.ndarray:
+    return np.array(rows, dtype=np.int64).reshape(-1, 7)
 
 
 def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:
@@ -236,6 +245,30 @@ class AppSession:
         reqs, rows, evs = self.take_rows()
         ck = self.conn_key
         return reqs, [MessageRecord(ck, *row) for row in rows], evs
+
+    def take_columns(self) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
+        """Like :meth:`take_rows`, with messages as one int64 (n, 7) array of the
+        MessageRow fields (compressed as 0/1): no tuple per message."""
+        reqs, self._requests = self._requests, []
+        parts = []
+        if self._messages:
+            parts.append(_cols_of(_rows_of(self._messages)))
+            self._messages = []
+        evs: list[H2Event] = []
+        if self._h1 is not None:
+            r, m = self._h1.drain()
+            reqs += r
+            if m:
+                parts.append(_cols_of(_rows_of(m)))
+        if self._h2 is not None:
+            r, cols, e = self._h2.drain_columns()
+            reqs += r
+            if len(cols):
+                parts.append(cols)
+            evs = e
+        if not parts:
+            return reqs, _NO_COLS, evs
+        return reqs, parts[0] if len(parts) == 1 else np.concatenate(parts), evs
 
     def take_rows(self) -> tuple[list[RequestRecord], list[MessageRow], list[H2Event]]:
         """Like :meth:`take_records`, with messages as :data:`MessageRow` tuples

@@ -492,7 +492,7 @@ class CapturePipeline:
         self._take_tcp_events()
         for conn in self.conns.values():
             if conn.session is not None:
-                requests, rows, h2_events = conn.session.take_rows()
+                requests, rows, h2_events = conn.session.take_columns()
                 self._take(conn, requests, rows, h2_events)
                 self._resolve_acks(conn, None)
             if len(conn.rows) + conn.rate_buckets() >= FLUSH_CONN_ROWS:
@@ -568,15 +568,19 @@ class CapturePipeline:
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
-        if rows:
+        if len(rows):
             self._take_messages(conn, rows)
         conn.pending_requests.extend(requests)
 
-    def _take_messages(self, conn: _Conn, rows: list[tuple]) -> None:
-        """Session message rows -> per-direction columns waiting for their ACK, with the
-        gap since the previous message of the same stream and direction."""
+    def _take_messages(self, conn: _Conn, rows: list[tuple] | np.ndarray) -> None:
+        """Session message rows (MessageRow tuples or their (n, 7) int64 columns) ->
+        per-direction columns waiting for their ACK, with the gap since the previous
+        message of the same stream and direction."""
         n = len(rows)
-        a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
+        if isinstance(rows, np.ndarray):
+            a = rows
+        else:
+            a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
         sid, dirs, ts = a[:, 0], a[:, 1], a[:, 3]
         key = sid * 2 + dirs
         order = np.argsort(key, kind="stable")

@@ -64,7 +64,7 @@ def _feed_group(s: AppSession, group: list[PayloadChunk], runs: bool) -> None:
             pending.append(c)
 
 
-def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False) -> tuple:
+def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False, cols: bool = False) -> tuple:
     with monkeypatch.context() as m:
         if pure:
             m.setattr(_conn, "_speedups", None)
@@ -77,7 +77,11 @@ def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False
                 continue
             _feed_group(s, chunks[a:z], runs)
             if (z - 1) % 7 == 0:
-                reqs, msgs, evs = s.take_rows()
+                if cols:  # the (n, 7) columns hold the same rows
+                    reqs, a, evs = s.take_columns()
+                    msgs = [(r[0], r[1], r[2], r[3], r[4], r[5] == 1, r[6]) for r in a.tolist()]
+                else:
+                    reqs, msgs, evs = s.take_rows()
                 rows.append((reqs, msgs, [vars_of(e) for e in evs]))
         h2 = s._h2
         state = None
@@ -101,6 +105,8 @@ def _assert_same(chunks: list[PayloadChunk], monkeypatch) -> None:
     assert fast == pure
     assert _run(chunks, False, monkeypatch, runs=True) == fast
     assert _run(chunks, True, monkeypatch, runs=True) == fast
+    assert _run(chunks, False, monkeypatch, runs=True, cols=True) == fast
+    assert _run(chunks, True, monkeypatch, cols=True) == fast
 
 
 def _token_stream(windows: bool, streams: int = 3, tokens: int = 40, seed: int = 1) -> list[PayloadChunk]:

@@ -15,6 +15,8 @@ import os
 import struct
 from functools import partial
 
+import numpy as np
+
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
 from parsers.records import ChunkRun, DecodeIssue, H2Event, MessageRecord, PayloadChunk
 
@@ -50,6 +52,9 @@ from ._streams import Stream
 # (stream_id, direction, index, ts_ns, size, compressed, end_offset): a MessageRecord
 # without its conn_key, as a tuple (one per message on the hot path)
 MessageRow = tuple[int, int, int, int, int, bool, int]
+# A message packed for H2Connection.msg_buf: the MessageRow fields as native int64s
+# (compressed as 0/1), so the C fast path appends bytes and the pipeline reads columns.
+MSG_ROW = struct.Struct("=7q")
 _FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
 
 _CLOSED_KEEP = 4096  # recently closed stream ids remembered to ignore late frames
@@ -157,8 +162,8 @@ class H2Connection:
         self.last_opened = [0, 0]  # highest stream id opened by HEADERS, per id parity
         self.lossy = False
         self.done: list[Stream] = []
-        # messages as MessageRow tuples (TCP direction): cheaper than a record each
-        self.messages: list[MessageRow] = []
+        # messages (TCP direction) packed as MSG_ROW: cheaper than a record or tuple each
+        self.msg_buf = bytearray()
         self.events: list[H2Event] = []
         self.issues: list[DecodeIssue] = []
         self._tmp: list[tuple[int, int, int, int]] = []
@@ -180,7 +185,7 @@ class H2Connection:
             self._issue("h2_orientation_conflict", "bytes disagree on which side is the client")
 
     def held(self) -> int:
-        return len(self.done) + len(self.messages) + len(self.events)
+        return len(self.done) + len(self.msg_buf) // MSG_ROW.size + len(self.events)
 
     def _issue(self, kind: str, msg: str) -> None:
         self.issues.append(DecodeIssue(kind, self._frame_no, msg))
@@ -366,7 +371,7 @@ class H2Connection:
             st.msg_before_end[d] = True
         if msgs[1 - d]:
             st.msg_after_first[d] = True
-        self.messages.append((sid, d, idx, ts, glen, gflag == 1, off_end))
+        self.msg_buf += _pack_msg(sid, d, idx, ts, glen, gflag == 1, off_end)
         msgs[d] = idx + 1
         st.last_msg_ts[d] = ts
         frames = st.data_frames
@@ -436,7 +441,7 @@ class H2Connection:
                         st.msg_before_end[d] = True
                     if st.msgs[1 - d]:
                         st.msg_after_first[d] = True
-                    self.messages.append((sid, d, idx, ts, dl - 5, b[p] == 1, msg_end))
+                    self.msg_buf += _pack_msg(sid, d, idx, ts, dl - 5, b[p] == 1, msg_end)
                     st.msgs[d] = idx + 1
                     st.last_msg_ts[d] = ts
                 else:
@@ -677,14 +682,14 @@ class H2Connection:
         if st.msgs[o]:
             st.msg_after_first[d] = True
         sid = st.sid
-        out = self.messages
+        out = self.msg_buf
         for ts, size, flag, end in tmp:
-            out.append((sid, d, idx, ts, size, bool(flag & 1), end))
+            out += _pack_msg(sid, d, idx, ts, size, flag & 1, end)
             idx += 1
         st.last_msg_ts[d] = tmp[-1][0]
         st.msgs[d] = idx
         tmp.clear()
-        if not self.orient_final and len(out) > _HOLD_LIMIT:
+        if not self.orient_final and len(out) > _HOLD_LIMIT * MSG_ROW.size:
             self._settle_orientation()
 
     def _data_end(self, D: _Dir, d: int, end_off: int, ts: int) -> None:
@@ -1028,18 +1033,31 @@ class H2Connection:
 
     def drain_rows(self, final: bool = False):
         """Like :meth:`drain`, with messages as oriented :data:`MessageRow` tuples."""
+        reqs, cols, evs = self.drain_columns(final)
+        rows = [(r[0], r[1], r[2], r[3], r[4], r[5] == 1, r[6]) for r in cols.tolist()]
+        return reqs, rows, evs
+
+    def drain_columns(self, final: bool = False):
+        """Like :meth:`drain_rows`, with messages as one int64 array of (n, 7) columns
+        (the MessageRow fields, compressed as 0/1)."""
         if not self.orient_final and not final:
-            return [], [], []
+            return [], _NO_ROWS, []
         c = self.client_dir
         reqs = [st.to_record(self.conn_key, c) for st in self.done]
         self.done = []
-        rows, self.messages = self.messages, []
+        buf, self.msg_buf = self.msg_buf, bytearray()
+        cols = np.frombuffer(buf, dtype=np.int64).reshape(-1, 7)
         evs, self.events = self.events, []
         if self.flipped:
-            rows = [(r[0], r[1] ^ 1, r[2], r[3], r[4], r[5], r[6]) for r in rows]
+            cols = cols.copy()
+            cols[:, 1] ^= 1
             for e in evs:
                 e.direction ^= 1
-        return reqs, rows, evs
+        return reqs, cols, evs
 
 
-__all__ = ["H2Connection", "MessageRow"]
+_NO_ROWS = np.zeros((0, 7), dtype=np.int64)
+_pack_msg = MSG_ROW.pack
+
+
+__all__ = ["H2Connection", "MessageRow", "MSG_ROW"]

@@ -194,7 +194,13 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     if (!PyLong_CheckExact(idx) || !PyLong_CheckExact(nframes)) goto done;
     messages = PyObject_GetAttr(conn, s_messages);
     if (messages == NULL) { PyErr_Clear(); goto done; }
-    if (!PyList_CheckExact(messages)) goto done;
+    if (!PyByteArray_CheckExact(messages)) goto done;
+    long long row_vals[7];
+    int ovf = 0;
+    row_vals[3] = PyLong_CheckExact(ts) ? PyLong_AsLongLongAndOverflow(ts, &ovf) : (ovf = 1, 0);
+    if (ovf || (row_vals[3] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
+    row_vals[2] = PyLong_AsLongLongAndOverflow(idx, &ovf);
+    if (ovf || (row_vals[2] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
 
     /* ---- from here on the chunk is ours: apply what the Python fast path does ---- */
     ret = -1;
@@ -204,7 +210,6 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto done;
     Py_INCREF(idx); /* msgs[d] is replaced below */
     int idx_zero = PyLong_AsLongLong(idx) == 0;
-    PyObject *row = NULL;
     if (idx_zero) {
         Py_INCREF(ts);
         if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) goto fail_idx;
@@ -220,26 +225,16 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
         Py_INCREF(Py_True);
         if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto fail_idx;
     }
-    row = PyTuple_New(7);
-    if (row == NULL) goto fail_idx;
-    Py_INCREF(sid_obj);
-    PyTuple_SET_ITEM(row, 0, sid_obj);
-    PyTuple_SET_ITEM(row, 1, PyLong_FromLongLong(d));
-    PyTuple_SET_ITEM(row, 2, idx); /* takes the reference from above */
-    Py_INCREF(ts);
-    PyTuple_SET_ITEM(row, 3, ts);
-    PyTuple_SET_ITEM(row, 4, PyLong_FromUnsignedLong(glen));
-    PyObject *comp = gflag == 1 ? Py_True : Py_False;
-    Py_INCREF(comp);
-    PyTuple_SET_ITEM(row, 5, comp);
-    PyTuple_SET_ITEM(row, 6, PyLong_FromLongLong(off_end));
-    if (PyTuple_GET_ITEM(row, 1) == NULL || PyTuple_GET_ITEM(row, 4) == NULL || PyTuple_GET_ITEM(row, 6) == NULL) {
-        Py_DECREF(row);
-        goto done;
-    }
-    int app = PyList_Append(messages, row);
-    Py_DECREF(row);
-    if (app < 0) goto done;
+    /* the message row, packed as H2Connection.msg_buf wants it (MSG_ROW: native int64s) */
+    row_vals[0] = (long long)sid;
+    row_vals[1] = d;
+    row_vals[4] = (long long)glen;
+    row_vals[5] = gflag == 1;
+    row_vals[6] = off_end;
+    Py_DECREF(idx); /* only its value was needed */
+    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
+    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) goto done;
+    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
     if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
     Py_INCREF(ts);
     if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto done;
@@ -499,7 +494,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1
 
 PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_dirs, "dirs"); INTERN(s_streams, "streams"); INTERN(s_flows, "flows");
-    INTERN(s_messages, "messages"); INTERN(s_frame_no_attr, "_frame_no"); INTERN(s_feed_chunk, "feed_chunk");
+    INTERN(s_messages, "msg_buf"); INTERN(s_frame_no_attr, "_frame_no"); INTERN(s_feed_chunk, "feed_chunk");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }
