@@ -157,3 +157,20 @@ def test_header_table_size_setting_via_session() -> None:
     (q,) = r.requests
     assert q.headers_known and q.grpc_status == 0
     assert not r.issues
+
+
+def test_repeated_blocks_decode_from_cache_only_while_the_table_is_unchanged():
+    enc = Encoder()
+    dec = TolerantDecoder()
+    first = enc.encode([(":status", "200"), ("x-model", "a")])
+    again = enc.encode([(":status", "200"), ("x-model", "a")])  # indexed: no table change
+    assert dec.decode(first).as_dict() == {":status": "200", "x-model": "a"}
+    b1, b2 = dec.decode(again), dec.decode(again)
+    assert b1 is not b2 and b1.fields == b2.fields and b1.as_dict() == {":status": "200", "x-model": "a"}
+    b1.fields.append(("mutated", "by caller"))
+    assert dec.decode(again).fields == b2.fields  # callers never share the cached block
+    # a new entry shifts the dynamic indexes: the same bytes now name another field
+    dec.decode(_lit_incremental(58, b"zzz"))  # user-agent: zzz, inserted at 62
+    assert dec.decode(again).as_dict() == {":status": "200", "user-agent": "zzz"}
+    dec.lose_context()
+    assert dec.decode(again).unknown == 1

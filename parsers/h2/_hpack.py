@@ -22,6 +22,8 @@ from hpack.table import HeaderTable
 STATIC_TABLE = HeaderTable.STATIC_TABLE
 STATIC_LEN = len(STATIC_TABLE)
 DEFAULT_TABLE_SIZE = 4096
+_CACHE_BLOCKS = 64  # cached decoded blocks per direction (bounded memory)
+_CACHE_BLOCK = 2048  # longer blocks are not cached
 
 
 class DecodedBlock:
@@ -34,6 +36,14 @@ class DecodedBlock:
         self.unknown = 0  # fields whose name (or name and value) could not be known
         self.unknown_indexes: list[int] = []
         self.error: str | None = None  # set when the block itself was malformed
+
+    def copy(self) -> DecodedBlock:
+        out = DecodedBlock()
+        out.fields = list(self.fields)
+        out.unknown = self.unknown
+        out.unknown_indexes = list(self.unknown_indexes)
+        out.error = self.error
+        return out
 
     def as_dict(self) -> dict[str, str]:
         """Known fields; repeated names are joined with ', ' (cookie with '; ')."""
@@ -64,7 +74,10 @@ STATIC_TEXT = tuple((_text(n), _text(v)) for n, v in STATIC_TABLE)
 class TolerantDecoder:
     """HPACK decoder for one direction's header blocks."""
 
-    __slots__ = ("entries", "size", "max_size", "max_allowed", "complete", "size_exact")
+    __slots__ = (
+        "entries", "size", "max_size", "max_allowed", "complete", "size_exact", "_gen", "_cache",
+        "_cache_gen",
+    )  # fmt: skip
 
     def __init__(self, complete: bool = True) -> None:
         # (name or None, value or None, size) newest first
@@ -75,10 +88,17 @@ class TolerantDecoder:
         # complete: we saw the connection start, so the table has no unknown tail
         self.complete = complete
         self.size_exact = True
+        # Decoded blocks that changed nothing, by their bytes: valid while the dynamic
+        # table is unchanged (_gen counts its changes). Steady-state streams repeat the
+        # same all-indexed blocks, which then decode once.
+        self._gen = 0
+        self._cache: dict[bytes, DecodedBlock] = {}
+        self._cache_gen = 0
 
     def lose_context(self) -> None:
         """Bytes of this direction were lost (or never seen): any entries may have been
         inserted since, so everything we hold may sit at other indexes now."""
+        self._gen += 1
         self.entries.clear()
         self.size = 0
         self.complete = False
@@ -90,6 +110,7 @@ class TolerantDecoder:
             self._resize(value)
 
     def _resize(self, new_max: int) -> None:
+        self._gen += 1
         self.max_size = new_max
         self._evict()
 
@@ -102,6 +123,7 @@ class TolerantDecoder:
             self.size = 0
 
     def _insert(self, name: str | None, value: str | None, nlen: int, vlen: int) -> None:
+        self._gen += 1
         size = 32 + nlen + vlen
         if size > self.max_size:
             self.entries.clear()
@@ -123,6 +145,20 @@ class TolerantDecoder:
     def decode(self, data: bytes | bytearray | memoryview) -> DecodedBlock:
         """Decode a complete header block. Never raises: malformed input sets
         ``block.error`` and drops the dynamic context (alignment is unknown after it)."""
+        key = bytes(data)
+        if self._cache_gen != self._gen:
+            self._cache.clear()
+            self._cache_gen = self._gen
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit.copy()
+        gen = self._gen
+        out = self._decode(data)
+        if self._gen == gen and out.error is None and len(key) <= _CACHE_BLOCK and len(self._cache) < _CACHE_BLOCKS:
+            self._cache[key] = out.copy()
+        return out
+
+    def _decode(self, data: bytes | bytearray | memoryview) -> DecodedBlock:
         out = DecodedBlock()
         mv = memoryview(data)
         n = len(mv)

@@ -109,13 +109,41 @@ static inline PyObject *pair_slot(PyObject *st, int i) {
     return (v != NULL && PyList_CheckExact(v) && PyList_GET_SIZE(v) == 2) ? v : NULL;
 }
 
+/* The connection's attributes the fast case reads, fetched once for a stretch of fast
+ * chunks (new references, NULL: not fetched yet) and dropped whenever Python code ran
+ * in between (it may rebind them), plus the last stream id as an int object. */
+typedef struct {
+    PyObject *dirs, *streams, *flows, *msgs, *sid_obj;
+    unsigned long sid;
+} ctx_t;
+
+static void ctx_clear(ctx_t *c) {
+    Py_CLEAR(c->dirs);
+    Py_CLEAR(c->streams);
+    Py_CLEAR(c->flows);
+    Py_CLEAR(c->msgs);
+    Py_CLEAR(c->sid_obj);
+}
+
+/* conn.<name> into *slot unless already there; 0 ok, -1 missing (no error set) */
+static inline int ctx_get(PyObject *conn, PyObject *name, PyObject **slot) {
+    if (*slot != NULL) return 0;
+    *slot = PyObject_GetAttr(conn, name);
+    if (*slot == NULL) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 /* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
- * `offset`, times as int objects), for a chunk without gap_before.
+ * `offset`, time as an int object), for a chunk without gap_before. frame_no (an int
+ * object) goes to conn._frame_no; NULL leaves that to the caller.
  * 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
-static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_ssize_t n,
-                        long long offset, PyObject *ts, PyObject *frame_no) {
+static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b,
+                        Py_ssize_t n, long long offset, PyObject *ts, PyObject *frame_no) {
     int ret = 0;
-    PyObject *dirs = NULL, *streams = NULL, *flows = NULL, *messages = NULL, *sid_obj = NULL;
+    PyObject *dirs, *streams, *flows, *messages, *sid_obj;
     PyObject *lists[S_N];
     long long base, max_len, left, fs_conn = 0, w = 0, dframes;
     int has_w = 0;
@@ -131,8 +159,8 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     if (flags & 0x01) return 0; /* END_STREAM: the Python path ends the stream */
     if (gflag >= 0x80 || (long long)glen + 5 != length) return 0;
 
-    dirs = PyObject_GetAttr(conn, s_dirs);
-    if (dirs == NULL) { PyErr_Clear(); goto done; }
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) goto done;
+    dirs = ctx->dirs;
     if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) goto done;
     PyObject *D = PyTuple_GET_ITEM(dirs, d);
     if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True) goto done;
@@ -144,11 +172,16 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
         goto done;
     }
     if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) goto done;
-    streams = PyObject_GetAttr(conn, s_streams);
-    if (streams == NULL) { PyErr_Clear(); goto done; }
+    if (ctx_get(conn, s_streams, &ctx->streams) < 0) goto done;
+    streams = ctx->streams;
     if (!PyDict_CheckExact(streams)) goto done;
-    sid_obj = PyLong_FromUnsignedLong(sid);
-    if (sid_obj == NULL) { ret = -1; goto done; }
+    if (ctx->sid_obj == NULL || ctx->sid != sid) {
+        Py_CLEAR(ctx->sid_obj);
+        ctx->sid_obj = PyLong_FromUnsignedLong(sid);
+        if (ctx->sid_obj == NULL) { ret = -1; goto done; }
+        ctx->sid = sid;
+    }
+    sid_obj = ctx->sid_obj;
     PyObject *st = PyDict_GetItemWithError(streams, sid_obj);
     if (st == NULL) { PyErr_Clear(); goto done; }
     if (Py_TYPE(st) != stream_type) goto done;
@@ -162,8 +195,8 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     PyObject *hdr = SLOT(sp, g_off[G_HDR]);
     if (hdr == NULL || !PyByteArray_CheckExact(hdr) || PyByteArray_GET_SIZE(hdr) != 0) goto done;
     /* flow control: a new block (window reaching zero) is left to the Python path */
-    flows = PyObject_GetAttr(conn, s_flows);
-    if (flows == NULL) { PyErr_Clear(); goto done; }
+    if (ctx_get(conn, s_flows, &ctx->flows) < 0) goto done;
+    flows = ctx->flows;
     if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) goto done;
     PyObject *fs = PyTuple_GET_ITEM(flows, d);
     if (Py_TYPE(fs) != flow_type) goto done;
@@ -192,8 +225,8 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     PyObject *idx = PyList_GET_ITEM(lists[S_MSGS], d);
     PyObject *nframes = PyList_GET_ITEM(lists[S_DATA_FRAMES], d);
     if (!PyLong_CheckExact(idx) || !PyLong_CheckExact(nframes)) goto done;
-    messages = PyObject_GetAttr(conn, s_messages);
-    if (messages == NULL) { PyErr_Clear(); goto done; }
+    if (ctx_get(conn, s_messages, &ctx->msgs) < 0) goto done;
+    messages = ctx->msgs;
     if (!PyByteArray_CheckExact(messages)) goto done;
     long long row_vals[7];
     int ovf = 0;
@@ -205,7 +238,7 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
     /* ---- from here on the chunk is ours: apply what the Python fast path does ---- */
     ret = -1;
     long long off_end = base + n;
-    if (PyObject_SetAttr(conn, s_frame_no_attr, frame_no) < 0) goto done;
+    if (frame_no != NULL && PyObject_SetAttr(conn, s_frame_no_attr, frame_no) < 0) goto done;
     if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto done;
     if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto done;
     Py_INCREF(idx); /* msgs[d] is replaced below */
@@ -264,11 +297,6 @@ static int try_fast_raw(PyObject *conn, long long d, const unsigned char *b, Py_
 fail_idx:
     Py_DECREF(idx);
 done:
-    Py_XDECREF(dirs);
-    Py_XDECREF(streams);
-    Py_XDECREF(flows);
-    Py_XDECREF(messages);
-    Py_XDECREF(sid_obj);
     return ret;
 }
 
@@ -284,8 +312,11 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     PyObject *ts = SLOT(chunk, c_off[C_TS_NS]);
     PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
     if (ts == NULL || frame_no == NULL) return 0;
-    return try_fast_raw(conn, d, (const unsigned char *)PyBytes_AS_STRING(data),
-                        PyBytes_GET_SIZE(data), offset, ts, frame_no);
+    ctx_t ctx = {NULL, NULL, NULL, NULL, NULL, 0};
+    int r = try_fast_raw(conn, &ctx, d, (const unsigned char *)PyBytes_AS_STRING(data),
+                         PyBytes_GET_SIZE(data), offset, ts, frame_no);
+    ctx_clear(&ctx);
+    return r;
 }
 
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
@@ -321,6 +352,11 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     const unsigned char *buf = (const unsigned char *)bv.buf;
     Py_ssize_t n = rv.shape[0];
     PyObject *ret = NULL;
+    ctx_t ctx = {NULL, NULL, NULL, NULL, NULL, 0};
+    /* conn._frame_no of the last row handled in C, set once at the end (no Python code
+     * reads it between fast rows; a fallback row sets its own) */
+    long long last_fno = 0;
+    int fno_pending = 0;
     for (Py_ssize_t i = first < 0 ? 0 : first; i < n; i++) {
         const long long *row = r + 6 * i;
         long long a = row[4], z = row[5];
@@ -329,14 +365,20 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             goto out;
         }
         PyObject *ts = PyLong_FromLongLong(row[1]);
-        PyObject *fno = PyLong_FromLongLong(row[2]);
-        if (ts == NULL || fno == NULL) {
-            Py_XDECREF(ts);
-            Py_XDECREF(fno);
-            goto out;
-        }
-        int fast = try_fast_raw(conn, row[0], buf + a, (Py_ssize_t)(z - a), row[3], ts, fno);
-        if (fast == 0) {
+        if (ts == NULL) goto out;
+        int fast = try_fast_raw(conn, &ctx, row[0], buf + a, (Py_ssize_t)(z - a), row[3], ts, NULL);
+        PyObject *fno = NULL;
+        if (fast == 1) {
+            last_fno = row[2];
+            fno_pending = 1;
+        } else if (fast == 0) {
+            fno_pending = 0;
+            ctx_clear(&ctx); /* Python code runs: it may rebind what ctx holds */
+            fno = PyLong_FromLongLong(row[2]);
+            if (fno == NULL) {
+                Py_DECREF(ts);
+                goto out;
+            }
             PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, row[0],
                                                     (const char *)(buf + a), (Py_ssize_t)(z - a), ts, fno,
                                                     row[3], 0);
@@ -350,12 +392,21 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             }
         }
         Py_DECREF(ts);
-        Py_DECREF(fno);
+        Py_XDECREF(fno);
         if (fast < 0) goto out;
+    }
+    if (fno_pending) {
+        PyObject *fno = PyLong_FromLongLong(last_fno);
+        if (fno == NULL || PyObject_SetAttr(conn, s_frame_no_attr, fno) < 0) {
+            Py_XDECREF(fno);
+            goto out;
+        }
+        Py_DECREF(fno);
     }
     ret = Py_None;
     Py_INCREF(ret);
 out:
+    ctx_clear(&ctx);
     PyBuffer_Release(&rv);
     PyBuffer_Release(&bv);
     return ret;
