@@ -21,8 +21,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import chain, groupby, repeat
-from operator import attrgetter, sub, truediv
+from itertools import chain, groupby
+from operator import attrgetter
 from pathlib import Path
 
 import numpy as np
@@ -892,24 +892,15 @@ class CapturePipeline:
         # the columns copied from the records, in one C-level pass
         passthrough = list(zip(*(_PASSTHROUGH_OF(row[0]) for row in rows), strict=True))
         cols: dict[str, list] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
-        throttled, ttft, latency, p50, p99, max_gap, ttft_est, latency_est = ([] for _ in range(8))
-        for r, times, first_acked, end_acked, floor_ms in rows:
+        throttled, ttft, latency, ttft_est, latency_est = ([] for _ in range(5))
+        p50, p99, max_gap = _gap_stats([row[1] for row in rows])
+        for r, _times, first_acked, end_acked, floor_ms in rows:
             throttled.append((r.http_status in APP_THROTTLE_HTTP) or (r.grpc_status in APP_THROTTLE_GRPC))
             start = r.request_start
             ttft_from = r.request_end if r.request_end is not None else start
             last = r.end if r.end is not None else r.last_message
             ttft.append(_ms(ttft_from, r.first_message))
             latency.append(_ms(start, last))
-            if len(times) > 1:
-                # (b - a) / 1e6 for consecutive times, iterated in C
-                gaps = sorted(map(truediv, map(sub, times[1:], times[:-1]), repeat(1e6)))
-                p50.append(_quantile(gaps, 0.50))
-                p99.append(_quantile(gaps, 0.99))
-                max_gap.append(gaps[-1])
-            else:
-                p50.append(None)
-                p99.append(None)
-                max_gap.append(None)
             # Client-side estimates. The client sent the request half an RTT (capture point
             # <-> client, at its floor) before the capture saw it, and received each response
             # half an RTT before its ACK reached the capture point: the two shifts cancel in
@@ -1087,6 +1078,36 @@ def _sent_runs_py(chunks: list) -> zip:
     buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
     lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
     return _sent_groups(cd, buckets, lens)
+
+
+def _gap_stats(times: list[list[int]]) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """p50, p99 and max of the gaps (ms) between consecutive times of each list, for all
+    lists at once (null for fewer than two times): the numbers :func:`_quantile` gives on
+    each sorted list, with the same float operations."""
+    n = len(times)
+    counts = np.fromiter(map(len, times), dtype=np.int64, count=n)
+    k = np.maximum(counts - 1, 0)  # gaps per list
+    has = k > 0
+    total = int(counts.sum())
+    out = [np.full(n, np.nan) for _ in range(3)]
+    if has.any():
+        t = np.fromiter(chain.from_iterable(times), dtype=np.int64, count=total)
+        owner = np.repeat(np.arange(n), counts)
+        inside = owner[1:] == owner[:-1]  # consecutive times of the same list
+        gaps = (t[1:] - t[:-1])[inside] / 1e6
+        gowner = owner[1:][inside]
+        order = np.lexsort((gaps, gowner))
+        g = gaps[order]
+        first = np.concatenate(([0], np.cumsum(k)[:-1]))[has]  # each list's first gap in g
+        kk = k[has]
+        for j, q in enumerate((0.50, 0.99)):
+            pos = q * (kk - 1)
+            lo = pos.astype(np.int64)
+            hi = np.minimum(lo + 1, kk - 1)
+            a, b = g[first + lo], g[first + hi]
+            out[j][has] = a + (b - a) * (pos - lo)
+        out[2][has] = g[first + kk - 1]
+    return tuple(pa.array(v, pa.float64(), mask=~has) for v in out)  # type: ignore[return-value]
 
 
 def _quantile(ordered: list[float], q: float) -> float:

@@ -35,3 +35,26 @@ def test_run_sent_counts_like_chunks():
     chunks: list[PayloadChunk] = expand_runs(runs)  # type: ignore[arg-type]
     assert sorted(_run_sent(runs)) == sorted(_sent_runs_py(chunks))
     assert chunks[1].data == bytes(range(10, 30)) and chunks[2].stream_offset == 10
+
+
+def test_gap_stats_match_the_per_request_quantiles():
+    import random
+
+    from telemetry.ingest import _gap_stats, _quantile
+
+    rnd = random.Random(5)
+    lists: list[list[int]] = [[], [7], [1, 1], [5, 9], [3, 1, 4]]  # ties, order as seen
+    for _ in range(300):
+        t = 1_760_000_000_000_000_000 + rnd.randrange(10**9)
+        times = [t]
+        for _k in range(rnd.choice((0, 1, 2, 5, 60, 200))):
+            t += rnd.choice((0, 1, 999, rnd.randrange(10**8)))
+            times.append(t)
+        lists.append(times)
+    p50, p99, mx = (a.to_pylist() for a in _gap_stats(lists))
+    for i, times in enumerate(lists):
+        if len(times) < 2:
+            assert p50[i] is None and p99[i] is None and mx[i] is None
+            continue
+        gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
+        assert (p50[i], p99[i], mx[i]) == (_quantile(gaps, 0.5), _quantile(gaps, 0.99), gaps[-1])
