@@ -16,7 +16,6 @@ import hashlib
 import os
 import time
 from array import array
-from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -322,6 +321,47 @@ class _Msgs:
         return _Msgs(*(np.concatenate([getattr(p, f) for p in parts]) for f in _MSG_FIELDS))
 
 
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class _Rates:
+    """flow_rates buckets of one TCP direction not written yet, as sorted columns: bytes
+    and segments sent (zero when none) and the highest acked offset (-1: no ACK progress
+    in that bucket). A bucket is kept when it saw either."""
+
+    bucket: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    sent_bytes: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    sent_pkts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    acked: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+
+    def __len__(self) -> int:
+        return len(self.bucket)
+
+    def counted(self) -> int:
+        """Buckets with bytes sent plus buckets with ACK progress."""
+        return int((self.sent_pkts > 0).sum()) + int((self.acked >= 0).sum())
+
+    def add(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
+        """Fold rows in (any order, repeated buckets allowed): sums sent, max acked."""
+        b = np.concatenate((self.bucket, bucket))
+        order = np.argsort(b, kind="stable")
+        b = b[order]
+        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1]))) if len(b) else _EMPTY_I64
+        self.bucket = b[starts]
+        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts) if len(b) else _EMPTY_I64
+        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts) if len(b) else _EMPTY_I64
+        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts) if len(b) else _EMPTY_I64
+
+    def take(self, upto: int | None) -> _Rates:
+        """Remove and return the buckets before ``upto`` (all of them: None)."""
+        k = len(self.bucket) if upto is None else int(np.searchsorted(self.bucket, upto, side="left"))
+        out = _Rates(self.bucket[:k], self.sent_bytes[:k], self.sent_pkts[:k], self.acked[:k])
+        self.bucket, self.sent_bytes = self.bucket[k:], self.sent_bytes[k:]
+        self.sent_pkts, self.acked = self.sent_pkts[k:], self.acked[k:]
+        return out
+
+
 @dataclass
 class _ConnRows:
     """Rows of one connection not yet handed to the writer."""
@@ -353,9 +393,8 @@ class _Conn:
     rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
     rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
     requests: int = 0
-    # flow_rates, per TCP direction: bucket -> (new bytes, segments); bucket -> highest acked offset
-    sent: tuple[dict[int, tuple[int, int]], dict[int, tuple[int, int]]] = field(default_factory=lambda: ({}, {}))
-    acked: tuple[dict[int, int], dict[int, int]] = field(default_factory=lambda: ({}, {}))
+    # flow_rates, per TCP direction: new bytes, segments and highest acked offset per bucket
+    rates: tuple[_Rates, _Rates] = field(default_factory=lambda: (_Rates(), _Rates()))
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
     # highest acked offset of the last flow_rates bucket written (rows written while open)
     prev_acked: list[int | None] = field(default_factory=lambda: [None, None])
@@ -371,9 +410,8 @@ class _Conn:
         buckets = new_ts // RATE_BUCKET_NS
         # last entry of each bucket holds its highest offset (progress is non-decreasing)
         last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
-        acked = self.acked[tcp_direction]
-        for b, off in zip(buckets[last].tolist(), new_off[last].tolist(), strict=True):
-            acked[b] = max(acked.get(b, off), off)
+        zeros = np.zeros(len(last), dtype=np.int64)
+        self.rates[tcp_direction].add(buckets[last], zeros, zeros, new_off[last].astype(np.int64))
         self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
 
     @property
@@ -384,7 +422,7 @@ class _Conn:
         return self.rtt_floor[tcp_direction]
 
     def rate_buckets(self) -> int:
-        return sum(len(x) for x in self.sent) + sum(len(x) for x in self.acked)
+        return self.rates[0].counted() + self.rates[1].counted()
 
 
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
@@ -548,22 +586,21 @@ class CapturePipeline:
 
     def _count_sent(self, chunks: list) -> None:
         """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
-        conns = self.conns
         runs = [c for c in chunks if type(c) is ChunkRun]
-        if runs:
-            chunks = [c for c in chunks if type(c) is not ChunkRun]
-            for k, b, nbytes, npk in _run_sent(runs):
-                sent = conns[k >> 1].sent[k & 1]
-                got = sent.get(b)
-                sent[b] = (got[0] + nbytes, got[1] + npk) if got else (nbytes, npk)
-            if not chunks:
-                return
-        totals = _sent_runs(chunks, RATE_BUCKET_NS) if _sent_runs is not None else None
-        runs = _sent_runs_py(chunks) if totals is None else ((k, b, *v) for (k, b), v in totals.items())
-        for k, b, nbytes, npk in runs:
-            sent = conns[k >> 1].sent[k & 1]
-            got = sent.get(b)
-            sent[b] = (got[0] + nbytes, got[1] + npk) if got else (nbytes, npk)
+        singles = [c for c in chunks if type(c) is not ChunkRun] if len(runs) < len(chunks) else []
+        parts = [_run_sent(runs)] if runs else []
+        if singles:
+            parts.append(_chunk_sent(singles))
+        cd, buckets, nbytes, npkts = (np.concatenate(c) for c in zip(*parts, strict=True))
+        order = np.argsort(cd, kind="stable")
+        cd, buckets, nbytes, npkts = cd[order], buckets[order], nbytes[order], npkts[order]
+        cuts = np.flatnonzero(cd[1:] != cd[:-1]) + 1
+        starts = np.concatenate(([0], cuts)).tolist()
+        stops = np.concatenate((cuts, [len(cd)])).tolist()
+        conns = self.conns
+        for a, z in zip(starts, stops, strict=True):
+            k = int(cd[a])
+            conns[k >> 1].rates[k & 1].add(buckets[a:z], nbytes[a:z], npkts[a:z], np.full(z - a, -1, dtype=np.int64))
 
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
@@ -839,21 +876,17 @@ class CapturePipeline:
             return
         parts: list[dict[str, object]] = []
         for tcp_dir in (TO_SERVER, TO_CLIENT):
-            sent, acked = conn.sent[tcp_dir], conn.acked[tcp_dir]
-            if not sent and not acked:
+            rates = conn.rates[tcp_dir]
+            if not len(rates):
                 continue
-            buckets = sorted(sent.keys() | acked.keys())
-            if not final:
-                buckets = buckets[: bisect_left(buckets, upto)]
-            if not buckets:
+            done = rates.take(None if final else upto)
+            n = len(done)
+            if not n:
                 continue
-            n = len(buckets)
-            got = np.array([sent.get(b, (0, 0)) for b in buckets], dtype=np.int64).reshape(n, 2)
-            offs = [acked.get(b) for b in buckets]
             # bytes_acked: a bucket's highest acked offset minus the previous bucket's that
             # had one (carried over from rows already written), never negative
-            has = np.array([o is not None for o in offs], dtype=bool)
-            values = np.array([o for o in offs if o is not None], dtype=np.int64)
+            has = done.acked >= 0
+            values = done.acked[has]
             delta = np.zeros(n, dtype=np.int64)
             if len(values):
                 prev = np.empty(len(values), dtype=np.int64)
@@ -863,19 +896,12 @@ class CapturePipeline:
                 delta[has] = np.maximum(values - prev, 0)
                 conn.prev_acked[tcp_dir] = int(values[-1])
             parts.append({
-                "ts": np.array(buckets, dtype=np.int64) * RATE_BUCKET_NS,
+                "ts": done.bucket * RATE_BUCKET_NS,
                 "direction": _repeat(DIRECTION_NAMES[tcp_dir ^ conn.flip], n),
-                "bytes_sent": got[:, 0],
-                "packets_sent": got[:, 1],
+                "bytes_sent": done.sent_bytes,
+                "packets_sent": done.sent_pkts,
                 "bytes_acked": delta,
             })
-            if final:
-                sent.clear()
-                acked.clear()
-            else:
-                for b in buckets:
-                    sent.pop(b, None)
-                    acked.pop(b, None)
         if parts:
             cols: dict[str, object] = {
                 "ts": pa.array(np.concatenate([p["ts"] for p in parts]), _TS),
@@ -1053,11 +1079,25 @@ def _repeat(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
-def _run_sent(runs: list[ChunkRun]) -> zip:
-    """(conn_key * 2 + direction, bucket, bytes, chunks) per group over ChunkRuns."""
+def _run_sent(runs: list[ChunkRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(conn_key * 2 + direction, bucket, bytes, 1) per chunk of ChunkRuns, as columns."""
     rows = np.concatenate([r.rows for r in runs]) if len(runs) > 1 else runs[0].rows
     keys = np.concatenate([np.full(len(r), r.conn_key * 2, dtype=np.int64) for r in runs])
-    return _sent_groups(keys + rows[:, 0], rows[:, 1] // RATE_BUCKET_NS, rows[:, 5] - rows[:, 4])
+    return keys + rows[:, 0], rows[:, 1] // RATE_BUCKET_NS, rows[:, 5] - rows[:, 4], np.ones(len(rows), dtype=np.int64)
+
+
+def _chunk_sent(chunks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What :func:`_run_sent` gives, for PayloadChunks (summed per group where the C
+    extension does it)."""
+    totals = _sent_runs(chunks, RATE_BUCKET_NS) if _sent_runs is not None else None
+    if totals is None:
+        cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
+        buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
+        lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
+        return cd, buckets, lens, np.ones(len(chunks), dtype=np.int64)
+    keys = np.array(list(totals.keys()), dtype=np.int64).reshape(-1, 2)
+    vals = np.array(list(totals.values()), dtype=np.int64).reshape(-1, 2)
+    return keys[:, 0], keys[:, 1], vals[:, 0], vals[:, 1]
 
 
 def _sent_groups(cd: np.ndarray, buckets: np.ndarray, lens: np.ndarray) -> zip:

@@ -33,7 +33,11 @@ def test_run_sent_counts_like_chunks():
     )
     runs = [ChunkRun(3, rows, buf), ChunkRun(4, rows[:2].copy(), buf)]
     chunks: list[PayloadChunk] = expand_runs(runs)  # type: ignore[arg-type]
-    assert sorted(_run_sent(runs)) == sorted(_sent_runs_py(chunks))
+    totals: dict = {}
+    for k, b, nbytes, count in zip(*(c.tolist() for c in _run_sent(runs)), strict=True):
+        got = totals.get((k, b), (0, 0))
+        totals[(k, b)] = (got[0] + nbytes, got[1] + count)
+    assert totals == {(k, b): (nbytes, count) for k, b, nbytes, count in _sent_runs_py(chunks)}
     assert chunks[1].data == bytes(range(10, 30)) and chunks[2].stream_offset == 10
 
 
@@ -58,3 +62,44 @@ def test_gap_stats_match_the_per_request_quantiles():
             continue
         gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
         assert (p50[i], p99[i], mx[i]) == (_quantile(gaps, 0.5), _quantile(gaps, 0.99), gaps[-1])
+
+
+def test_rates_fold_like_the_bucket_dicts():
+    import random
+
+    from telemetry.ingest import _Rates
+
+    rnd = random.Random(3)
+    r = _Rates()
+    sent: dict[int, tuple[int, int]] = {}
+    acked: dict[int, int] = {}
+    written = []
+    for step in range(40):
+        n = rnd.randrange(0, 30)
+        b = np.array([rnd.randrange(step, step + 20) for _ in range(n)], np.int64)
+        if rnd.random() < 0.5:
+            nb = np.array([rnd.randrange(1, 1500) for _ in range(n)], np.int64)
+            r.add(b, nb, np.ones(n, np.int64), np.full(n, -1, np.int64))
+            for x, y in zip(b.tolist(), nb.tolist(), strict=True):
+                got = sent.get(x, (0, 0))
+                sent[x] = (got[0] + y, got[1] + 1)
+        else:
+            off = np.array([rnd.randrange(0, 10**6) for _ in range(n)], np.int64)
+            z = np.zeros(n, np.int64)
+            r.add(b, z, z, off)
+            for x, y in zip(b.tolist(), off.tolist(), strict=True):
+                acked[x] = max(acked.get(x, y), y)
+        assert r.counted() == len(sent) + len(acked)
+        if step % 7 == 6:
+            upto = step + 5
+            done = r.take(upto)
+            keys = sorted(k for k in sent.keys() | acked.keys() if k < upto)
+            assert done.bucket.tolist() == keys
+            assert done.sent_bytes.tolist() == [sent.get(k, (0, 0))[0] for k in keys]
+            assert done.sent_pkts.tolist() == [sent.get(k, (0, 0))[1] for k in keys]
+            assert done.acked.tolist() == [acked.get(k, -1) for k in keys]
+            for k in keys:
+                sent.pop(k, None)
+                acked.pop(k, None)
+            written += keys
+    assert written
