@@ -96,6 +96,10 @@ def analyze(
 
     Re-running on the same file does not duplicate rows (the file's content hash is the key).
     """
+    from telemetry.capture_id import prefetch
+
+    if jobs == 1:
+        prefetch(captures)  # the files' hashes run while the pipeline's modules import
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
     from telemetry.store import Store, StoreError, clean_staging
 

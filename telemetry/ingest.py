@@ -48,6 +48,7 @@ from parsers.records import (
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from telemetry import __version__
+from telemetry.capture_id import capture_id_of
 from telemetry.store import CaptureWriter, Store, table_from_columns
 
 CHUNK_BYTES = 4 << 20
@@ -83,15 +84,6 @@ class IngestResult:
 
 class InputError(Exception):
     """The file cannot be read as a capture; the message names the file and the place."""
-
-
-def capture_id_of(path: Path) -> str:
-    """Content hash of the file as stored on disk (the idempotency key)."""
-    digest = hashlib.blake2b(digest_size=16)
-    with open(path, "rb") as fh:
-        while block := fh.read(CHUNK_BYTES):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _open(path: Path):
@@ -657,12 +649,11 @@ class CapturePipeline:
                 # response times per stream, one extend per stream (order kept within each)
                 times = conn.response_times
                 by_sid = np.argsort(block.sid, kind="stable")
-                sids, ts_sorted = block.sid[by_sid], block.ts[by_sid]
-                cuts = np.flatnonzero(sids[1:] != sids[:-1]) + 1
-                for s_id, part in zip(
-                    sids[np.concatenate(([0], cuts))].tolist(), np.split(ts_sorted, cuts), strict=True
-                ):
-                    times[s_id].extend(part.tolist())
+                sids, ts_sorted = block.sid[by_sid], block.ts[by_sid].tolist()
+                cuts = (np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist()
+                starts = [0, *cuts]
+                for s_id, a, z in zip(sids[starts].tolist(), starts, [*cuts, len(ts_sorted)], strict=True):
+                    times[s_id].extend(ts_sorted[a:z])
 
     # -- ACK times ---------------------------------------------------------------------
     def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
@@ -826,13 +817,13 @@ class CapturePipeline:
                 "burst_id": [e.burst_id for e in ev],
             }))
         if rows.rtt:
-            ts, dirs, rtt, source = _rtt_columns(rows.rtt)
+            ts, dirs, rtt, source, sources = _rtt_columns(rows.rtt)
             self.writer.append("rtt_samples", table_from_columns("rtt_samples", {
                 **base(len(ts)),
                 "ts": pa.array(ts, _TS),
-                "direction": pa.array(_DIRECTIONS[dirs ^ flip], pa.string()),
+                "direction": _strings(dirs ^ flip, DIRECTION_NAMES),
                 "rtt_ms": pa.array(rtt, pa.float64()),
-                "source": pa.array(source, pa.string()),
+                "source": _strings(source, sources),
             }))
         if rows.h2:
             h2 = rows.h2
@@ -862,7 +853,7 @@ class CapturePipeline:
             "capture_id": _repeat(self.capture_id, n),
             "conn_id": _repeat(cid, n),
             "stream_id": pa.array(ms.sid, pa.int64()),
-            "direction": pa.array(_MESSAGE_DIRECTIONS[dirs], pa.string()),
+            "direction": _strings(dirs, MESSAGE_DIRECTION_NAMES),
             "index": pa.array(ms.idx, pa.int64()),
             "ts": pa.array(ms.ts, _TS),
             "acked_ts": pa.array(ms.acked, _TS, mask=ms.acked == _NO_TS),
@@ -1040,13 +1031,30 @@ _PASSTHROUGH_OF = attrgetter(*_REQUEST_PASSTHROUGH)
 _TS = pa.timestamp("ns", tz="UTC")
 
 
-_MESSAGE_DIRECTIONS = np.array(MESSAGE_DIRECTION_NAMES, dtype=object)
-_DIRECTIONS = np.array(DIRECTION_NAMES, dtype=object)
+def _strings(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> pa.Array:
+    """String column ``names[codes[i]]``, built from buffers: no Python str per row."""
+    raw = [name.encode() for name in names]
+    n = len(codes)
+    lens = np.array([len(r) for r in raw], dtype=np.int64)[codes]
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    data = np.empty(int(offsets[-1]), dtype=np.uint8)
+    for k, r in enumerate(raw):
+        rows = np.flatnonzero(codes == k)
+        if len(rows) and r:
+            data[offsets[rows][:, None] + np.arange(len(r))] = np.frombuffer(r, dtype=np.uint8)
+    if offsets[-1] < 2**31:
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+    return pa.array([names[c] for c in codes.tolist()], pa.string())
 
 
-def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(ts, TCP direction, rtt_ms, source) columns of RttSamples and RttRuns, in order."""
+def _rtt_columns(
+    items: list[RttSample | RttRun],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """(ts, TCP direction, rtt_ms, source code, source names) columns of RttSamples and
+    RttRuns, in order."""
     ts, dirs, rtt, src = [], [], [], []
+    names: dict[str, int] = {}
     singles: list[RttSample] = []
 
     def flush_singles() -> None:
@@ -1054,7 +1062,7 @@ def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarra
             ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
             dirs.append(np.array([s.direction for s in singles], dtype=np.int64))
             rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
-            src.append(np.array([s.source for s in singles], dtype=object))
+            src.append(np.array([names.setdefault(s.source, len(names)) for s in singles], dtype=np.int64))
             singles.clear()
 
     for it in items:
@@ -1064,11 +1072,12 @@ def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarra
             ts.append(it.ts_ns)
             dirs.append(np.full(n, it.direction, dtype=np.int64))
             rtt.append(it.rtt_ms)
-            src.append(np.full(n, it.source, dtype=object))
+            src.append(np.full(n, names.setdefault(it.source, len(names)), dtype=np.int64))
         else:
             singles.append(it)
     flush_singles()
-    return tuple(np.concatenate(c) for c in (ts, dirs, rtt, src))  # type: ignore[return-value]
+    cols = tuple(np.concatenate(c) for c in (ts, dirs, rtt, src))
+    return (*cols, list(names))  # type: ignore[return-value]
 
 
 def _repeat(value: str, n: int) -> pa.Array:

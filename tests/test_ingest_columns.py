@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from parsers.records import ChunkRun, PayloadChunk, RttRun, RttSample, expand_rtts, expand_runs
-from telemetry.ingest import _rtt_columns, _run_sent, _sent_runs_py
+from telemetry.ingest import _rtt_columns, _run_sent, _sent_runs_py, _strings
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():
@@ -18,11 +18,19 @@ def test_rtt_columns_mix_runs_and_samples_in_order():
         RttRun(1, 0, np.array([12], np.int64), np.array([0.125]), "tsecr"),
     ]
     flat = expand_rtts(items)
-    ts, dirs, rtt, src = _rtt_columns(items)
+    ts, dirs, rtt, src, names = _rtt_columns(items)
     assert ts.tolist() == [s.ts_ns for s in flat] == [5, 7, 9, 10, 11, 12]
     assert dirs.tolist() == [s.direction for s in flat]
     assert rtt.tolist() == [s.rtt_ms for s in flat]
-    assert src.tolist() == [s.source for s in flat]
+    assert [names[c] for c in src.tolist()] == [s.source for s in flat]
+    assert _strings(src, names).to_pylist() == [s.source for s in flat]
+
+
+def test_strings_from_codes():
+    codes = np.array([1, 0, 0, 2, 1, 2], np.int64)
+    names = ("to_server", "to_client", "")
+    assert _strings(codes, names).to_pylist() == [names[c] for c in codes.tolist()]
+    assert _strings(np.zeros(0, np.int64), names).to_pylist() == []
 
 
 def test_run_sent_counts_like_chunks():

@@ -1,0 +1,76 @@
+"""Content hash of a capture file (its idempotency key), with an optional head start.
+
+Hashing a large file costs about as much as importing the pipeline's libraries, and
+hashlib releases the GIL: the CLI starts the hash of the files it was given in a
+background thread (:func:`prefetch`) before those imports, and :func:`capture_id_of`
+then takes the result instead of reading the file again. Deliberately light: no numpy,
+no pyarrow.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+
+CHUNK_BYTES = 4 << 20
+
+_lock = threading.Lock()
+_pending: dict[tuple[str, int, int], Future[str]] = {}
+
+
+def _hash(path: Path) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as fh:
+        while block := fh.read(CHUNK_BYTES):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _key(path: Path) -> tuple[str, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.realpath(path), st.st_size, st.st_mtime_ns)
+
+
+def prefetch(paths: list[Path]) -> None:
+    """Start hashing these files, one after another, in a daemon thread."""
+    todo: list[tuple[tuple[str, int, int], Path, Future[str]]] = []
+    with _lock:
+        for p in paths:
+            key = _key(p)
+            if key is None or key in _pending or not os.path.isfile(p):
+                continue
+            fut: Future[str] = Future()
+            _pending[key] = fut
+            todo.append((key, p, fut))
+    if not todo:
+        return
+
+    def run() -> None:
+        for _, p, fut in todo:
+            if fut.set_running_or_notify_cancel():
+                try:
+                    fut.set_result(_hash(p))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                    fut.set_exception(exc)
+
+    threading.Thread(target=run, name="tailtap-hash", daemon=True).start()
+
+
+def capture_id_of(path: Path) -> str:
+    """Content hash of the file as stored on disk (the idempotency key); a prefetched
+    hash is used when the file is unchanged since (same size and modification time)."""
+    key = _key(path)
+    with _lock:
+        fut = _pending.pop(key, None) if key is not None else None
+    if fut is not None:
+        try:
+            return fut.result()
+        except OSError:
+            pass  # read it again below, raising where the caller expects it
+    return _hash(path)
