@@ -111,3 +111,22 @@ def test_rates_fold_like_the_bucket_dicts():
                 acked.pop(k, None)
             written += keys
     assert written
+
+
+def test_c_smoothed_rtt_rounds_like_python():
+    import random
+
+    import pytest
+
+    from parsers.tcp import _fast
+
+    if _fast._speedups is None:
+        pytest.skip("C extension not built (pip install -e .)")
+    rnd = random.Random(11)
+    for start in (None, 123456.789, 1e9 / 3):
+        vals = np.array([rnd.choice((1, 999, rnd.randrange(10**9), rnd.randrange(10**13))) for _ in range(500)], np.int64)
+        srtt = start
+        for r in vals.tolist():
+            srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
+        assert _fast._speedups.ewma(start, vals) == srtt
+    assert _fast._speedups.ewma(None, np.zeros(0, np.int64)) is None

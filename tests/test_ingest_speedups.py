@@ -1,5 +1,5 @@
 """The whole pipeline writes the same tables with and without the optional C extensions
-(record walks, HTTP/2 fast path over ChunkRuns), on the bench capture and real ones."""
+(record walks, HTTP/2 fast path over ChunkRuns, smoothed RTT), on the bench capture and real ones."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from parsers.capture import _container
 from parsers.h2 import _conn
+from parsers.tcp import _fast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -17,7 +18,7 @@ from gen_grpc_capture import write_capture  # noqa: E402
 from golden_outputs import dump  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    _conn._speedups is None or _container._speedups is None,
+    _conn._speedups is None or _container._speedups is None or _fast._speedups is None,
     reason="C extensions not built (pip install -e .)",
 )
 SHARED = Path("/work/shared/captures")
@@ -39,6 +40,7 @@ def test_same_tables_with_and_without_c(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(_conn, "_speedups", None)
         m.setattr(_container, "_speedups", None)
+        m.setattr(_fast, "_speedups", None)
         pure = dump(caps)
     assert fast == pure
     assert fast["bench.pcap"]["messages"]["rows"] > 10_000

@@ -16,11 +16,22 @@ there, so both paths give the same result.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
 from parsers.tcp._analysis import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
+
+# Optional C fold of the smoothed RTT (parsers/tcp/_speedups.c); without it, or with
+# TAILTAP_PURE_PYTHON=1, the Python loop gives the same value.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from parsers.tcp import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
 
 _SFR = SYN | FIN | RST
 _M32 = np.int64(0xFFFFFFFF)
@@ -322,12 +333,15 @@ class BulkPath:
         t = np.concatenate([p[0] for p in parts])
         v = np.concatenate([p[1] for p in parts])
         kind = np.concatenate([np.full(len(p[0]), i) for i, p in enumerate(parts)])
-        vals = v[np.lexsort((kind, t))].tolist()
-        srtt = X.srtt
-        for r in vals:
-            srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
-        X.srtt = srtt
-        m = min(vals)
+        ordered = v[np.lexsort((kind, t))]
+        if _speedups is not None and ordered.dtype == np.int64:
+            X.srtt = _speedups.ewma(X.srtt, np.ascontiguousarray(ordered))
+        else:
+            srtt = X.srtt
+            for r in ordered.tolist():
+                srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
+            X.srtt = srtt
+        m = int(ordered.min()) if ordered.dtype.kind == "i" else ordered.min().item()
         if X.min_rtt is None or m < X.min_rtt:
             X.min_rtt = m
 
