@@ -11,16 +11,17 @@ from __future__ import annotations
 
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from telemetry import __version__
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -98,7 +99,7 @@ def analyze(
     """
     from telemetry.capture_id import prefetch
 
-    if jobs == 1:
+    if jobs == 1 or len(captures) == 1:
         prefetch(captures)  # the files' hashes run while the pipeline's modules import
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
     from telemetry.store import Store, StoreError, clean_staging
@@ -109,6 +110,8 @@ def analyze(
     results: list[IngestResult] = []
     try:
         if jobs > 1 and len(captures) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
             with ProcessPoolExecutor(max_workers=jobs) as pool:
                 args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
                 results = list(pool.map(_ingest_one, args))
@@ -159,6 +162,9 @@ def analyze(
 
 
 def _progress(total: int) -> Progress:
+    # imported here: only analyze shows a progress bar
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
     return Progress(
         TextColumn("[bold]{task.description}"),
         BarColumn(),
