@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import StrEnum
+
+# tailtap does no linear algebra: keep OpenBLAS (loaded with numpy) from starting a thread
+# per core at import, which spin on the core the hash and Parquet threads use.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from enum import StrEnum  # noqa: E402
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
