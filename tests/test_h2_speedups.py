@@ -216,3 +216,70 @@ def test_sent_runs_same_as_python_counting():
     fast = _conn._speedups.sent_runs(chunks, RATE_BUCKET_NS)
     assert totals((k, b, *v) for (k, b), v in fast.items()) == totals(_sent_runs_py(chunks))
     assert _conn._speedups.sent_runs([], RATE_BUCKET_NS) == {}
+
+
+def _run_whole(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool) -> tuple:
+    """Everything in one go (one ChunkRun for all gap-free chunks): long streaks in C."""
+    with monkeypatch.context() as m:
+        if pure:
+            m.setattr(_conn, "_speedups", None)
+        s = AppSession(chunks[0].conn_key, 40000, 50051)
+        _feed_group(s, chunks, runs)
+        h2 = s._h2
+        state = None
+        if h2 is not None:
+            state = (
+                [(D.base, D.frames, D.plain) for D in h2.dirs],
+                [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
+            )
+        r = s.finish(chunks[-1].ts_ns)
+        return r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
+
+
+def _assert_same_whole(chunks: list[PayloadChunk], monkeypatch) -> None:
+    want = _run_whole(chunks, True, monkeypatch, runs=False)
+    assert _run_whole(chunks, False, monkeypatch, runs=True) == want
+    assert _run_whole(chunks, False, monkeypatch, runs=False) == want
+
+
+def _streaks(window: int, seed: int) -> list[PayloadChunk]:
+    """Two interleaved server streams with long runs of whole-message DATA frames, a small
+    stream window that runs out mid-streak (the window update comes later), empty and
+    compressed messages, and an END_STREAM DATA frame ending a streak."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: window}), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    for sid in (1, 3):
+        t += 1
+        cv.send(0, headers(sid, hc.block(grpc_request_headers())) + data(sid, grpc_msg(b"q" * 9), end=True), t)
+        cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.1)
+    for k in range(300):
+        t += 0.01
+        sid = 1 if (k // rnd.choice((1, 3, 17))) % 2 == 0 else 3
+        body = b"tok%04d" % k if k % 13 else b""
+        cv.send(1, data(sid, grpc_msg(body, compressed=k % 7 == 0)), t)
+        if k % 97 == 96:
+            cv.send(0, window_update(0, 5000) + window_update(1, 2000) + window_update(3, 2000), t + 0.001)
+    cv.send(1, data(1, grpc_msg(b"last"), end=True), t + 0.1)
+    for sid in (1, 3):
+        cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+    return cv.chunks
+
+
+@pytest.mark.parametrize("window", [65535, 700, 120])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_long_streaks_same_as_chunk_by_chunk(monkeypatch, window, seed):
+    _assert_same_whole(_streaks(window, seed), monkeypatch)
+
+
+def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):
+    from gen_grpc_capture import write_capture
+
+    path = tmp_path / "g.pcap"
+    write_capture(str(path), 6000, connections=2, tokens=40)
+    for conn in read_capture(path, 50051):
+        if conn.chunks:
+            _assert_same_whole(conn.chunks, monkeypatch)

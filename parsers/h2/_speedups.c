@@ -319,6 +319,160 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     return r;
 }
 
+/* A streak: consecutive fast rows of one stream and direction within a run. After
+ * try_fast_raw handled a row, the values every later fast row of the same stream and
+ * direction changes (offsets, counters, last times, flow-control windows) are kept in C
+ * and written back to the Python objects once, when the streak ends (another stream or
+ * direction, a row the fast case does not take, the end of the run): no Python code runs
+ * in between, so nothing can observe the intermediate values. What the fast case checks
+ * and does not change (D.plain, the splitter's state, the stream's presence, flow-control
+ * knowledge and blocks) stays valid for the whole streak. */
+typedef struct {
+    int active, dirty;
+    long long d;
+    unsigned long sid;
+    PyObject *D, *st, *fs; /* borrowed: held by conn.dirs / conn.streams / conn.flows */
+    PyObject *lists[S_N];
+    long long base, dframes, idx, data_frames, data_bytes, last_ts, last_off;
+    int max_known;
+    long long max_len;
+    int known, has_w, blocked_conn, blocked_sid;
+    long long fs_conn, w;
+} streak_t;
+
+static inline int list_ll(PyObject *list, Py_ssize_t i, long long *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_CheckExact(v)) return -1;
+    int ovf = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &ovf);
+    if (ovf || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
+/* Start a streak after try_fast_raw handled a row of (d, sid); inactive when any value
+ * is not what the fast case expects (the rows then go through try_fast_raw one by one). */
+static void streak_start(streak_t *k, ctx_t *ctx, long long d, unsigned long sid) {
+    k->active = 0;
+    k->dirty = 0;
+    PyObject *dirs = ctx->dirs, *streams = ctx->streams, *flows = ctx->flows;
+    if (dirs == NULL || streams == NULL || flows == NULL || ctx->sid_obj == NULL) return;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    PyObject *st = PyDict_GetItemWithError(streams, ctx->sid_obj);
+    if (st == NULL) { PyErr_Clear(); return; }
+    PyObject *fs = PyTuple_GET_ITEM(flows, d);
+    for (int i = 0; i < S_N; i++) {
+        if ((k->lists[i] = pair_slot(st, i)) == NULL) return;
+    }
+    if (slot_ll(D, d_off[D_BASE], &k->base) < 0 || slot_ll(D, d_off[D_FRAMES], &k->dframes) < 0) return;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    k->max_known = max_known == Py_True;
+    if (k->max_known && slot_ll(D, d_off[D_MAX_LEN], &k->max_len) < 0) return;
+    if (list_ll(k->lists[S_MSGS], d, &k->idx) < 0 || list_ll(k->lists[S_DATA_FRAMES], d, &k->data_frames) < 0 ||
+        list_ll(k->lists[S_DATA_BYTES], d, &k->data_bytes) < 0 || list_ll(k->lists[S_LAST_OFF], d, &k->last_off) < 0 ||
+        list_ll(k->lists[S_LAST_MSG_TS], d, &k->last_ts) < 0)
+        return;
+    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
+    k->known = known == Py_True;
+    k->has_w = 0;
+    if (k->known) {
+        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
+        PyObject *fs_streams = SLOT(fs, f_off[F_STREAMS]);
+        if (slot_ll(fs, f_off[F_CONN], &k->fs_conn) < 0) return;
+        int bc = PyDict_Contains(blocked, zero), bs = PyDict_Contains(blocked, ctx->sid_obj);
+        if (bc < 0 || bs < 0) { PyErr_Clear(); return; }
+        k->blocked_conn = bc;
+        k->blocked_sid = bs;
+        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, ctx->sid_obj);
+        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); return; }
+        if (w_obj != NULL) {
+            int ovf = 0;
+            k->w = PyLong_AsLongLongAndOverflow(w_obj, &ovf);
+            if (ovf || (k->w == -1 && PyErr_Occurred())) { PyErr_Clear(); return; }
+            k->has_w = 1;
+        }
+    }
+    k->D = D;
+    k->st = st;
+    k->fs = fs;
+    k->d = d;
+    k->sid = sid;
+    k->active = 1;
+}
+
+/* One more row of the streak: 1 applied (locals and the packed message), 0 not the fast
+ * case for this streak (nothing changed), -1 error. */
+static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                      long long offset, long long ts) {
+    if (d != k->d || n < 14) return 0;
+    long long length = n - 9;
+    unsigned long lt = be32(b);
+    unsigned int flags = b[4];
+    unsigned long sid = be32(b + 5);
+    unsigned int gflag = b[9];
+    unsigned long glen = be32(b + 10);
+    if (sid != k->sid || lt != ((unsigned long)length << 8) || (flags & 0x09)) return 0;
+    if (gflag >= 0x80 || (long long)glen + 5 != length) return 0;
+    if (offset != k->base || (k->max_known && length > k->max_len)) return 0;
+    if (k->known) {
+        if (k->fs_conn - length <= 0 && !k->blocked_conn) return 0;
+        if (k->has_w && k->w - length <= 0 && !k->blocked_sid) return 0;
+    }
+    long long off_end = k->base + n;
+    long long row_vals[7] = {(long long)sid, d, k->idx, ts, (long long)glen, gflag == 1, off_end};
+    PyObject *messages = ctx->msgs;
+    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
+    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
+    k->idx += 1;
+    k->dframes += 1;
+    k->base = off_end;
+    k->data_frames += 1;
+    k->data_bytes += length;
+    k->last_ts = ts;
+    k->last_off = off_end;
+    if (k->known) {
+        k->fs_conn -= length;
+        if (k->has_w) k->w -= length;
+    }
+    k->dirty = 1;
+    return 1;
+}
+
+/* Write the streak's values back to the Python objects; ends the streak. */
+static int streak_flush(streak_t *k, ctx_t *ctx) {
+    int was = k->active && k->dirty;
+    k->active = 0;
+    k->dirty = 0;
+    if (!was) return 0;
+    long long d = k->d;
+    if (slot_put(k->D, d_off[D_FRAMES], PyLong_FromLongLong(k->dframes)) < 0) return -1;
+    if (slot_put(k->D, d_off[D_BASE], PyLong_FromLongLong(k->base)) < 0) return -1;
+    if (list_set(k->lists[S_MSGS], d, PyLong_FromLongLong(k->idx)) < 0) return -1;
+    if (list_set(k->lists[S_DATA_FRAMES], d, PyLong_FromLongLong(k->data_frames)) < 0) return -1;
+    if (list_set(k->lists[S_DATA_BYTES], d, PyLong_FromLongLong(k->data_bytes)) < 0) return -1;
+    if (list_set(k->lists[S_LAST_OFF], d, PyLong_FromLongLong(k->last_off)) < 0) return -1;
+    PyObject *ts = PyLong_FromLongLong(k->last_ts);
+    if (ts == NULL) return -1;
+    Py_INCREF(ts);
+    if (list_set(k->lists[S_LAST_MSG_TS], d, ts) < 0) { Py_DECREF(ts); return -1; }
+    if (list_set(k->lists[S_LAST_DATA_TS], d, ts) < 0) return -1;
+    if (k->known) {
+        if (slot_put(k->fs, f_off[F_CONN], PyLong_FromLongLong(k->fs_conn)) < 0) return -1;
+        if (k->has_w) {
+            PyObject *nw = PyLong_FromLongLong(k->w);
+            if (nw == NULL) return -1;
+            PyObject *fs_streams = SLOT(k->fs, f_off[F_STREAMS]);
+            int r = PyDict_SetItem(fs_streams, ctx->sid_obj, nw);
+            Py_DECREF(nw);
+            if (r < 0) return -1;
+        }
+    }
+    return 0;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, 6) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows in the
@@ -353,6 +507,8 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n = rv.shape[0];
     PyObject *ret = NULL;
     ctx_t ctx = {NULL, NULL, NULL, NULL, NULL, 0};
+    streak_t streak;
+    streak.active = streak.dirty = 0;
     /* conn._frame_no of the last row handled in C, set once at the end (no Python code
      * reads it between fast rows; a fallback row sets its own) */
     long long last_fno = 0;
@@ -364,6 +520,16 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             PyErr_SetString(PyExc_ValueError, "feed_run: bad row");
             goto out;
         }
+        if (streak.active) {
+            int r = streak_row(&streak, &ctx, row[0], buf + a, (Py_ssize_t)(z - a), row[3], row[1]);
+            if (r < 0) goto out;
+            if (r == 1) {
+                last_fno = row[2];
+                fno_pending = 1;
+                continue;
+            }
+            if (streak_flush(&streak, &ctx) < 0) goto out;
+        }
         PyObject *ts = PyLong_FromLongLong(row[1]);
         if (ts == NULL) goto out;
         int fast = try_fast_raw(conn, &ctx, row[0], buf + a, (Py_ssize_t)(z - a), row[3], ts, NULL);
@@ -371,6 +537,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         if (fast == 1) {
             last_fno = row[2];
             fno_pending = 1;
+            streak_start(&streak, &ctx, row[0], be32(buf + a + 5));
         } else if (fast == 0) {
             fno_pending = 0;
             ctx_clear(&ctx); /* Python code runs: it may rebind what ctx holds */
@@ -395,6 +562,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_XDECREF(fno);
         if (fast < 0) goto out;
     }
+    if (streak_flush(&streak, &ctx) < 0) goto out;
     if (fno_pending) {
         PyObject *fno = PyLong_FromLongLong(last_fno);
         if (fno == NULL || PyObject_SetAttr(conn, s_frame_no_attr, fno) < 0) {
