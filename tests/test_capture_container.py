@@ -8,7 +8,7 @@ import capture_builders as cb
 import numpy as np
 import pytest
 
-from parsers.capture import CaptureDecoder, CaptureFormatError, _container
+from parsers.capture import CaptureDecoder, CaptureFormatError, _container, _gather
 from parsers.records import PacketBatch
 
 T0 = 1_700_000_000_123_456_000  # a microsecond-aligned time in ns
@@ -16,11 +16,13 @@ T0 = 1_700_000_000_123_456_000  # a microsecond-aligned time in ns
 
 @pytest.fixture(autouse=True, params=["c", "python"])
 def record_walk(request, monkeypatch) -> str:
-    """Every test runs with the C record walks (when built) and with the Python ones."""
+    """Every test runs with the C record walks and gather (when built) and with the
+    Python ones."""
     if request.param == "c" and _container._speedups is None:
         pytest.skip("C extension not built (pip install -e .)")
     if request.param == "python":
         monkeypatch.setattr(_container, "_speedups", None)
+        monkeypatch.setattr(_gather, "_speedups", None)
     return request.param
 
 

@@ -11,8 +11,18 @@ import capture_builders as cb
 import numpy as np
 import pytest
 
-from parsers.capture import CaptureDecoder, decode_segments, format_addr
+from parsers.capture import CaptureDecoder, _gather, decode_segments, format_addr
 from parsers.records import DecodeIssue, DecodeStats, PacketBatch, SegmentBatch
+
+
+@pytest.fixture(autouse=True, params=["c", "python"])
+def header_gather(request, monkeypatch) -> str:
+    """Every test runs with the C header gather (when built) and with numpy's."""
+    if request.param == "c" and _gather._speedups is None:
+        pytest.skip("C extension not built (pip install -e .)")
+    if request.param == "python":
+        monkeypatch.setattr(_gather, "_speedups", None)
+    return request.param
 
 T0 = 1_600_000_000_000_000_000
 SRC4, DST4 = "10.1.2.3", "192.168.200.9"

@@ -84,3 +84,20 @@ def test_walks_directly_agree_on_both_byte_orders() -> None:
         py, pstop = _container._walk_epb_py(ng, 0, len(ng), head)
         assert np.frombuffer(raw, np.int64).tolist() == py and stop == pstop
         assert len(py) == 100
+
+
+def test_gather_same_rows_as_numpy(monkeypatch) -> None:
+    from parsers.capture import _gather
+
+    rnd = random.Random(9)
+    buf = np.frombuffer(bytes(rnd.randrange(256) for _ in range(3000)), np.uint8)
+    pos = np.array([rnd.randrange(-50, 3100) for _ in range(500)] + [0, 2999, -1], np.int64)
+    for width in (1, 2, 4, 20, 40, 3000):
+        fast = _gather.take_rows(buf, pos, width)
+        with monkeypatch.context() as m:
+            m.setattr(_gather, "_speedups", None)
+            slow = _gather.take_rows(buf, pos, width)
+        assert fast.shape == slow.shape and fast.dtype == slow.dtype and (fast == slow).all()
+        fast[:1] = 0  # a copy the caller may write to
+    tiny = np.zeros(3, np.uint8)  # shorter than the window: the numpy path pads
+    assert _gather.take_rows(tiny, np.array([0], np.int64), 8).shape == (1, 8)

@@ -1,5 +1,5 @@
 """The whole pipeline writes the same tables with and without the optional C extensions
-(record walks, HTTP/2 fast path over ChunkRuns, smoothed RTT), on the bench capture and real ones."""
+(record walks and header gather, HTTP/2 fast path over ChunkRuns, smoothed RTT), on the bench capture and real ones."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from parsers.capture import _container
+from parsers.capture import _container, _gather
 from parsers.h2 import _conn
 from parsers.tcp import _fast
 
@@ -40,6 +40,7 @@ def test_same_tables_with_and_without_c(tmp_path, monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(_conn, "_speedups", None)
         m.setattr(_container, "_speedups", None)
+        m.setattr(_gather, "_speedups", None)
         m.setattr(_fast, "_speedups", None)
         pure = dump(caps)
     assert fast == pure

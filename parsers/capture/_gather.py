@@ -7,8 +7,20 @@ exposes the big- or little-endian fields of those rows without per-packet Python
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+# Optional C gather (parsers/capture/_speedups.c): one memcpy per row instead of numpy's
+# fancy indexing of the strided view; without it, or with TAILTAP_PURE_PYTHON=1, the
+# numpy code below gives the same bytes.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
 
 
 def as_bytes(buf: np.ndarray) -> np.ndarray:
@@ -25,6 +37,16 @@ def take_rows(buf: np.ndarray, pos: np.ndarray, width: int) -> np.ndarray:
     must mask such rows out by length checks (they are never used as data).
     """
     size = buf.shape[0]
+    if (
+        _speedups is not None
+        and isinstance(pos, np.ndarray)
+        and size >= width
+        and buf.flags.c_contiguous
+        and buf.dtype == np.uint8
+        and pos.dtype == np.int64
+    ):
+        raw = _speedups.gather(buf, np.ascontiguousarray(pos), width)
+        return np.frombuffer(raw, dtype=np.uint8).reshape(-1, width)
     if size < width:
         buf = np.concatenate([buf, np.zeros(width - size, np.uint8)])
         size = width

@@ -105,7 +105,40 @@ static PyObject *walk_epb(PyObject *self, PyObject *args) {
     return result(&o, pos);
 }
 
+/* gather(buf, pos, width) -> bytearray of len(pos) * width: the `width` bytes at each
+ * position (int64), each position clipped to [0, len(buf) - width], like _gather.take_rows
+ * (which calls this for buffers at least `width` long). */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer bv, pv;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "y*y*n", &bv, &pv, &width)) return NULL;
+    if (width <= 0 || bv.len < width || pv.len % 8) {
+        PyBuffer_Release(&bv);
+        PyBuffer_Release(&pv);
+        PyErr_SetString(PyExc_ValueError, "gather: bad width, buffer or positions");
+        return NULL;
+    }
+    Py_ssize_t n = pv.len / 8, hi = bv.len - width;
+    PyObject *out = PyByteArray_FromStringAndSize(NULL, n * width);
+    if (out != NULL) {
+        char *dst = PyByteArray_AS_STRING(out);
+        const char *src = (const char *)bv.buf;
+        const int64_t *pos = (const int64_t *)pv.buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t p = pos[i];
+            if (p < 0) p = 0;
+            if (p > hi) p = hi;
+            memcpy(dst + i * width, src + p, (size_t)width);
+        }
+    }
+    PyBuffer_Release(&bv);
+    PyBuffer_Release(&pv);
+    return out;
+}
+
 static PyMethodDef methods[] = {
+    {"gather", gather, METH_VARARGS,
+     "gather(buf, pos, width): bytearray of the width bytes at each (clipped) int64 position."},
     {"walk_pcap", walk_pcap, METH_VARARGS,
      "walk_pcap(data, pos, end, hdrlen, big_endian): (int64 record offsets as bytes, stop)."},
     {"walk_epb", walk_epb, METH_VARARGS,
