@@ -699,16 +699,26 @@ class CapturePipeline:
         for r in conn.pending_requests:
             (ready if final or self._acked_through(conn, r.end_offset) else waiting).append(r)
         conn.pending_requests = waiting
-        for r in ready:
+        if not ready:
+            if not final:
+                self._prune_acks(conn)
+            return
+        # ACK times of every ready request's end (and first response byte) in one lookup
+        firsts = [conn.first_acked.pop(r.stream_id, None) for r in ready]
+        lookups = [r.end_offset for r in ready]
+        lookups += [r.first_message_end_offset if f is None else None for r, f in zip(ready, firsts, strict=True)]
+        found = self._acked_many(conn, lookups, summary)
+        k = len(ready)
+        for i, r in enumerate(ready):
             times = conn.response_times.pop(r.stream_id, [])
             # the stream is over: its last message times are not needed again (bounded
             # memory on long connections)
             conn.last_msg_ts.pop(r.stream_id * 2, None)
             conn.last_msg_ts.pop(r.stream_id * 2 + 1, None)
-            first_acked = conn.first_acked.pop(r.stream_id, None)
+            first_acked = firsts[i]
             if first_acked is None:  # a non-gRPC response: no message rows, look it up
-                first_acked = self._acked_at(conn, r.first_message_end_offset, summary)
-            end_acked = self._acked_at(conn, r.end_offset, summary)
+                first_acked = found[k + i]
+            end_acked = found[i]
             floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip)
             conn.rows.requests.append((r, times, first_acked, end_acked, floor))
             conn.requests += 1
@@ -731,6 +741,20 @@ class CapturePipeline:
             return True
         arrays = self._ack_arrays(conn, TO_CLIENT, None)
         return arrays is not None and len(arrays[1]) > 0 and int(arrays[1][-1]) >= offset
+
+    def _acked_many(
+        self, conn: _Conn, offsets: list[int | None], summary: ConnectionSummary | None
+    ) -> list[int | None]:
+        """:meth:`_acked_at` for many offsets with one search."""
+        arrays = self._ack_arrays(conn, TO_CLIENT, summary)
+        if arrays is None or not len(arrays[0]):
+            return [None] * len(offsets)
+        ack_ts, ack_off = arrays
+        want = np.array([-1 if o is None else o for o in offsets], dtype=np.int64)
+        idx = np.searchsorted(ack_off, want, side="left")
+        ok = (want >= 0) & (idx < len(ack_ts))
+        got = np.asarray(ack_ts, dtype=np.int64)[np.minimum(idx, len(ack_ts) - 1)].tolist()
+        return [g if o else None for g, o in zip(got, ok.tolist(), strict=True)]
 
     def _acked_at(self, conn: _Conn, offset: int | None, summary: ConnectionSummary | None) -> int | None:
         if offset is None:
@@ -1035,17 +1059,19 @@ def _strings(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> pa.Array:
     """String column ``names[codes[i]]``, built from buffers: no Python str per row."""
     raw = [name.encode() for name in names]
     n = len(codes)
-    lens = np.array([len(r) for r in raw], dtype=np.int64)[codes]
+    width = max((len(r) for r in raw), default=0) or 1
+    table = np.zeros((len(raw), width), dtype=np.uint8)  # each name, zero-padded
+    valid = np.zeros((len(raw), width), dtype=bool)  # its real bytes
+    for k, r in enumerate(raw):
+        table[k, : len(r)] = np.frombuffer(r, dtype=np.uint8)
+        valid[k, : len(r)] = True
+    lens = valid.sum(axis=1)[codes]
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    data = np.empty(int(offsets[-1]), dtype=np.uint8)
-    for k, r in enumerate(raw):
-        rows = np.flatnonzero(codes == k)
-        if len(rows) and r:
-            data[offsets[rows][:, None] + np.arange(len(r))] = np.frombuffer(r, dtype=np.uint8)
-    if offsets[-1] < 2**31:
-        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
-    return pa.array([names[c] for c in codes.tolist()], pa.string())
+    if offsets[-1] >= 2**31:
+        return pa.array([names[c] for c in codes.tolist()], pa.string())
+    data = table[codes][valid[codes]]  # row-major: each row's bytes in order
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
 
 
 def _rtt_columns(
