@@ -6,7 +6,8 @@ These are the contracts between modules:
   :class:`SegmentBatch` (numpy columns, one row per packet / TCP segment);
 * ``parsers.tcp`` turns segment batches into in-order :class:`PayloadChunk` per
   connection direction, :class:`TcpEvent`, :class:`RttSample`, ACK progress and
-  :class:`ConnectionSummary`;
+  :class:`ConnectionSummary` (its bulk path can hand out :class:`ChunkRun` and
+  :class:`RttRun` instead: the same chunks and samples as columns);
 * ``parsers.session`` (HTTP/1.1, HTTP/2, gRPC) turns payload chunks into
   :class:`RequestRecord`, :class:`MessageRecord` and :class:`H2Event`.
 
