@@ -7,7 +7,8 @@
 --                floor) while in flight (25th percentile) or when its last bytes went
 --                (median of its final 500 ms); delay = the inflation its last bytes met
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
---                (sender blocked on WINDOW_UPDATE), application (429/503,
+--                (sender blocked on WINDOW_UPDATE, plus the time the client left the
+--                end of the response unread: client_read), application (429/503,
 --                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (throttle_evidence)
 --   server       the network explains less than half of the excess (or nothing):
 --                delay = the excess it does not explain
@@ -54,9 +55,12 @@ causes AS (
         format('{} zero-window / window-full event(s), {:.1f} ms waiting', window_events, window_wait_ms)
     FROM net WHERE window_events > 0
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', 'h2_flow_control', flow_control_blocked_ms,
+    SELECT conn_id, stream_id, 'throttling', 'h2_flow_control', flow_control_blocked_ms + client_read_wait_ms,
         format('HTTP/2 sender blocked {} time(s) for {:.1f} ms', flow_control_blocks, flow_control_blocked_ms)
-    FROM net WHERE flow_control_blocks > 0
+        || CASE WHEN client_read_wait_ms > 0
+                THEN format('; the client read the end of the response {:.1f} ms after its ACK (slow reader)', client_read_wait_ms)
+                ELSE '' END
+    FROM net WHERE flow_control_blocks > 0 OR client_read_wait_ms > 0
     UNION ALL
     SELECT conn_id, stream_id, 'throttling', 'application', greatest(excess_ms, coalesce(latency_eff_ms, 0)),
         format('status: grpc {} / http {}', coalesce(CAST(grpc_status AS VARCHAR), '-'), coalesce(CAST(http_status AS VARCHAR), '-'))

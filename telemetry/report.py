@@ -111,8 +111,8 @@ def explain_sections(store: Store, conn_id: str, stream_id: int, params: dict | 
         ) or "not slow: it stayed within its window's expected p99 (or the SLO)",
         "decomposition": render.rows_of(
             con,
-            "SELECT latency_ms, path_rtt_ms, queueing_ms, loss_recovery_ms, reordering_ms, flow_control_ms, server_ms, "
-            "total_ms, overlap_scaled FROM latency_decomposition WHERE conn_id = ? AND stream_id = ?",
+            "SELECT latency_ms, path_rtt_ms, queueing_ms, loss_recovery_ms, reordering_ms, flow_control_ms, client_read_ms, "
+            "server_ms, total_ms, overlap_scaled FROM latency_decomposition WHERE conn_id = ? AND stream_id = ?",
             key,
         ),
     }
@@ -222,6 +222,7 @@ def print_explain(console: Console, s: dict) -> None:
         console.print(t)
     for d in s["decomposition"]:
         parts = ", ".join(f"{k.removesuffix('_ms').replace('_', ' ')} {_num(d[k])}" for k in (
-            "path_rtt_ms", "queueing_ms", "loss_recovery_ms", "reordering_ms", "flow_control_ms", "server_ms"))
+            "path_rtt_ms", "queueing_ms", "loss_recovery_ms", "reordering_ms", "flow_control_ms", "client_read_ms",
+            "server_ms"))
         console.print(f"\n[bold]where the {_num(d['latency_ms'])} ms went[/bold]: {parts}"
                       + (" (overlapping network delays scaled down)" if d["overlap_scaled"] else ""))

@@ -31,15 +31,6 @@ KNOWN_GAPS: dict[str, str] = {
 }
 
 
-# Scenarios where only the decomposition check is known to miss, with the reason.
-DECOMPOSITION_GAPS = {
-    "flow_control": (
-        "the client process is frozen by the lab: the client-side latency estimate (from ACK "
-        "times) cannot see the application's freeze, so 89% (not 90%) decompose within 20%"
-    ),
-}
-
-
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
     work = tmp_path_factory.mktemp("score")
@@ -62,5 +53,5 @@ def test_scenario_scores(scores, name, request):
         assert s.spikes_in_ok, f"spikes in {s.spikes_in} impaired windows"
     if s.server_share is not None:
         assert s.server_share >= 0.90 and s.server_net_blamed == 0
-    if s.decomp_ok is not None and name not in DECOMPOSITION_GAPS:
+    if s.decomp_ok is not None:
         assert s.decomp_ok >= 0.90, f"decomposition within 20% of the client's latency for only {s.decomp_ok:.0%}"
