@@ -217,6 +217,10 @@ def main() -> None:
     args = ap.parse_args()
     window_s = float(args.window.rstrip("s"))
     runs = args.runs or sorted(p for p in (ROOT / "samples").iterdir() if (p / "labels.json").exists())
+    not_runs = [r for r in runs if not (r / "labels.json").is_file()]
+    for r in not_runs:
+        print(f"skipping {r}: not a lab run folder (no labels.json)", file=sys.stderr)
+    runs = [r for r in runs if r not in not_runs]
     scores = []
     cols = ("scenario", "injected", "matched", "slow_in_window", "dominant", "dominant_ok", "carry_share",
             "outside_net", "server_share", "server_net_blamed", "spikes_in", "spikes_out", "spikes_disturbed", "decomp_ok")
