@@ -80,3 +80,35 @@ def test_frozen_server_blamed_per_mechanism(tmp_path):
     assert met >= 10 and clear >= 5, (met, clear)
     assert met_rw >= 0.9 * met, f"{met_rw} of {met} slow requests that met the zero window carry receive_window"
     assert clear_server >= 0.9 * clear, f"{clear_server} of {clear} other slow requests carry server"
+
+
+DIRECTED = [n for n in RUNS if n in ("loss_burst", "reorder", "queueing", "throttle_shaper", "throttle_policer")]
+
+
+@pytest.mark.parametrize("name", DIRECTED)
+def test_injected_cause_points_at_the_impaired_direction(tmp_path, name):
+    """The bridge impaired one direction (labels.json): the injected cause of the slow
+    requests in its window names that direction (request_cause.direction), which is what
+    spike_attribution's top_directions concentrates."""
+    import json
+
+    from telemetry.db import connect
+    from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.store import Store
+
+    run = SAMPLES / name
+    (w,) = json.loads((run / "labels.json").read_text())["windows"]
+    cause, kind = w["cause"], (w["kind"] if w["cause"] == "throttling" else None)
+    store = Store(tmp_path / "store")
+    assert ingest_file(run / "capture.pcap", store, IngestOptions()).error is None
+    con = connect(store, {"window_s": 2.0})
+    con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
+    n, right = con.execute("""
+        SELECT count(*), count(*) FILTER (WHERE c.direction = ?)
+        FROM truth AS t
+        JOIN requests AS q ON q.client_port = t.conn_local_port AND q.stream_id = t.stream_id
+        JOIN request_cause AS c ON c.conn_id = q.conn_id AND c.stream_id = q.stream_id
+        WHERE t.in_window = ? AND c.cause = ? AND c.kind IS NOT DISTINCT FROM ?
+    """, [w["direction"], w["name"], cause, kind]).fetchone()
+    assert n >= 5, f"only {n} requests carry {cause}/{kind}"
+    assert right >= 0.9 * n, f"{right} of {n} name the impaired direction {w['direction']}"
