@@ -17,12 +17,18 @@ WITH sends AS (
     FROM segment_sends AS s JOIN connections AS c USING (conn_id)
     WHERE s.direction = 'to_client' AND s.bytes > 0
 ),
+resends AS (  -- keyed by the 64 KiB blocks of sequence space they cover: the join below
+    -- then pairs a send only with the resends of its block, not of its whole connection
+    SELECT conn_id, t_ns, ts, seq, bytes, kind,
+        unnest(range(seq // 65536, (seq + bytes - 1) // 65536 + 1)) AS block
+    FROM sends WHERE kind <> 'new'
+),
 resent AS (  -- the first later resend covering each send's first byte
     SELECT a.conn_id, a.t_ns, a.seq,
         arg_min(b.kind, b.t_ns) AS next_kind, min(b.t_ns) AS resent_ns, min(b.ts) AS resent_ts
     FROM sends AS a
-    JOIN sends AS b
-      ON b.conn_id = a.conn_id AND b.kind <> 'new' AND b.t_ns > a.t_ns
+    JOIN resends AS b
+      ON b.conn_id = a.conn_id AND b.block = a.seq // 65536 AND b.t_ns > a.t_ns
      AND b.seq <= a.seq AND a.seq < b.seq + b.bytes
     GROUP BY ALL
 ),
