@@ -5,8 +5,8 @@ ingest the capture, run the attribution views, match every request to the client
 record (client port + HTTP/2 stream id) and compute:
 
   dominant      the most frequent primary cause of the slow requests inside the
-                impairment windows (cause, and kind for throttling) - must be the injected one
-  carry_share   of the slow requests inside the windows, the share carrying the injected cause
+                impairment windows (cause, and kind for throttling) - must be an injected one
+  carry_share   of the slow requests inside the windows, the share carrying an injected cause
   outside_net   of the requests outside every window, the share blamed on the network
   server_share  (server windows) share of slow requests in the window attributed to the server
   spikes_in     impaired windows with a spike overlapping them / impaired windows
@@ -81,8 +81,13 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
     labels = json.loads((run / "labels.json").read_text())
     scenario = labels.get("scenario", run.name)
     windows = labels.get("windows", [])
-    expected = {w["name"]: _label(w["cause"], w["kind"] if w["cause"] == "throttling" else None) for w in windows}
-    score = Score(run=str(run), scenario=scenario, injected=sorted(set(expected.values())))
+    # a window's injected causes: its cause, plus any `also` (one impairment, several causes)
+    expected = {
+        w["name"]: [_label(c["cause"], c["kind"] if c["cause"] == "throttling" else None)
+                    for c in [w, *w.get("also", [])]]
+        for w in windows
+    }
+    score = Score(run=str(run), scenario=scenario, injected=sorted({"+".join(v) for v in expected.values()}))
     tmp = Path(workdir or tempfile.mkdtemp(prefix="tailtap-score-"))
     store = Store(tmp / f"store-{run.name}")
     result = ingest_file(run / "capture.pcap", store, IngestOptions(force=True))
@@ -91,7 +96,7 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
         return score
     con = connect(store, {"window_s": window_s})
     con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
-    con.execute("CREATE TABLE windows_truth (name VARCHAR, cause VARCHAR, kind VARCHAR, label VARCHAR, start_ns BIGINT, effect_end_ns BIGINT)")
+    con.execute("CREATE TABLE windows_truth (name VARCHAR, cause VARCHAR, kind VARCHAR, label VARCHAR[], start_ns BIGINT, effect_end_ns BIGINT)")
     for w in windows:
         con.execute("INSERT INTO windows_truth VALUES (?, ?, ?, ?, ?, ?)",
                     [w["name"], w["cause"], w["kind"], expected[w["name"]], w["start_ns"], w["effect_end_ns"]])
@@ -143,13 +148,13 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
                     counts[r[4] or "none"] = counts.get(r[4] or "none", 0) + 1
                 dom = max(counts, key=lambda k: (counts[k], k))
                 dominants.append(dom)
-                oks.append(dom == expected[w["name"]])
+                oks.append(dom in expected[w["name"]])
             score.dominant = ",".join(dominants)
             score.dominant_ok = all(oks)
-            carried = sum(1 for r in in_win if r[3] in (r[5] or []))
+            carried = sum(1 for r in in_win if set(r[3]) & set(r[5] or []))
             score.carry_share = carried / len(in_win)
             if any(w["cause"] == "server" for w in windows):
-                srv = [r for r in in_win if r[3] == "server"]
+                srv = [r for r in in_win if r[3] == ["server"]]
                 if srv:
                     score.server_share = sum(1 for r in srv if "server" in (r[5] or [])) / len(srv)
                     score.server_net_blamed = sum(
@@ -217,6 +222,10 @@ def main() -> None:
     args = ap.parse_args()
     window_s = float(args.window.rstrip("s"))
     runs = args.runs or sorted(p for p in (ROOT / "samples").iterdir() if (p / "labels.json").exists())
+    not_runs = [r for r in runs if not (r / "labels.json").is_file()]
+    for r in not_runs:
+        print(f"skipping {r}: not a lab run folder (no labels.json)", file=sys.stderr)
+    runs = [r for r in runs if r not in not_runs]
     scores = []
     cols = ("scenario", "injected", "matched", "slow_in_window", "dominant", "dominant_ok", "carry_share",
             "outside_net", "server_share", "server_net_blamed", "spikes_in", "spikes_out", "spikes_disturbed", "decomp_ok")

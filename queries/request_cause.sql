@@ -1,5 +1,8 @@
 -- Why was each slow request slow? One row per cause of a slow request (a request may
--- have several), with the delay in ms each cause explains and the evidence:
+-- have several), with the delay in ms each cause explains, the evidence, and the
+-- direction it acted on (to_client: the server's data toward the client, or the capture
+-- point-to-client side of the path; to_server the other way; both comma-separated; null
+-- for server, application and unknown):
 --   loss_burst   retransmissions / lost segments on its connection while in flight;
 --                delay = head-of-line stall until each burst's hole was filled
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
@@ -7,7 +10,8 @@
 --                floor) while in flight (25th percentile) or when its last bytes went
 --                (median of its final 500 ms); delay = the inflation its last bytes met
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
---                (sender blocked on WINDOW_UPDATE), application (429/503,
+--                (sender blocked on WINDOW_UPDATE, plus the time the client left the
+--                end of the response unread: client_read), application (429/503,
 --                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (throttle_evidence)
 --   server       the network explains less than half of the excess (or nothing):
 --                delay = the excess it does not explain
@@ -35,42 +39,47 @@ net AS (
     FROM s
 ),
 causes AS (
-    SELECT conn_id, stream_id, 'loss_burst' AS cause, NULL AS kind, loss_stall_ms AS delay_ms,
+    SELECT conn_id, stream_id, 'loss_burst' AS cause, NULL AS kind, loss_directions AS direction, loss_stall_ms AS delay_ms,
         format('{} lost segment(s) in {} burst(s) (longest {}), {}, stall {:.1f} ms',
                loss_events, loss_bursts, longest_burst, loss_directions, loss_stall_ms) AS evidence
     FROM net WHERE lossy
     UNION ALL
-    SELECT conn_id, stream_id, 'reordering', NULL, reorder_wait_ms,
+    SELECT conn_id, stream_id, 'reordering', NULL, reorder_directions, reorder_wait_ms,
         format('{} out-of-order/spurious-retransmission event(s), {} dup ACK(s), {:.1f} ms late',
                reorder_events, dup_acks, reorder_wait_ms)
     FROM net WHERE reordered
     UNION ALL
-    SELECT conn_id, stream_id, 'queueing', NULL, queue_delay_ms,
+    SELECT conn_id, stream_id, 'queueing', NULL, queue_direction, queue_delay_ms,
         format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
                queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
     FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', 'receive_window', window_wait_ms,
+    SELECT conn_id, stream_id, 'throttling', 'receive_window', window_directions, window_wait_ms,
         format('{} zero-window / window-full event(s), {:.1f} ms waiting', window_events, window_wait_ms)
     FROM net WHERE window_events > 0
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', 'h2_flow_control', flow_control_blocked_ms,
+    SELECT conn_id, stream_id, 'throttling', 'h2_flow_control', coalesce(flow_control_directions, 'to_client'),
+        flow_control_blocked_ms + client_read_wait_ms,
         format('HTTP/2 sender blocked {} time(s) for {:.1f} ms', flow_control_blocks, flow_control_blocked_ms)
-    FROM net WHERE flow_control_blocks > 0
+        || CASE WHEN client_read_wait_ms > 0
+                THEN format('; the client read the end of the response {:.1f} ms after its ACK (slow reader)', client_read_wait_ms)
+                ELSE '' END
+    FROM net WHERE flow_control_blocks > 0 OR client_read_wait_ms > 0
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', 'application', greatest(excess_ms, coalesce(latency_eff_ms, 0)),
+    SELECT conn_id, stream_id, 'throttling', 'application', NULL, greatest(excess_ms, coalesce(latency_eff_ms, 0)),
         format('status: grpc {} / http {}', coalesce(CAST(grpc_status AS VARCHAR), '-'), coalesce(CAST(http_status AS VARCHAR), '-'))
     FROM net WHERE app_throttled
     UNION ALL
-    SELECT conn_id, stream_id, 'throttling', throttle_kind, throttle_delay_ms, throttle_detail
+    SELECT conn_id, stream_id, 'throttling', throttle_kind,
+        CASE throttle_kind WHEN 'shaper' THEN queue_direction ELSE loss_directions END, throttle_delay_ms, throttle_detail
     FROM net WHERE throttle_kind IS NOT NULL
 ),
 explained AS (
     SELECT conn_id, stream_id, sum(delay_ms) AS network_ms FROM causes GROUP BY ALL
 )
-SELECT conn_id, stream_id, cause, kind, round(delay_ms, 3) AS delay_ms, evidence FROM causes
+SELECT conn_id, stream_id, cause, kind, direction, round(delay_ms, 3) AS delay_ms, evidence FROM causes
 UNION ALL
-SELECT n.conn_id, n.stream_id, 'server', NULL,
+SELECT n.conn_id, n.stream_id, 'server', NULL, NULL,
     round(greatest(n.excess_ms - coalesce(x.network_ms, 0), 0), 3),
     format('{} high with {}; network explains {:.1f} of {:.1f} ms excess',
            array_to_string(n.slow_metrics, '/'),
@@ -81,7 +90,7 @@ LEFT JOIN explained AS x USING (conn_id, stream_id)
 WHERE NOT n.one_sided AND NOT n.no_rtt
   AND (x.network_ms IS NULL OR x.network_ms < 0.5 * n.excess_ms)
 UNION ALL
-SELECT n.conn_id, n.stream_id, 'unknown', NULL, round(n.excess_ms, 3),
+SELECT n.conn_id, n.stream_id, 'unknown', NULL, NULL, round(n.excess_ms, 3),
     CASE WHEN n.one_sided THEN 'the capture saw only one direction of the connection'
          ELSE 'no RTT sample on the connection: queueing cannot be judged' END
 FROM net AS n

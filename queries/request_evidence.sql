@@ -28,23 +28,26 @@ loss AS (
         count(*) AS loss_bursts,
         max(segments) AS longest_burst,
         sum(stall_ms) AS loss_stall_ms,
-        string_agg(DISTINCT direction, ',') AS loss_directions
+        string_agg(DISTINCT direction, ',' ORDER BY direction) AS loss_directions
     FROM loss_bursts GROUP BY ALL
 ),
 other AS (
     SELECT conn_id, stream_id,
         count(*) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_events,
+        string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_directions,
         sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_wait_ms,
         count(*) FILTER (WHERE kind = 'dup_ack') AS dup_acks,
         count(*) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_events,
         sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_wait_ms,
+        string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_directions,
         count(*) FILTER (WHERE kind = 'capture_loss') AS capture_loss_events
     FROM ev GROUP BY ALL
 ),
 flow AS (
     SELECT m.conn_id, m.stream_id,
         count(*) AS flow_control_blocks,
-        sum(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms
+        sum(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms,
+        string_agg(DISTINCT h.direction, ',' ORDER BY h.direction) AS flow_control_directions
     FROM request_metrics AS m
     JOIN h2_events AS h
       ON h.conn_id = m.conn_id AND h.kind = 'flow_control_blocked'
@@ -99,12 +102,15 @@ SELECT
     loss.loss_directions,
     coalesce(other.reorder_events, 0) AS reorder_events,
     coalesce(other.reorder_wait_ms, 0) AS reorder_wait_ms,
+    other.reorder_directions,
     coalesce(other.dup_acks, 0) AS dup_acks,
     coalesce(other.window_events, 0) AS window_events,
     coalesce(other.window_wait_ms, 0) AS window_wait_ms,
+    other.window_directions,
     coalesce(other.capture_loss_events, 0) AS capture_loss_events,
     coalesce(flow.flow_control_blocks, 0) AS flow_control_blocks,
     coalesce(flow.flow_control_blocked_ms, 0) AS flow_control_blocked_ms,
+    flow.flow_control_directions,
     coalesce(rtt.rtt_samples, 0) AS rtt_samples,
     coalesce(rtt.queue_inflation_ms, 0) AS queue_inflation_ms,
     -- the queue its last bytes met (median over its final 500 ms): a queue that built up

@@ -8,16 +8,18 @@
 -- lost), the client held its ACK for the second segment (ACK every second segment); the
 -- first message reached it when it would have been ACKed: its capture time plus the
 -- delay the second message's ACK shows.
--- depends_on: requests_in_range, messages, tcp_events
+-- A slow reader is undone too (client_read): when the first or last response message sat
+-- unread in the client's buffers, TTFT and latency run to when the client read it;
+-- client_read_wait_ms is what the end of the response added that way.
+-- depends_on: requests_in_range, messages, tcp_events, client_read
 WITH acked_gaps AS (
     SELECT conn_id, stream_id,
         max(gap_ms) AS max_gap_client_est_ms
     FROM (
         SELECT conn_id, stream_id,
-            (epoch_ns(coalesce(acked_ts, ts))
-             - lag(epoch_ns(coalesce(acked_ts, ts))) OVER (PARTITION BY conn_id, stream_id ORDER BY "index")) / 1e6 AS gap_ms
-        FROM messages
-        WHERE direction = 'response'
+            (epoch_ns(coalesce(read_ts, ts))
+             - lag(epoch_ns(coalesce(read_ts, ts))) OVER (PARTITION BY conn_id, stream_id ORDER BY "index")) / 1e6 AS gap_ms
+        FROM client_read
     )
     GROUP BY conn_id, stream_id
 ),
@@ -30,6 +32,14 @@ first_two AS (
     FROM messages
     WHERE direction = 'response' AND "index" < 2
     GROUP BY conn_id, stream_id
+),
+read_stalls AS (  -- read times of the first and last response message, when stalled
+    SELECT conn_id, stream_id,
+        max(epoch_ns(read_ts)) FILTER (WHERE "index" = 0 AND read_stalled) AS first_read_ns,
+        max(epoch_ns(read_ts)) FILTER (WHERE read_stalled) AS last_read_ns
+    FROM client_read
+    GROUP BY conn_id, stream_id
+    HAVING bool_or(read_stalled)
 ),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
@@ -58,14 +68,20 @@ SELECT
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    coalesce(r.latency_client_est_ms, r.latency_ms) AS latency_eff_ms,
-    CASE WHEN h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL
+    greatest(coalesce(r.latency_client_est_ms, r.latency_ms),
+             (s.last_read_ns - epoch_ns(r.request_start)) / 1e6) AS latency_eff_ms,
+    CASE WHEN s.first_read_ns IS NOT NULL
+         THEN (s.first_read_ns - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
+         WHEN h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL
          THEN (h.first_acked_ns - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
          ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
+    coalesce(greatest((s.last_read_ns - epoch_ns(r.request_start)) / 1e6
+                      - coalesce(r.latency_client_est_ms, r.latency_ms), 0), 0) AS client_read_wait_ms,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
     CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
 FROM requests_in_range AS r
 LEFT JOIN acked_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
+LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL

@@ -1,8 +1,8 @@
 -- What happened to one request, in order? Every event of every request: its HTTP/2
--- milestones (request headers and end, response headers, each message with its ACK,
--- trailers), and the TCP and HTTP/2 events on its connection while it was in flight,
+-- milestones (request headers and end, response headers, each message with its ACK and,
+-- for a slow reader, when the client read it (client_read), trailers), and the TCP and HTTP/2 events on its connection while it was in flight,
 -- with the time since the request started. Filter by conn_id and stream_id.
--- depends_on: request_metrics, requests, messages, tcp_events, h2_events
+-- depends_on: request_metrics, requests, messages, tcp_events, h2_events, client_read
 WITH r AS (
     SELECT q.conn_id, q.stream_id, q.request_start, q.request_end, q.response_headers, q."end",
         q.http_status, q.grpc_status, q.grpc_message, m.started_at, m.finished_at
@@ -22,8 +22,13 @@ events AS (
     UNION ALL
     SELECT m.conn_id, m.stream_id, m.ts, 'grpc', m.direction || ' message #' || m."index",
         m.size || ' B' || coalesce(', acked +' || CAST(round((epoch_ns(m.acked_ts) - epoch_ns(m.ts)) / 1e6, 2) AS VARCHAR) || ' ms', ', never acked')
+            || CASE WHEN c.read_stalled
+                    THEN ', read by the client +' || CAST(round((epoch_ns(c.read_ts) - epoch_ns(m.ts)) / 1e6, 2) AS VARCHAR) || ' ms (slow reader)'
+                    ELSE '' END
             || coalesce(', gap ' || CAST(round(m.gap_ms, 2) AS VARCHAR) || ' ms', '')
     FROM messages AS m
+    LEFT JOIN client_read AS c ON c.conn_id = m.conn_id AND c.stream_id = m.stream_id AND c."index" = m."index"
+        AND m.direction = 'response'
     UNION ALL
     SELECT r.conn_id, r.stream_id, e.ts, 'tcp', e.kind,
         e.direction || ' seq ' || e.seq || ', ' || e.bytes || ' B, packet ' || e.frame_no

@@ -10,18 +10,20 @@
 --            (cross bytes < 1/4 of ours); each request in flight
 --            during it with inflated RTT is shaped; delay = the inflation its last
 --            bytes met, plus the loss stalls when the shaper's queue overflowed
---   policer  losses that start above a constant rate, without a queue: a loss episode
---            on the path (retransmissions no more than 2 s apart, at least 5) with no
---            RTT inflation before or during it, whose goodput (the token rate, as in
---            the published method: delivery between the first and the last loss, wire
---            bytes, median of 500 ms windows) sits at most 0.85 x the delivery rate
---            around the episode: the excess above a constant rate is dropped (the
---            sender's backlog waits in its socket buffer, out of sight). Random loss on
---            application-limited streams leaves the goodput at the offered rate; on
---            bulk transfers it can also lower it, and this test cannot tell those apart.
---            delay = the loss stalls
+--   policer  losses that start above a constant rate, without a queue, as in the
+--            published method (Flach et al., SIGCOMM 2016): a loss episode on the path
+--            (retransmissions no more than 2 s apart, at least 5) with no RTT inflation
+--            before or during it, whose losses a token bucket explains (policer_bucket:
+--            token rate = goodput between the first and the last loss; a bucket
+--            simulated per segment sent was empty for >= 80 % of the lost segments,
+--            and for far fewer of those that passed). Random loss fails the bucket
+--            test (lost and passed segments meet an empty bucket about as often); a
+--            shaper's or a queue's drops may pass it but come with RTT inflation
+--            (the sends they delay pass with an empty bucket too). The detail also
+--            gives the delivery rate inside vs around the episode (wire bytes, median
+--            of 500 ms windows). delay = the loss stalls
 -- Columns: conn_id, stream_id, throttle_kind, throttle_detail, throttle_delay_ms.
--- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections
+-- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections, policer_bucket
 WITH req AS (
     SELECT conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
@@ -94,13 +96,15 @@ rate_test AS (  -- inside the episode vs the 8 s around it
     GROUP BY ALL
 ),
 policed AS (
-    SELECT e.*, q.max_inflation_ms, t.delivered_bps_inside, t.offered_bps_inside, t.delivered_bps_around
+    SELECT e.*, q.max_inflation_ms, t.delivered_bps_inside, t.offered_bps_inside, t.delivered_bps_around,
+        b.token_rate_bps, b.bucket_depth_bytes, b.judged_losses, b.lost_empty_share, b.passed_empty_share
     FROM episode_span AS e
     JOIN episode_queue AS q USING (client_addr, server_addr, episode)
-    JOIN rate_test AS t USING (client_addr, server_addr, episode)
+    JOIN policer_bucket AS b USING (client_addr, server_addr, episode)
+    LEFT JOIN rate_test AS t USING (client_addr, server_addr, episode)
     WHERE coalesce(q.max_inflation_ms, 0) < greatest(getvariable('queue_min_ms'), 0.5 * coalesce(q.floor_ms, 0))
       AND e.losses >= 5
-      AND t.delivered_bps_inside <= 0.85 * t.delivered_bps_around
+      AND b.bucket_consistent
 )
 SELECT r.conn_id, r.stream_id,
     'shaper' AS throttle_kind,
@@ -117,8 +121,10 @@ WHERE r.queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path
 UNION ALL
 SELECT r.conn_id, r.stream_id,
     'policer',
-    format('{} losses without queueing; delivery capped at ~{:.0f} kbit/s (goodput between first and last loss) under {:.0f} kbit/s offered, {:.0f} kbit/s around the episode',
-           p.losses, p.delivered_bps_inside / 1000, p.offered_bps_inside / 1000, p.delivered_bps_around / 1000),
+    format('{} losses without queueing, as a token bucket drops them: ~{:.0f} kbit/s (goodput between first and last loss), depth ~{:.0f} B; {:.0f}% of {} lost segments vs {:.0f}% of the passed ones sent with the bucket empty; delivery {:.0f} kbit/s under {:.0f} kbit/s offered, {:.0f} kbit/s around the episode',
+           p.losses, p.token_rate_bps / 1000, p.bucket_depth_bytes, 100 * p.lost_empty_share, p.judged_losses,
+           100 * p.passed_empty_share, coalesce(p.delivered_bps_inside, 0) / 1000,
+           coalesce(p.offered_bps_inside, 0) / 1000, coalesce(p.delivered_bps_around, 0) / 1000),
     r.loss_stall_ms
 FROM req AS r
 JOIN policed AS p

@@ -216,13 +216,15 @@ def _shell(con) -> None:
     from telemetry import render
 
     err.print("tailtap SQL shell: views " + ", ".join(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()))
-    err.print("End statements with ';'. Ctrl-D quits.")
+    err.print("End statements with ';'. .quit or Ctrl-D quits.")
     buf = ""
     while True:
         try:
             line = input("tailtap> " if not buf else "    ...> ")
         except EOFError:
             print()
+            return
+        if not buf and line.strip() in (".quit", ".exit", "quit", "exit"):
             return
         buf += line + "\n"
         if buf.strip().endswith(";"):

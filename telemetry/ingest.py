@@ -49,6 +49,8 @@ from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from telemetry import __version__
 from telemetry.capture_id import capture_id_of
+from telemetry.sendlog import KIND_NAMES as _SEND_KINDS
+from telemetry.sendlog import SendLog
 from telemetry.store import CaptureWriter, Store, table_from_columns
 
 CHUNK_BYTES = 4 << 20
@@ -442,6 +444,7 @@ class CapturePipeline:
         self.monotonic = True  # capture times never went back so far
         self.connections_written = 0
         self.requests_written = 0
+        self.sendlog = SendLog(self._path_of)  # segment_sends (loss-gated)
 
     # -- files of a chain ----------------------------------------------------------------
     def begin_file(self, capture_id: str, writer: CaptureWriter) -> None:
@@ -514,6 +517,7 @@ class CapturePipeline:
                     else:
                         session.feed(item)
             self._count_sent(chunks)
+            self.sendlog.note_chunks(chunks)
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
@@ -525,12 +529,13 @@ class CapturePipeline:
                 requests, rows, h2_events = conn.session.take_columns()
                 self._take(conn, requests, rows, h2_events)
                 self._resolve_acks(conn, None)
-            if len(conn.rows) + conn.rate_buckets() >= FLUSH_CONN_ROWS:
+            if len(conn.rows) + conn.rate_buckets() + self.sendlog.pending(conn.key) >= FLUSH_CONN_ROWS:
                 self._flush_open(conn)
         self._close_all(self.tcp.take_closed(IDLE_CLOSE_NS))
 
     def _take_tcp_events(self) -> None:
         events, samples = self.tcp.take_events_runs()
+        self.sendlog.note_events(events)
         for ev in events:
             self._conn(ev.conn_key).rows.tcp_events.append(ev)
         for key, run in groupby(samples, _CONN_KEY):
@@ -781,6 +786,11 @@ class CapturePipeline:
             rates_upto = (self.last_ts - RATE_HOLD_NS) // RATE_BUCKET_NS
         self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
 
+    def _path_of(self, key: int) -> tuple[str, str] | None:
+        """(client, server) address of an open connection as the TCP layer names it."""
+        s = self.tcp.open_summary(key)
+        return None if s is None else (s.client_addr, s.server_addr)
+
     def _open_summary(self, key: int) -> ConnectionSummary | None:
         """conn_id and addresses of a connection still open (as the TCP layer names it)."""
         return self.tcp.open_summary(key)
@@ -804,6 +814,7 @@ class CapturePipeline:
         if conn.flip:
             summary = flip_summary(summary)
         self._write_rows(conn, summary)
+        self.sendlog.forget(summary.conn_key)
         self._write_connection(conn, summary, protocol)
 
     def finish(self) -> None:
@@ -864,6 +875,17 @@ class CapturePipeline:
         if rows.messages:
             self.writer.append("messages", self._messages_table(cid, rows.messages))
         self._write_rates(conn, base, rates_upto, final)
+        sends = self.sendlog.take(conn.key)
+        if sends is not None:
+            dirs, ts, seq, size, kind = sends
+            self.writer.append("segment_sends", table_from_columns("segment_sends", {
+                **base(len(ts)),
+                "ts": pa.array(ts, _TS),
+                "direction": pa.array(np.array(DIRECTION_NAMES, dtype=object)[dirs ^ flip], pa.string()),
+                "seq": pa.array(seq, pa.int64()),
+                "bytes": pa.array(size, pa.int64()),
+                "kind": pa.array(np.array(_SEND_KINDS, dtype=object)[kind], pa.string()),
+            }))
         if rows.requests:
             self.writer.append("requests", self._requests_table(summary, rows.requests))
             self.requests_written += len(rows.requests)

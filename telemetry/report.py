@@ -107,12 +107,12 @@ def explain_sections(store: Store, conn_id: str, stream_id: int, params: dict | 
             con, "SELECT t_ms, ts, layer, event, detail FROM request_timeline WHERE conn_id = ? AND stream_id = ?", key
         ),
         "causes": render.rows_of(
-            con, "SELECT cause, kind, delay_ms, evidence FROM request_cause WHERE conn_id = ? AND stream_id = ? ORDER BY delay_ms DESC", key
+            con, "SELECT cause, kind, direction, delay_ms, evidence FROM request_cause WHERE conn_id = ? AND stream_id = ? ORDER BY delay_ms DESC", key
         ) or "not slow: it stayed within its window's expected p99 (or the SLO)",
         "decomposition": render.rows_of(
             con,
-            "SELECT latency_ms, path_rtt_ms, queueing_ms, loss_recovery_ms, reordering_ms, flow_control_ms, server_ms, "
-            "total_ms, overlap_scaled FROM latency_decomposition WHERE conn_id = ? AND stream_id = ?",
+            "SELECT latency_ms, path_rtt_ms, queueing_ms, loss_recovery_ms, reordering_ms, flow_control_ms, client_read_ms, "
+            "server_ms, total_ms, overlap_scaled FROM latency_decomposition WHERE conn_id = ? AND stream_id = ?",
             key,
         ),
     }
@@ -192,7 +192,8 @@ def print_report(console: Console, s: dict) -> None:
                 continue
             label = a["cause"] + (f" ({a['kind']})" if a["kind"] else "")
             t.add_row(label, str(a["slow_requests"]), f"{a['request_share']:.0%}", _num(a["delay_ms"]),
-                      f"conns {a['top_connections']}; clients {a['top_clients']}")
+                      f"conns {a['top_connections']}; clients {a['top_clients']}"
+                      + (f"; {a['top_directions']}" if a.get("top_directions") else ""))
         console.print(t)
     if s["slowest_requests"]:
         t = _table("request", "method", "latency", "TTFT", "gap", "slow on", "causes",
@@ -218,10 +219,12 @@ def print_explain(console: Console, s: dict) -> None:
     else:
         t = _table("cause", "delay ms", "evidence", title="\n[bold]causes[/bold]")
         for c in s["causes"]:
-            t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else ""), _num(c["delay_ms"]), c["evidence"])
+            t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else "") + (f", {c['direction']}" if c.get("direction") else ""),
+                      _num(c["delay_ms"]), c["evidence"])
         console.print(t)
     for d in s["decomposition"]:
         parts = ", ".join(f"{k.removesuffix('_ms').replace('_', ' ')} {_num(d[k])}" for k in (
-            "path_rtt_ms", "queueing_ms", "loss_recovery_ms", "reordering_ms", "flow_control_ms", "server_ms"))
+            "path_rtt_ms", "queueing_ms", "loss_recovery_ms", "reordering_ms", "flow_control_ms", "client_read_ms",
+            "server_ms"))
         console.print(f"\n[bold]where the {_num(d['latency_ms'])} ms went[/bold]: {parts}"
                       + (" (overlapping network delays scaled down)" if d["overlap_scaled"] else ""))

@@ -205,6 +205,22 @@ FLOW_RATES = _table(
     C("bytes_acked", pa.int64(), "Payload bytes of that direction newly acknowledged by the receiver in the bucket: the delivery rate."),
 )
 
+SEGMENT_SENDS = _table(
+    _CAPTURE_ID,
+    _CONN_ID,
+    C("ts", TS, "Capture time of the data segment."),
+    C("direction", pa.string(), "to_server or to_client: direction of the data."),
+    C("seq", pa.int64(), "Relative sequence number of its first payload byte (0 = first payload byte of that direction, as in tcp_events)."),
+    C("bytes", pa.int64(), "Payload bytes (for kind 'new', the bytes first seen in it; TCP/IP headers not counted)."),
+    C("kind", pa.string(), "new (bytes sent for the first time), retransmission (bytes sent before: that earlier send was lost), spurious_retransmission (bytes the receiver already had)."),
+)
+# segment_sends is loss-gated: only the data segments a sender put on a path (sender
+# address -> receiver address, all connections between the two) while that path direction
+# was losing: from up to 3 s before a retransmission (as far back as the pipeline still
+# held the segments) to 3 s after the last one. A capture without retransmissions has no
+# rows. It is what the per-segment token-bucket simulation of the policer test reads
+# (queries/policer_bucket.sql); see telemetry/sendlog.py.
+
 TABLES: dict[str, pa.Schema] = {
     "captures": CAPTURES,
     "connections": CONNECTIONS,
@@ -214,6 +230,7 @@ TABLES: dict[str, pa.Schema] = {
     "rtt_samples": RTT_SAMPLES,
     "h2_events": H2_EVENTS,
     "flow_rates": FLOW_RATES,
+    "segment_sends": SEGMENT_SENDS,
 }
 
 # The time column each table is Hive-partitioned by (date=YYYY-MM-DD/hour=HH).
@@ -226,6 +243,7 @@ PARTITION_TIME: dict[str, str] = {
     "rtt_samples": "ts",
     "h2_events": "ts",
     "flow_rates": "ts",
+    "segment_sends": "ts",
 }
 
 # Rows whose partition time is null (e.g. a request whose HEADERS were never seen)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import dpkt
 from hpack import Encoder
+from shared_paths import CAPTURES
 
 from parsers.records import PayloadChunk
 
-CAPTURES = Path("/work/shared/captures")
 TSHARK = shutil.which("tshark")
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from pathlib import Path
 
 import capture_builders as cb
 import numpy as np
 import pytest
+from shared_paths import CAPTURES
 
 from parsers.capture import CaptureDecoder, _gather, decode_segments, format_addr
 from parsers.records import DecodeIssue, DecodeStats, PacketBatch, SegmentBatch
@@ -418,7 +418,6 @@ def test_format_addr() -> None:
 
 # -- real captures against tshark ----------------------------------------------------------
 
-CAPTURES = Path("/work/shared/captures")
 FILES = sorted(p.name for p in CAPTURES.glob("*.pcap*")) if CAPTURES.is_dir() else []
 FIELDS = [
     "frame.number", "frame.time_epoch", "tcp.srcport", "tcp.dstport", "tcp.seq_raw",

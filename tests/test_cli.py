@@ -116,6 +116,11 @@ def test_analyze_report_json_rerun_and_gzip(tmp_path):
     assert again.returncode == 0 and "already in the store" in again.stderr
     count = run("sql", "--store", str(store), "--format", "csv", "SELECT count(*) AS n FROM requests")
     assert count.stdout.splitlines() == ["n", "1"]
+    # no query: a shell on stdin, statements end with ';', .quit leaves it
+    shell = subprocess.run([TAILTAP, "sql", "--store", str(store)], input="SELECT count(*)\n AS n FROM requests;\n.quit\nSELECT 42;\n",
+                           capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"})
+    assert shell.returncode == 0 and "requests" in shell.stderr, shell.stderr
+    assert " 1 " in shell.stdout and "42" not in shell.stdout, shell.stdout
     # explain the request listed
     row = report["slowest_requests"][0]
     proc = run("explain", "--store", str(store), "--request", f"{row['conn_id']}:{row['stream_id']}", "--format", "json")

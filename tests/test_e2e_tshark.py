@@ -10,13 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from shared_paths import CAPTURES
 from tshark_ref import TSHARK, h2_streams
 
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.store import Store
-
-CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 
 # (file, ports tshark needs -d for). tailtap itself is given no port: it must detect HTTP/2.
 CLEARTEXT = [

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from shared_paths import CAPTURES
 from tcp_builders import analyze, batches_of, concat_batches, decode_file
 
 from parsers.tcp import _analyzer
 
 ROOT = Path(__file__).resolve().parents[1]
-CAPTURES = Path("/work/shared/captures")
 sys.path.insert(0, str(ROOT / "bench"))
 from bench_tcp import synth  # noqa: E402
 

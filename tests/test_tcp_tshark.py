@@ -16,12 +16,11 @@ import subprocess
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from functools import cache
-from pathlib import Path
 
 import pytest
+from shared_paths import CAPTURES
 from tcp_builders import analyze, decode_file
 
-CAPTURES = Path("/work/shared/captures")
 TSHARK = shutil.which("tshark")
 pytestmark = [
     pytest.mark.tshark,

@@ -258,6 +258,7 @@ def _window_rows(scn: sc.Scenario, duration: float, t0: int) -> list[dict[str, A
             "end_iso": iso(end_ns),
             "effect_end_iso": iso(eff),
             "settle_s": w.settle_s,
+            "also": [{"cause": c, "kind": k} for c, k in w.also],
         }
         if w.layer == "bridge":
             from telemetry.lab.impair import model_from_spec

@@ -3,7 +3,8 @@
 Windows are placed as fractions of the run's duration (so ``--duration`` stretches them);
 the runner turns them into absolute UTC times for ``labels.json``. Every window names the
 attribution ``cause`` it should be scored as (the categories of DESIGN.md "Attribution")
-and a ``kind``. ``settle_s`` is how long its effects may outlast it (RTO backoff after a
+and a ``kind``; ``also`` names further (cause, kind) pairs when one impairment injects
+several at once (a frozen server both stops generating and stops reading). ``settle_s`` is how long its effects may outlast it (RTO backoff after a
 loss burst, a queue draining): ``labels.json`` gives ``effect_end`` = end + settle, and a
 request counts as *in* the window when it overlaps ``[start, effect_end)``.
 
@@ -30,6 +31,7 @@ class WindowSpec:
     models: tuple[dict[str, Any], ...] = ()  # bridge windows: impair.py model specs
     params: dict[str, Any] = field(default_factory=dict)  # server / client windows
     settle_s: float = 1.0
+    also: tuple[tuple[str, str], ...] = ()  # further (cause, kind) the same impairment injects
 
 
 @dataclass(frozen=True)
@@ -237,8 +239,9 @@ SCENARIOS: dict[str, Scenario] = {
             "server_slow_read",
             "The server is slow to read: inside the window its process is frozen 250 ms of "
             "every 500 ms (SIGSTOP/SIGCONT by the runner) with 16 KB socket buffers and larger "
-            "Embed inputs (2-12 KB), so the requests it does not read fill its receive buffer and it advertises a zero "
-            "window; its token streams pause too (frozen process).",
+            "Embed inputs (8-32 KB), so the requests it does not read fill its receive buffer and it advertises a zero "
+            "window; its token streams pause too (frozen process): two causes at once, "
+            "receive_window for the uploads that met the zero window and server for the rest.",
             (
                 WindowSpec(
                     "server_slow_read",
@@ -249,9 +252,10 @@ SCENARIOS: dict[str, Scenario] = {
                     "zero_window",
                     params={"kind": "slow_read", "freeze_ms": 250.0, "run_ms": 250.0},
                     settle_s=1.0,
+                    also=(("server", "paused"),),
                 ),
             ),  # fmt: skip
-            client={"embed_share": 0.4, "embed_chars": [2048, 12288]},
+            client={"embed_share": 0.4, "embed_chars": [8192, 32768]},
             sysctls={"server": {"net.ipv4.tcp_rmem": "4096 16384 16384"}},
         ),
         Scenario(

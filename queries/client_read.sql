@@ -1,0 +1,50 @@
+-- When did the client application read each response message? Its ACK only says when the
+-- bytes reached the client's kernel: a slow reader (a busy or paused client process) lets
+-- them sit unread in its buffers. HTTP/2 shows the difference: a receiver returns
+-- flow-control window as its application consumes data, so while the server sits blocked
+-- on an exhausted window (h2_events flow_control_blocked, on the message's stream or the
+-- connection) the client has not read what it already ACKed. A message is read-stalled
+-- when such a blocked episode overlaps the time from its ACK to the client's next
+-- WINDOW_UPDATE on the connection; its read time is that WINDOW_UPDATE (the first sign
+-- the application is consuming again). Otherwise the ACK time stands. No shift for the
+-- capture-point-to-client half RTT is needed: both times are the client's packets as
+-- the capture point saw them, like the request they are compared with.
+-- Columns: conn_id, stream_id, index, ts (capture time), acked_ts, read_ts (estimated
+-- client read time: acked_ts, or the WINDOW_UPDATE after it when read-stalled; null
+-- without ACK), read_stalled.
+-- depends_on: messages, h2_events
+WITH response AS (
+    SELECT conn_id, stream_id, "index", ts, acked_ts, epoch_ns(acked_ts) AS acked_ns
+    FROM messages
+    WHERE direction = 'response'
+),
+client_window_updates AS (
+    SELECT conn_id, epoch_ns(ts) AS wu_ns, ts AS wu_ts
+    FROM h2_events
+    WHERE kind = 'window_update' AND direction = 'to_server'
+),
+blocked AS (
+    SELECT conn_id, stream_id, epoch_ns(ts) AS blocked_from,
+        epoch_ns(ts) + CAST(round(coalesce(duration_ms, 0) * 1e6) AS BIGINT) AS blocked_until
+    FROM h2_events
+    WHERE kind = 'flow_control_blocked' AND direction = 'to_client'
+),
+next_update AS (
+    SELECT r.*, w.wu_ns, w.wu_ts
+    FROM response AS r
+    ASOF LEFT JOIN client_window_updates AS w
+      ON w.conn_id = r.conn_id AND w.wu_ns >= r.acked_ns
+),
+stalled AS (
+    SELECT DISTINCT n.conn_id, n.stream_id, n."index"
+    FROM next_update AS n
+    JOIN blocked AS b
+      ON b.conn_id = n.conn_id
+     AND ((b.stream_id IN (0, n.stream_id) AND b.blocked_from <= n.wu_ns AND b.blocked_until >= n.acked_ns)
+          OR (b.blocked_from <= n.acked_ns AND b.blocked_until >= n.wu_ns - 1000000))
+)
+SELECT n.conn_id, n.stream_id, n."index", n.ts, n.acked_ts,
+    CASE WHEN s.conn_id IS NOT NULL THEN n.wu_ts ELSE n.acked_ts END AS read_ts,
+    s.conn_id IS NOT NULL AS read_stalled
+FROM next_update AS n
+LEFT JOIN stalled AS s USING (conn_id, stream_id, "index")

@@ -1,0 +1,242 @@
+"""The loss-gated send log behind the ``segment_sends`` table.
+
+The policer test (queries/policer_bucket.sql) simulates a token bucket over every data
+segment a sender put on the path around its losses: per segment its time, sequence
+number and size, and whether it resent bytes. Logging every segment of every connection
+would grow the store with the traffic; the test only needs the periods with losses. So a
+path direction (sender address -> receiver address) is logged only while it loses:
+
+* a retransmission (not a spurious one) on any connection of the path opens (or extends)
+  a gate on the path direction: from ``LOOKBACK_NS`` before it (as far back as the
+  pipeline still holds the segments: the last ``RETAIN_BATCHES`` batches it read, at
+  least the current one) to ``HOLD_NS`` after the last retransmission;
+* while a gate is open, every data segment of every connection of that path direction is
+  logged (new bytes from the reassembly's in-order chunks, resent bytes from the
+  retransmission events), once.
+
+A capture without losses logs nothing and pays for nothing but keeping a reference to
+the previous batch's chunk list. Segments are seen at the capture point: the test makes
+sense when that is the sender's side of the policer (a server-side capture for the
+server's responses), where lost segments were captured and then resent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+import numpy as np
+
+from parsers.records import ChunkRun
+
+LOOKBACK_NS = 3_000_000_000  # the lost segments were sent up to an RTO (backoff) before their resend
+HOLD_NS = 3_000_000_000  # keep logging this long after the last retransmission of the path
+RETAIN_BATCHES = 2  # batches of chunks kept for the lookback (bounded memory)
+
+NEW, RETRANSMISSION, SPURIOUS = 0, 1, 2
+KIND_NAMES = ("new", "retransmission", "spurious_retransmission")
+_LOSS_KINDS = frozenset(("retransmission", "fast_retransmission", "rto_retransmission"))
+_RESEND_KINDS = _LOSS_KINDS | {"spurious_retransmission"}
+
+_KEY = attrgetter("conn_key")
+_DIR = attrgetter("direction")
+_TS = attrgetter("ts_ns")
+_OFF = attrgetter("stream_offset")
+_DATA = attrgetter("data")
+
+
+@dataclass
+class _Batch:
+    chunks: list
+    last_ns: int
+    cols: tuple[np.ndarray, ...] | None = None  # cd, ts, seq, bytes (built on demand)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        if self.cols is None:
+            self.cols = _columns(self.chunks)
+        return self.cols
+
+
+def _columns(chunks: list) -> tuple[np.ndarray, ...]:
+    if any(type(c) is _RunCols for c in chunks):
+        # in order: each run's rows as they are, each stretch of single chunks in one pass
+        parts: list[tuple[np.ndarray, ...]] = []
+        singles: list = []
+        for c in chunks + [None]:
+            if c is not None and type(c) is not _RunCols:
+                singles.append(c)
+                continue
+            if singles:
+                parts.append(_columns(singles))
+                singles = []
+            if c is not None:
+                parts.append(c.columns())
+        return tuple(np.concatenate(col) for col in zip(*parts, strict=True))
+    n = len(chunks)
+    cd = np.fromiter(map(_KEY, chunks), np.int64, n) * 2 + np.fromiter(map(_DIR, chunks), np.int64, n)
+    ts = np.fromiter(map(_TS, chunks), np.int64, n)
+    seq = np.fromiter(map(_OFF, chunks), np.int64, n)
+    size = np.fromiter(map(len, map(_DATA, chunks)), np.int64, n)
+    return cd, ts, seq, size
+
+
+@dataclass(slots=True)
+class _RunCols:
+    """A ChunkRun without its batch buffer (only the columns the log needs are kept)."""
+
+    conn_key: int
+    rows: np.ndarray  # ChunkRun.rows: direction, ts_ns, frame_no, stream_offset, start, end
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        r = self.rows
+        return self.conn_key * 2 + r[:, 0], r[:, 1], r[:, 3], r[:, 5] - r[:, 4]
+
+
+@dataclass
+class _Gate:
+    start_ns: int
+    until_ns: int
+
+
+@dataclass
+class _Rows:
+    direction: list[np.ndarray] = field(default_factory=list)
+    ts: list[np.ndarray] = field(default_factory=list)
+    seq: list[np.ndarray] = field(default_factory=list)
+    size: list[np.ndarray] = field(default_factory=list)
+    kind: list[np.ndarray] = field(default_factory=list)
+    count: int = 0
+
+    def add(self, direction, ts, seq, size, kind) -> None:
+        self.direction.append(direction)
+        self.ts.append(ts)
+        self.seq.append(seq)
+        self.size.append(size)
+        self.kind.append(kind)
+        self.count += len(ts)
+
+
+class SendLog:
+    """Loss-gated per-segment send rows, per connection, until the pipeline takes them.
+
+    ``paths`` maps a connection key to its (client address, server address) as the TCP
+    layer names it (None when unknown); the sender of TCP direction 0 is the client.
+    """
+
+    def __init__(self, path_of) -> None:
+        self._path_of = path_of
+        self._paths: dict[int, tuple[str, str] | None] = {}
+        self._batches: list[_Batch] = []
+        self._gates: dict[tuple, _Gate] = {}
+        self._logged_ns: dict[int, int] = {}  # cd -> time of the last new-bytes row logged
+        self._rows: dict[int, _Rows] = {}
+
+    # -- inputs ---------------------------------------------------------------------
+    def note_chunks(self, chunks: list) -> None:
+        """In-order chunks of one batch (PayloadChunks and ChunkRuns; call before
+        :meth:`note_events` of the batch)."""
+        if not chunks:
+            return
+        if any(type(c) is ChunkRun for c in chunks):
+            # keep the runs' columns, not their batch buffers (bounded memory)
+            chunks = [_RunCols(c.conn_key, c.rows) if type(c) is ChunkRun else c for c in chunks]
+            last = max(int(c.rows[:, 1].max()) if type(c) is _RunCols else c.ts_ns for c in chunks)
+        else:
+            last = max(map(_TS, chunks))
+        batch = _Batch(chunks, last)
+        self._batches.append(batch)
+        if len(self._batches) > RETAIN_BATCHES:
+            del self._batches[0]
+        if self._gates:
+            self._log_batch(batch, None)
+            now = batch.last_ns
+            self._gates = {k: g for k, g in self._gates.items() if g.until_ns >= now}
+
+    def note_events(self, events: list) -> None:
+        """TCP events of the batch: retransmissions open gates and are logged."""
+        resends = [e for e in events if e.kind in _RESEND_KINDS]
+        if not resends:
+            return
+        opened: dict[tuple, _Gate] = {}
+        for ev in resends:
+            if ev.kind not in _LOSS_KINDS:
+                continue
+            gkey = self._gate_key(ev.conn_key, ev.direction)
+            gate = self._gates.get(gkey)
+            if gate is None:
+                gate = self._gates[gkey] = opened.get(gkey) or _Gate(ev.ts_ns - LOOKBACK_NS, ev.ts_ns + HOLD_NS)
+                opened[gkey] = gate
+            gate.start_ns = min(gate.start_ns, ev.ts_ns - LOOKBACK_NS)
+            gate.until_ns = max(gate.until_ns, ev.ts_ns + HOLD_NS)
+        if opened:
+            for batch in self._batches:
+                self._log_batch(batch, opened)
+        for ev in resends:
+            gate = self._gates.get(self._gate_key(ev.conn_key, ev.direction))
+            if gate is None or not gate.start_ns <= ev.ts_ns <= gate.until_ns:
+                continue
+            kind = SPURIOUS if ev.kind == "spurious_retransmission" else RETRANSMISSION
+            self._rows_of(ev.conn_key).add(
+                np.array([ev.direction], np.int8), np.array([ev.ts_ns], np.int64),
+                np.array([ev.seq], np.int64), np.array([ev.bytes], np.int64), np.array([kind], np.int8),
+            )
+
+    # -- outputs --------------------------------------------------------------------
+    def pending(self, conn_key: int) -> int:
+        rows = self._rows.get(conn_key)
+        return 0 if rows is None else rows.count
+
+    def take(self, conn_key: int) -> tuple[np.ndarray, ...] | None:
+        """(direction, ts, seq, bytes, kind) rows of a connection, in time order, or None."""
+        rows = self._rows.pop(conn_key, None)
+        if rows is None or rows.count == 0:
+            return None
+        cols = [np.concatenate(c) for c in (rows.direction, rows.ts, rows.seq, rows.size, rows.kind)]
+        order = np.argsort(cols[1], kind="stable")
+        return tuple(c[order] for c in cols)
+
+    def forget(self, conn_key: int) -> None:
+        """The connection closed (after :meth:`take`)."""
+        self._paths.pop(conn_key, None)
+        for cd in (conn_key * 2, conn_key * 2 + 1):
+            self._logged_ns.pop(cd, None)
+
+    # -- inside ---------------------------------------------------------------------
+    def _gate_key(self, conn_key: int, direction: int) -> tuple:
+        if conn_key not in self._paths:
+            self._paths[conn_key] = self._path_of(conn_key)
+        path = self._paths[conn_key]
+        if path is None:
+            return ("conn", conn_key, direction)
+        client, server = path
+        return (client, server) if direction == 0 else (server, client)
+
+    def _rows_of(self, conn_key: int) -> _Rows:
+        rows = self._rows.get(conn_key)
+        if rows is None:
+            rows = self._rows[conn_key] = _Rows()
+        return rows
+
+    def _log_batch(self, batch: _Batch, gates: dict[tuple, _Gate] | None) -> None:
+        """Log the batch's segments that fall in an open gate (in ``gates`` when given)."""
+        gates = self._gates if gates is None else gates
+        cd, ts, seq, size = batch.columns()
+        uc, inv = np.unique(cd, return_inverse=True)
+        lo = np.full(len(uc), np.iinfo(np.int64).max, np.int64)
+        hi = np.full(len(uc), -1, np.int64)
+        for i, c in enumerate(uc.tolist()):
+            gate = gates.get(self._gate_key(c >> 1, c & 1))
+            if gate is not None:
+                lo[i] = max(gate.start_ns - 1, self._logged_ns.get(c, -1))
+                hi[i] = gate.until_ns
+        sel = np.flatnonzero((ts > lo[inv]) & (ts <= hi[inv]))
+        if not len(sel):
+            return
+        cds = cd[sel]
+        for c in np.unique(cds).tolist():
+            part = sel[cds == c]
+            self._logged_ns[c] = int(ts[part].max())
+            n = len(part)
+            self._rows_of(c >> 1).add(
+                np.full(n, c & 1, np.int8), ts[part], seq[part], size[part], np.zeros(n, np.int8)
+            )

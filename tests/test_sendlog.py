@@ -1,0 +1,113 @@
+"""The loss-gated send log (telemetry/sendlog.py) on hand-made chunks and events: nothing
+is logged without a retransmission; a retransmission logs its path direction from
+LOOKBACK_NS before it (as far as the retained batches go) to HOLD_NS after the last one,
+every connection of the path, each segment once; spurious retransmissions open nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from telemetry.sendlog import HOLD_NS, LOOKBACK_NS, SendLog
+
+MS = 1_000_000
+
+
+@dataclass
+class Chunk:
+    conn_key: int
+    direction: int
+    data: bytes
+    ts_ns: int
+    stream_offset: int
+
+
+@dataclass
+class Event:
+    ts_ns: int
+    conn_key: int
+    direction: int
+    kind: str
+    seq: int
+    bytes: int
+
+
+PATHS = {1: ("10.0.0.1", "10.0.0.2"), 2: ("10.0.0.1", "10.0.0.2"), 3: ("10.0.0.9", "10.0.0.2")}
+
+
+def _batch(t0: int, n: int, step: int = 10 * MS) -> list[Chunk]:
+    """n segments of 100 bytes on each of the three connections, server -> client."""
+    return [Chunk(k, 1, b"x" * 100, t0 + i * step, i * 100) for i in range(n) for k in (1, 2, 3)]
+
+
+def _rows(log: SendLog, key: int):
+    got = log.take(key)
+    return [] if got is None else list(zip(*(c.tolist() for c in got), strict=True))
+
+
+def test_nothing_without_loss():
+    log = SendLog(PATHS.get)
+    log.note_chunks(_batch(0, 100))
+    log.note_events([Event(500 * MS, 1, 1, "spurious_retransmission", 0, 100), Event(5 * MS, 1, 1, "dup_ack", 0, 0)])
+    log.note_chunks(_batch(1000 * MS, 100))
+    assert all(log.take(k) is None for k in PATHS)
+
+
+def test_gate_covers_the_path_around_its_losses():
+    log = SendLog(PATHS.get)
+    t_loss = 4000 * MS
+    log.note_chunks(_batch(0, 300))  # 0 .. 3 s, before the loss: kept for the lookback
+    log.note_chunks(_batch(3000 * MS, 100))
+    log.note_events([Event(t_loss, 1, 1, "fast_retransmission", 100, 100)])
+    log.note_chunks(_batch(t_loss, 200))  # 4 .. 6 s: logged
+    log.note_chunks(_batch(t_loss + HOLD_NS + 10 * MS, 10))  # after the hold: not logged
+    for key in (1, 2):  # the lossy connection and the other one of its path
+        rows = _rows(log, key)
+        new = [r for r in rows if r[4] == 0]
+        assert min(r[1] for r in new) >= t_loss - LOOKBACK_NS
+        assert min(r[1] for r in new) <= t_loss - LOOKBACK_NS + 10 * MS
+        assert max(r[1] for r in new) <= t_loss + HOLD_NS
+        assert len({r[1] for r in new}) == len(new)  # each segment once
+        assert all(r[0] == 1 for r in rows)
+        assert [r[1:] for r in rows if r[4] != 0] == ([(t_loss, 100, 100, 1)] if key == 1 else [])
+    assert log.take(3) is None  # another path
+
+
+def test_reopened_gate_logs_each_segment_once():
+    log = SendLog(PATHS.get)
+    log.note_chunks(_batch(0, 100))  # 0 .. 1 s
+    log.note_events([Event(500 * MS, 1, 1, "rto_retransmission", 0, 100)])  # logs to 3.5 s
+    log.note_chunks(_batch(3000 * MS, 100))  # 3 .. 4 s: up to 3.5 s logged, then the gate closes
+    log.note_events([Event(3900 * MS, 1, 1, "retransmission", 10000, 100)])  # reopens from 0.9 s
+    rows = [r for r in _rows(log, 1) if r[4] == 0]
+    assert len(rows) == len({r[1] for r in rows}) == 200
+
+
+def test_chunk_runs_log_like_their_chunks():
+    """The TCP bulk path's ChunkRun columns (mixed with single chunks) log the same rows
+    as the PayloadChunks they stand for."""
+    import numpy as np
+
+    from parsers.records import ChunkRun, PayloadChunk, expand_runs
+
+    buf = np.zeros(100 * 200, np.uint8)
+
+    def batch(t0: int, n: int) -> list:
+        out: list = []
+        for k in (1, 2, 3):
+            rows = np.array(
+                [[1, t0 + i * 10 * MS, i, i * 100, i * 100, i * 100 + 100] for i in range(n)], np.int64
+            )
+            out.append(ChunkRun(k, rows[: n // 2], buf))
+            out += [PayloadChunk(k, 1, b"x" * 100, int(r[1]), int(r[2]), int(r[3])) for r in rows[n // 2 :]]
+        return out
+
+    logs = []
+    for runs in (True, False):
+        log = SendLog(PATHS.get)
+        for t0, n in ((0, 300), (3000 * MS, 100), (4000 * MS, 200)):
+            b = batch(t0, n)
+            log.note_chunks(b if runs else expand_runs(b))
+            if t0 == 4000 * MS:
+                log.note_events([Event(t0 + 5 * MS, 1, 1, "retransmission", 0, 100)])
+        logs.append([_rows(log, k) for k in (1, 2, 3)])
+    assert logs[0] == logs[1] and logs[0][0] and logs[0][1] and not logs[0][2]
