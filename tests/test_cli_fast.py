@@ -1,0 +1,121 @@
+"""The fast `analyze` command line (no typer app, no pydantic) parses exactly as typer does,
+and hands anything unusual to typer so help, errors and exit codes stay typer's own."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+from typer.main import get_command
+
+from telemetry import cli
+
+TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
+
+PLAIN = [
+    ["a.pcap"],
+    ["a.pcap", "b.pcapng.gz", "--out", "st"],
+    ["--no-report", "--force", "x.pcap", "-o", "/tmp/s"],
+    ["a.pcap", "--format", "json", "--h2-port", "50051", "--h2-port", "8080"],
+    ["a.pcap", "-f", "markdown", "--capture-side", "client", "-j", "2", "--report"],
+    ["a.pcap", "--window", "300ms", "b.pcap"],
+    ["-w", "1.5m", "a.pcap", "--h2-port", "0"],
+    ["a.pcap", "--capture-side", "server", "--jobs", "12", "--force"],
+]
+
+UNUSUAL = [
+    [],
+    ["--help"],
+    ["a.pcap", "-h"],
+    ["a.pcap", "--out=st"],
+    ["a.pcap", "-j2"],
+    ["a.pcap", "--", "-b.pcap"],
+    ["-"],
+    [""],
+    ["a.pcap", "--out"],
+    ["a.pcap", "--out", "a", "--out", "b"],
+    ["a.pcap", "--format", "JSON"],
+    ["a.pcap", "--format", "xml"],
+    ["a.pcap", "--capture-side", "middle"],
+    ["a.pcap", "--jobs", "0"],
+    ["a.pcap", "--jobs", "+2"],
+    ["a.pcap", "--jobs", "02"],
+    ["a.pcap", "--h2-port", "-1"],
+    ["a.pcap", "--h2-port", "x"],
+    ["a.pcap", "--window", "soon"],
+    ["a.pcap", "--window", "-5s"],
+    ["a.pcap", "--force", "--force"],
+    ["a.pcap", "--report", "--no-report"],
+    ["a.pcap", "--verbose"],
+]
+
+
+def _typer_params(argv: list[str]) -> dict[str, object]:
+    """The arguments typer hands `analyze` (a recorder with its signature, same converters)."""
+    seen: dict[str, object] = {}
+
+    @functools.wraps(cli.analyze)
+    def recorder(**kw: object) -> None:
+        seen.update(kw)
+
+    app = typer.Typer()
+    app.command("analyze")(recorder)
+    app.command("other")(lambda: None)  # two commands: `analyze` stays a sub-command
+    get_command(app).main(["analyze", *argv], standalone_mode=False)
+    return seen
+
+
+def _fast_params(argv: list[str]) -> dict[str, object]:
+    kw = cli._fast_analyze_args(argv)
+    assert kw is not None, argv
+    defaults = {n: p.default for n, p in inspect.signature(cli.analyze).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+    return {**defaults, **kw}
+
+
+@pytest.mark.parametrize("argv", PLAIN)
+def test_fast_path_parses_like_typer(argv):
+    fast, slow = _fast_params(argv), _typer_params(argv)
+    assert fast == slow
+    assert {k: type(v) for k, v in fast.items()} == {k: type(v) for k, v in slow.items()}
+
+
+@pytest.mark.parametrize("argv", UNUSUAL)
+def test_unusual_command_lines_go_to_typer(argv):
+    assert cli._fast_analyze_args(argv) is None
+
+
+def test_fast_path_exit_codes(tmp_path, monkeypatch):
+    def fails(**kw):
+        raise typer.Exit(cli.EXIT_STORE)
+
+    monkeypatch.setattr(cli, "analyze", fails)
+    with pytest.raises(SystemExit) as exc:
+        cli._run_fast({"captures": [tmp_path / "a.pcap"]})
+    assert exc.value.code == cli.EXIT_STORE
+
+    def interrupted(**kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "analyze", interrupted)
+    with pytest.raises(SystemExit) as exc:
+        cli._run_fast({"captures": [tmp_path / "a.pcap"]})
+    assert exc.value.code == 130
+
+
+def test_fast_and_typer_paths_agree_on_a_missing_file(tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    missing = str(tmp_path / "missing.pcap")
+    fast = subprocess.run([TAILTAP, "analyze", missing, "--out", str(tmp_path / "s1")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    slow = subprocess.run([TAILTAP, "analyze", missing, f"--out={tmp_path / 's1'}"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert fast.returncode == slow.returncode == cli.EXIT_INPUT
+    assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
