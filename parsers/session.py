@@ -80,45 +80,52 @@ def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:
     """Detailed sniff of the first bytes of one direction: 'h2-preface', 'h2-frames',
     'http1-request', 'http1-response', 'tls-client', 'tls-server', 'tls', 'unknown',
     or None when more bytes are needed."""
+    return _sniff_from(data, final)[0]
+
+
+def _sniff_from(data: bytes | bytearray, final: bool = False, scan_from: int = 0) -> tuple[str | None, int]:
+    """`_sniff`, plus where a later call on the same bytes with more appended may resume
+    the frame-chain scan: every offset before it was rejected by bytes already here, which
+    more bytes do not change (the scan of a growing prefix stays linear, not quadratic)."""
     n = len(data)
     if n == 0:
-        return None if not final else "unknown"
+        return None if not final else "unknown", 0
     m = min(n, 24)
     if data[:m] == PREFACE[:m]:
         if n >= 24:
-            return "h2-preface"
-        return None if not final else "unknown"
+            return "h2-preface", 0
+        return None if not final else "unknown", 0
     b0 = data[0]
     if 0x14 <= b0 <= 0x17:
         if n < 6:
             if n >= 3 and (data[1] != 3 or data[2] > 4):
                 pass
             elif not final:
-                return None
+                return None, 0
         elif data[1] == 3 and data[2] <= 4:
             if b0 == 0x16 and data[5] == 1:
-                return "tls-client"
+                return "tls-client", 0
             if b0 == 0x16 and data[5] == 2:
-                return "tls-server"
-            return "tls"
+                return "tls-server", 0
+            return "tls", 0
     if 0x41 <= b0 <= 0x5A:
         for meth in METHODS:
             if data.startswith(meth):
-                return "http1-request" if meth != b"PRI " else "unknown"
+                return ("http1-request" if meth != b"PRI " else "unknown"), 0
             if not final and meth.startswith(bytes(data[: len(meth)])) and n < len(meth):
-                return None
+                return None, 0
         if data.startswith(b"HTTP/1."):
-            return "http1-response"
+            return "http1-response", 0
         if not final and b"HTTP/1.".startswith(bytes(data[:7])) and n < 7:
-            return None
-    _x, status = scan_for_frames(data, 0, n, DEFAULT_MAX_FRAME_SIZE, final=final)
+            return None, 0
+    x, status = scan_for_frames(data, scan_from, n, DEFAULT_MAX_FRAME_SIZE, final=final)
     if status == 0:
-        return "h2-frames"
+        return "h2-frames", 0
     if final:
-        return "unknown"
+        return "unknown", 0
     if status == NEED_MORE:
-        return None if n < _SNIFF_MAX else "unknown"
-    return None if n < _SNIFF_NOFRAMES else "unknown"
+        return (None if n < _SNIFF_MAX else "unknown"), x
+    return (None if n < _SNIFF_NOFRAMES else "unknown"), x
 
 
 def sniff_protocol(data: bytes, final: bool = False) -> str | None:
@@ -153,6 +160,7 @@ class AppSession:
         self._mode = "sniff"  # sniff | h2 | http1 | opaque
         self._held: list[_Held] = []
         self._prefix = [bytearray(), bytearray()]
+        self._scan_from = [0, 0]  # where the frame-chain scan of each prefix resumes
         self._h2: H2Connection | None = None
         self._h1: Http1Conn | None = None
         self._strip = [0, 0]  # preface bytes still to drop per TCP direction
@@ -336,6 +344,7 @@ class AppSession:
         p = self._prefix[d]
         if gap:
             p.clear()  # bytes before the gap do not continue into these
+            self._scan_from[d] = 0
         if len(p) < _SNIFF_MAX:
             p += data[: _SNIFF_MAX - len(p)]
         if self.force_h2:
@@ -344,7 +353,7 @@ class AppSession:
             elif not (len(p) < 24 and PREFACE.startswith(bytes(p))):
                 self._decide(d, "h2-frames")
             return
-        k = _sniff(p)
+        k, self._scan_from[d] = _sniff_from(p, False, self._scan_from[d])
         if k is not None:
             self._decide(d, k)
 
@@ -367,6 +376,7 @@ class AppSession:
         held = self._held
         self._held = []
         self._prefix = [bytearray(), bytearray()]
+        self._scan_from = [0, 0]
         if kind == "h2-preface" or kind == "h2-frames":
             self.protocol = "h2c"
             self._mode = "h2"

@@ -489,3 +489,28 @@ def test_http1_sse_chunked_and_read_until_close() -> None:
         (0, TO_CLIENT, conv.ts(3)),
     ]
     assert old.path == "/old" and old.response_bytes == 16 and old.end == conv.ts(5)
+
+
+def test_sniff_resumes_the_frame_scan_of_a_growing_prefix():
+    """The incremental sniff (resume offset kept between chunks) decides exactly like a
+    fresh sniff of the whole prefix after every chunk."""
+    import random
+
+    from parsers.session import _sniff, _sniff_from
+
+    rng = random.Random(7)
+    frame = bytes([0, 0, 4, 8, 0, 0, 0, 0, 0]) + b"\x00\x00\x10\x00"  # WINDOW_UPDATE
+    for trial in range(60):
+        noise = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 3000)))
+        tail = frame * rng.randrange(0, 4) + bytes([0, 0, 9, 0, 0, 0, 0, 0, 1])[: rng.randrange(10)]
+        data = (b"\x00" if trial % 3 == 0 else b"") + noise + tail
+        buf, start = bytearray(), 0
+        i = 0
+        while i < len(data):
+            step = rng.randrange(1, 200)
+            buf += data[i : i + step]
+            i += step
+            kind, start = _sniff_from(buf, False, start)
+            assert kind == _sniff(buf), (trial, len(buf))
+            if kind is not None:
+                break
