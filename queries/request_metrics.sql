@@ -1,8 +1,8 @@
 -- What does each request look like from the client, and which window is it in? The
 -- metrics attribution judges a request by: client-side estimates where the ACKs gave
 -- them (a server-side capture point sees responses leave, not arrive), else the
--- capture-point values; the client-side largest token gap from the ACK times of its
--- messages; when it started and finished; its window (variable window_s).
+-- capture-point values; the client-side largest token gap from the read times of its
+-- messages (client_read: the ACK times, or later for a slow reader); when it started and finished; its window (variable window_s).
 -- A held ACK is undone for TTFT: when one ACK covers both of a stream's first two
 -- response messages and the client sent no duplicate ACK in between (nothing was late or
 -- lost), the client held its ACK for the second segment (ACK every second segment); the
@@ -12,7 +12,7 @@
 -- unread in the client's buffers, TTFT and latency run to when the client read it;
 -- client_read_wait_ms is what the end of the response added that way.
 -- depends_on: requests_in_range, messages, tcp_events, client_read
-WITH acked_gaps AS (
+WITH read_gaps AS (
     SELECT conn_id, stream_id,
         max(gap_ms) AS max_gap_client_est_ms
     FROM (
@@ -41,6 +41,13 @@ read_stalls AS (  -- read times of the first and last response message, when sta
     GROUP BY conn_id, stream_id
     HAVING bool_or(read_stalled)
 ),
+read_wait AS (  -- what a stalled last read added to the client-side latency
+    SELECT r.conn_id, r.stream_id,
+        greatest((s.last_read_ns - epoch_ns(r.request_start)) / 1e6
+                 - coalesce(r.latency_client_est_ms, r.latency_ms), 0) AS client_read_wait_ms
+    FROM requests_in_range AS r
+    JOIN read_stalls AS s USING (conn_id, stream_id)
+),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
@@ -68,20 +75,18 @@ SELECT
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    greatest(coalesce(r.latency_client_est_ms, r.latency_ms),
-             (s.last_read_ns - epoch_ns(r.request_start)) / 1e6) AS latency_eff_ms,
-    CASE WHEN s.first_read_ns IS NOT NULL
-         THEN (s.first_read_ns - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
-         WHEN h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL
-         THEN (h.first_acked_ns - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
+    coalesce(r.latency_client_est_ms, r.latency_ms) + coalesce(w.client_read_wait_ms, 0) AS latency_eff_ms,
+    -- first message: read late (slow reader), else reached the client under a held ACK
+    CASE WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
+         THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
          ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
-    coalesce(greatest((s.last_read_ns - epoch_ns(r.request_start)) / 1e6
-                      - coalesce(r.latency_client_est_ms, r.latency_ms), 0), 0) AS client_read_wait_ms,
+    coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
     CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
 FROM requests_in_range AS r
-LEFT JOIN acked_gaps AS g USING (conn_id, stream_id)
+LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
+LEFT JOIN read_wait AS w USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL
