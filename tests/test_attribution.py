@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from lab_samples import RUNS, SAMPLES, analyzed, labels
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLES = ROOT / "samples"
 sys.path.insert(0, str(ROOT / "bench"))
 from score_attribution import score_run  # noqa: E402
 
-RUNS = sorted(p.name for p in SAMPLES.iterdir() if (p / "labels.json").exists()) if SAMPLES.is_dir() else []
 
 @pytest.fixture(scope="module")
 def scores(tmp_path_factory):
@@ -50,18 +49,8 @@ def test_frozen_server_blamed_per_mechanism(tmp_path):
     stops reading): the slow requests inside its window whose connection met the server's
     zero window / full window while they were in flight carry receive_window, and those
     that did not carry server."""
-    import json
-
-    from telemetry.db import connect
-    from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
-
-    run = SAMPLES / "server_slow_read"
-    (w,) = json.loads((run / "labels.json").read_text())["windows"]
-    store = Store(tmp_path / "store")
-    assert ingest_file(run / "capture.pcap", store, IngestOptions()).error is None
-    con = connect(store, {"window_s": 2.0})
-    con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
+    (w,) = labels("server_slow_read")["windows"]
+    con = analyzed(tmp_path, "server_slow_read", {"window_s": 2.0})
     met, met_rw, clear, clear_server = con.execute("""
         WITH c AS (
             SELECT conn_id, stream_id,
@@ -90,19 +79,9 @@ def test_injected_cause_points_at_the_impaired_direction(tmp_path, name):
     """The bridge impaired one direction (labels.json): the injected cause of the slow
     requests in its window names that direction (request_cause.direction), which is what
     spike_attribution's top_directions concentrates."""
-    import json
-
-    from telemetry.db import connect
-    from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
-
-    run = SAMPLES / name
-    (w,) = json.loads((run / "labels.json").read_text())["windows"]
+    (w,) = labels(name)["windows"]
     cause, kind = w["cause"], (w["kind"] if w["cause"] == "throttling" else None)
-    store = Store(tmp_path / "store")
-    assert ingest_file(run / "capture.pcap", store, IngestOptions()).error is None
-    con = connect(store, {"window_s": 2.0})
-    con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
+    con = analyzed(tmp_path, name, {"window_s": 2.0})
     n, right = con.execute("""
         SELECT count(*), count(*) FILTER (WHERE c.direction = ?)
         FROM truth AS t

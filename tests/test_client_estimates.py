@@ -6,32 +6,15 @@ in every impaired window the p99 of the estimate is within 10% of the client's p
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from lab_samples import RUNS, analyzed, labels
 
-from telemetry.db import connect
-from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
-
-SAMPLES = Path(__file__).resolve().parents[1] / "samples"
-RUNS = sorted(p.name for p in SAMPLES.iterdir() if (p / "labels.json").exists()) if SAMPLES.is_dir() else []
 pytestmark = pytest.mark.skipif(not RUNS, reason="no lab samples in samples/")
-
-
-def _joined(tmp_path: Path, name: str):
-    run = SAMPLES / name
-    store = Store(tmp_path / name)
-    assert ingest_file(run / "capture.pcap", store, IngestOptions()).error is None
-    con = connect(store)
-    con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
-    return con
 
 
 @pytest.mark.skipif("baseline" not in RUNS, reason="no baseline sample")
 def test_clean_run_median_error_under_5ms(tmp_path):
-    con = _joined(tmp_path, "baseline")
+    con = analyzed(tmp_path, "baseline")
     n, ttft_err, lat_err, matched = con.execute("""
         SELECT count(*), median(abs(q.ttft_client_est_ms - t.ttft_ms)), median(abs(q.latency_client_est_ms - t.latency_ms)),
                count(q.conn_id)
@@ -46,9 +29,9 @@ IMPAIRED = [n for n in RUNS if n != "baseline"]
 
 @pytest.mark.parametrize("name", IMPAIRED)
 def test_p99_of_estimate_within_10_percent_in_windows(tmp_path, name):
-    labels = json.loads((SAMPLES / name / "labels.json").read_text())
-    con = _joined(tmp_path, name)
-    for w in labels["windows"]:
+    win_labels = labels(name)
+    con = analyzed(tmp_path, name)
+    for w in win_labels["windows"]:
         rows = con.execute("""
             SELECT count(*), quantile_cont(m.ttft_eff_ms, 0.99), quantile_cont(t.ttft_ms, 0.99),
                    quantile_cont(m.latency_eff_ms, 0.99), quantile_cont(t.latency_ms, 0.99)
@@ -70,11 +53,10 @@ def test_slow_reader_found_only_where_the_client_was_frozen(tmp_path):
     the messages the client really read late (its own per-message times: recall 96%), and
     most of them are real (78%: a message read just before a freeze, whose stream then
     blocked, cannot be told from one that sat unread)."""
-    clean = _joined(tmp_path, "baseline")
+    clean = analyzed(tmp_path, "baseline")
     assert clean.execute("SELECT count(*) FILTER (WHERE read_stalled) FROM client_read").fetchone()[0] == 0
-    labels = json.loads((SAMPLES / "flow_control" / "labels.json").read_text())
-    (w,) = labels["windows"]
-    con = _joined(tmp_path, "flow_control")
+    (w,) = labels("flow_control")["windows"]
+    con = analyzed(tmp_path, "flow_control")
     flagged, outside, flagged_real, late, late_flagged = con.execute("""
         WITH truth_msgs AS (
             SELECT t.conn_local_port, t.stream_id, unnest(t.message_ns) AS read_ns,
