@@ -750,7 +750,8 @@ class CapturePipeline:
     def _acked_many(
         self, conn: _Conn, offsets: list[int | None], summary: ConnectionSummary | None
     ) -> list[int | None]:
-        """:meth:`_acked_at` for many offsets with one search."""
+        """When the client's ACK covering each offset was seen (None: no offset, or not
+        acked yet), with one search over the connection's ACK progress."""
         arrays = self._ack_arrays(conn, TO_CLIENT, summary)
         if arrays is None or not len(arrays[0]):
             return [None] * len(offsets)
@@ -760,15 +761,6 @@ class CapturePipeline:
         ok = (want >= 0) & (idx < len(ack_ts))
         got = np.asarray(ack_ts, dtype=np.int64)[np.minimum(idx, len(ack_ts) - 1)].tolist()
         return [g if o else None for g, o in zip(got, ok.tolist(), strict=True)]
-
-    def _acked_at(self, conn: _Conn, offset: int | None, summary: ConnectionSummary | None) -> int | None:
-        if offset is None:
-            return None
-        arrays = self._ack_arrays(conn, TO_CLIENT, summary)
-        if arrays is None or not len(arrays[0]):
-            return None
-        i = int(np.searchsorted(arrays[1], offset, side="left"))
-        return int(arrays[0][i]) if i < len(arrays[0]) else None
 
     # -- long connections --------------------------------------------------------------
     def _flush_open(self, conn: _Conn) -> None:

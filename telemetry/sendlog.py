@@ -164,7 +164,7 @@ class SendLog:
             gkey = self._gate_key(ev.conn_key, ev.direction)
             gate = self._gates.get(gkey)
             if gate is None:
-                gate = self._gates[gkey] = opened.get(gkey) or _Gate(ev.ts_ns - LOOKBACK_NS, ev.ts_ns + HOLD_NS)
+                gate = self._gates[gkey] = _Gate(ev.ts_ns - LOOKBACK_NS, ev.ts_ns + HOLD_NS)
                 opened[gkey] = gate
             gate.start_ns = min(gate.start_ns, ev.ts_ns - LOOKBACK_NS)
             gate.until_ns = max(gate.until_ns, ev.ts_ns + HOLD_NS)
