@@ -55,7 +55,7 @@ def main() -> None:
         n_big = write_capture(str(big), args.packets)
         n_small = write_capture(str(small), args.packets // 4)
         print(f"generated {n_big:,} + {n_small:,} packets in {time.perf_counter() - t:.1f} s")
-        tailtap = [sys.executable, "-m", "telemetry.cli", "analyze", "--no-report", "--force"]
+        tailtap = [sys.executable, "-m", "telemetry", "analyze", "--no-report", "--force"]
         results: dict[str, dict[str, float]] = {}
         results["tailtap"] = run_measured(tailtap + [str(big), "--out", str(work / "store")])
         results["tailtap_quarter"] = run_measured(tailtap + [str(small), "--out", str(work / "store_q")])

@@ -1,6 +1,6 @@
-"""The `tailtap` command line.
+"""The `tailtap` command line (the typer app; the entry point is telemetry/main.py).
 
-Exit codes (stable, for scripts):
+Exit codes (stable, for scripts; telemetry/exit_codes.py):
   0  success (warnings about the input may have been printed)
   1  an input could not be read at all (not a capture, empty, missing) or a query failed
   2  usage error (unknown option, bad value)
@@ -9,26 +9,20 @@ Exit codes (stable, for scripts):
 
 from __future__ import annotations
 
-import os
-import sys
-
-# tailtap does no linear algebra: keep OpenBLAS (loaded with numpy) from starting a thread
-# per core at import, which spin on the core the hash and Parquet threads use.
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-
-from enum import StrEnum  # noqa: E402
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
 
 from telemetry import __version__
-
-if TYPE_CHECKING:
-    from rich.progress import Progress
-
-EXIT_OK, EXIT_INPUT, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
+from telemetry.analyze import run_analyze
+from telemetry.args import BadValue, CaptureSide, Format, SqlFormat
+from telemetry.args import parse_duration_ms as _parse_duration_ms
+from telemetry.args import parse_slo as _parse_slo
+from telemetry.args import parse_time_ns as _parse_time_ns
+from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 
 app = typer.Typer(
     name="tailtap",
@@ -45,23 +39,25 @@ app = typer.Typer(
 console = Console()
 err = Console(stderr=True)
 
-
-class Format(StrEnum):
-    table = "table"
-    json = "json"
-    markdown = "markdown"
+T = TypeVar("T")
 
 
-class SqlFormat(StrEnum):
-    table = "table"
-    csv = "csv"
-    json = "json"
+def _usage_checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+    """``parse`` with its BadValue reported as typer's usage error (exit 2)."""
+
+    def checked(text):
+        try:
+            return parse(text)
+        except BadValue as exc:
+            raise typer.BadParameter(str(exc)) from None
+
+    checked.__doc__ = parse.__doc__
+    return checked
 
 
-class CaptureSide(StrEnum):
-    auto = "auto"
-    server = "server"
-    client = "client"
+parse_duration_ms = _usage_checked(_parse_duration_ms)
+parse_slo = _usage_checked(_parse_slo)
+parse_time_ns = _usage_checked(_parse_time_ns)
 
 
 def _version(value: bool) -> None:
@@ -75,15 +71,6 @@ def _main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")] = False,
 ) -> None:
     pass
-
-
-def _ingest_one(args: tuple[str, str, tuple[int, ...], str, bool]):
-    """Worker for parallel ingest (one capture file per process)."""
-    from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
-
-    path, store_dir, ports, side, force = args
-    return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force))
 
 
 @app.command()
@@ -102,102 +89,11 @@ def analyze(
 
     Re-running on the same file does not duplicate rows (the file's content hash is the key).
     """
-    from telemetry.capture_id import prefetch
-
-    if jobs == 1 or len(captures) == 1:
-        prefetch(captures)  # the files' hashes run while the pipeline's modules import
-    from telemetry.ingest import IngestOptions, IngestResult, ingest_file
-    from telemetry.store import Store, StoreError, clean_staging
-
-    store = Store(out)
-    clean_staging(out)
-    ports = tuple(h2_port or ())
-    results: list[IngestResult] = []
-    try:
-        if jobs > 1 and len(captures) > 1:
-            from concurrent.futures import ProcessPoolExecutor
-
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
-                results = list(pool.map(_ingest_one, args))
-        else:
-            options = IngestOptions(frozenset(ports), capture_side.value, force)
-            total = sum(p.stat().st_size for p in captures if p.is_file())
-            with _progress(total) as progress:
-                task = progress.add_task("reading", total=total or None, packets=0)
-                done = 0
-                for path in captures:
-                    def tick(pos: int, packets: int, base: int = done) -> None:
-                        progress.update(task, completed=base + pos, packets=packets)
-
-                    results.append(ingest_file(path, store, options, tick))
-                    done += path.stat().st_size if path.is_file() else 0
-    except StoreError as exc:
-        err.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(EXIT_STORE) from None
-    except KeyboardInterrupt:
-        err.print("[yellow]interrupted:[/yellow] nothing of the unfinished capture was stored")
-        raise typer.Exit(130) from None
-
-    failed = 0
-    for r in results:
-        if r.error:
-            failed += 1
-            err.print(f"[red]error:[/red] {r.error}")
-            continue
-        for issue in r.issues:
-            where = f"packet {issue.frame_no}" if issue.frame_no else "file"
-            if issue.byte_offset >= 0:
-                where += f", byte {issue.byte_offset}"
-            err.print(f"[yellow]warning:[/yellow] {r.path}: {where}: {issue.message}")
-        if r.skipped:
-            err.print(f"{r.path}: already in the store (capture {r.capture_id[:12]}), skipped; --force re-ingests")
-        else:
-            err.print(
-                f"{r.path}: {r.packets:,} packets, {r.connections} connections, {r.requests} requests "
-                f"in {r.seconds:.2f} s -> {out}"
-            )
-    if report and failed < len(results):
-        from telemetry.report import analyze_report
-
-        window_s = parse_duration_ms(window) / 1000.0 if window else None
-        analyze_report(store, fmt.value, console, capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)
-    if failed:
-        raise typer.Exit(EXIT_INPUT)
-
-
-class _NoProgress:
-    """Stands in for a disabled rich Progress (not a terminal, or a small input): the same
-    calls, nothing shown, and rich.progress (~0.06 s of imports) is not loaded."""
-
-    def __enter__(self) -> _NoProgress:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def add_task(self, *args: object, **kwargs: object) -> int:
-        return 0
-
-    def update(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
-def _progress(total: int) -> Progress | _NoProgress:
-    if not err.is_terminal or total < (8 << 20):
-        return _NoProgress()
-    # imported here: only analyze shows a progress bar
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-    return Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TextColumn("{task.fields[packets]:,} packets"),
-        TimeRemainingColumn(),
-        console=err,
-        transient=True,
-    )
+    if window:
+        parse_duration_ms(window)  # a bad window is a usage error before any ingest
+    code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
@@ -268,60 +164,6 @@ def schema(
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
             console.print(f"  [bold]{col}[/bold] ({typ}): {doc}")
-
-
-_UNITS_MS = {"ms": 1.0, "s": 1000.0, "m": 60_000.0, "us": 0.001}
-
-
-def parse_duration_ms(text: str) -> float:
-    """'300ms', '2s', '1.5m', '250' (ms) -> milliseconds."""
-    t = text.strip().lower()
-    for unit in ("ms", "us", "s", "m"):
-        if t.endswith(unit):
-            number, factor = t[: -len(unit)], _UNITS_MS[unit]
-            break
-    else:
-        number, factor = t, 1.0
-    try:
-        value = float(number) * factor
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a duration (examples: 300ms, 2s, 1m)") from None
-    if value <= 0:
-        raise typer.BadParameter(f"{text!r} must be positive")
-    return value
-
-
-def parse_slo(text: str | None) -> dict[str, float]:
-    """'ttft=300ms,latency=2s,gap=100ms' -> {'slo_ttft_ms': 300.0, ...}."""
-    out: dict[str, float] = {}
-    for part in (text or "").split(","):
-        if not part.strip():
-            continue
-        name, _, value = part.partition("=")
-        name = name.strip().lower()
-        if name not in ("ttft", "latency", "gap") or not value:
-            raise typer.BadParameter(f"{part!r}: use ttft=DURATION, latency=DURATION or gap=DURATION")
-        out[f"slo_{name}_ms"] = parse_duration_ms(value)
-    return out
-
-
-def parse_time_ns(text: str | None) -> int | None:
-    """ISO-8601 (UTC if no zone) or epoch seconds -> ns."""
-    if text is None:
-        return None
-    import datetime as dt
-
-    try:
-        return int(float(text) * 1e9)
-    except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(f"{text!r} is not a time (ISO-8601 like 2026-11-22T10:32:00Z, or epoch seconds)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1e9)
 
 
 def _open_store(store_dir: Path):
@@ -470,119 +312,7 @@ def _mount_optional() -> None:
 _mount_optional()
 
 
-_ANALYZE_VALUE_OPTS = {
-    "--out": "out", "-o": "out", "--format": "fmt", "-f": "fmt", "--h2-port": "h2_port",
-    "--capture-side": "capture_side", "--jobs": "jobs", "-j": "jobs", "--window": "window", "-w": "window",
-}
-_ANALYZE_FLAGS = {"--force": ("force", True), "--report": ("report", True), "--no-report": ("report", False)}
-_DIGITS = frozenset("0123456789")
+if __name__ == "__main__":  # python -m telemetry.cli ... (the same as `tailtap ...`)
+    from telemetry.main import main
 
-
-def _plain_int(text: str) -> int | None:
-    """A decimal without sign, spaces or leading zeros, else None (left to typer)."""
-    if not text or not set(text) <= _DIGITS or (len(text) > 1 and text[0] == "0"):
-        return None
-    return int(text)
-
-
-def _fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
-    """Keyword arguments of `analyze` for a plain, valid command line, or None.
-
-    Building the typer app validates through pydantic (~0.15-0.2 s of every run); the common
-    `tailtap analyze FILE... [options]` skips it. Anything unusual (help, `--`, `--opt=value`,
-    joined short options, repeated options, values that typer would reject or convert) returns
-    None and goes through typer, so errors, help and exit codes stay typer's own.
-    """
-    kw: dict[str, object] = {}
-    captures: list[Path] = []
-    ports: list[int] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if not arg:
-            return None
-        if arg[0] != "-":
-            captures.append(Path(arg))
-            continue
-        if arg in _ANALYZE_FLAGS:
-            name, value = _ANALYZE_FLAGS[arg]
-        elif arg in _ANALYZE_VALUE_OPTS:
-            if i >= len(argv) or not argv[i] or argv[i][0] == "-":
-                return None
-            name, text = _ANALYZE_VALUE_OPTS[arg], argv[i]
-            i += 1
-            if name == "h2_port":
-                port = _plain_int(text)
-                if port is None:
-                    return None
-                ports.append(port)
-                continue
-            if name == "out":
-                value = Path(text)
-            elif name == "fmt":
-                if text not in Format.__members__:
-                    return None
-                value = Format(text)
-            elif name == "capture_side":
-                if text not in CaptureSide.__members__:
-                    return None
-                value = CaptureSide(text)
-            elif name == "jobs":
-                value = _plain_int(text)
-                if not value:
-                    return None
-            else:  # window: parsed after ingesting; a bad one is typer's error to report
-                try:
-                    parse_duration_ms(text)
-                except typer.BadParameter:
-                    return None
-                value = text
-        else:
-            return None
-        if name in kw:
-            return None
-        kw[name] = value
-    if not captures:
-        return None
-    kw["captures"] = captures
-    if ports:
-        kw["h2_port"] = ports
-    return kw
-
-
-def _run_fast(kwargs: dict[str, object]) -> None:
-    """Run `analyze` as typer's standalone mode would: same exit codes and EPIPE handling."""
-    import errno
-
-    try:
-        analyze(**kwargs)
-    except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except OSError as exc:
-        if exc.errno != errno.EPIPE:
-            raise
-        from typer._click.utils import PacifyFlushWrapper
-
-        sys.stdout = PacifyFlushWrapper(sys.stdout)
-        sys.stderr = PacifyFlushWrapper(sys.stderr)
-        sys.exit(1)
-
-
-def main() -> None:
-    argv = sys.argv[1:]
-    fast = _fast_analyze_args(argv[1:]) if argv and argv[0] == "analyze" else None
-    try:
-        if fast is not None:
-            _run_fast(fast)
-        else:
-            app()
-    except BrokenPipeError:  # `tailtap ... | head`
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(EXIT_OK)
-
-
-if __name__ == "__main__":
     main()

@@ -1,5 +1,6 @@
-"""The fast `analyze` command line (no typer app, no pydantic) parses exactly as typer does,
-and hands anything unusual to typer so help, errors and exit codes stay typer's own."""
+"""The fast `analyze` command line (telemetry/main.py: no typer app, no pydantic) parses
+exactly as typer does, and hands anything unusual to typer so help, errors and exit codes
+stay typer's own."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ import pytest
 import typer
 from typer.main import get_command
 
-from telemetry import cli
+from telemetry import analyze, cli, main
+from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE
 
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
 
@@ -73,7 +75,7 @@ def _typer_params(argv: list[str]) -> dict[str, object]:
 
 
 def _fast_params(argv: list[str]) -> dict[str, object]:
-    kw = cli._fast_analyze_args(argv)
+    kw = main.fast_analyze_args(argv)
     assert kw is not None, argv
     defaults = {n: p.default for n, p in inspect.signature(cli.analyze).parameters.items()
                 if p.default is not inspect.Parameter.empty}
@@ -89,24 +91,21 @@ def test_fast_path_parses_like_typer(argv):
 
 @pytest.mark.parametrize("argv", UNUSUAL)
 def test_unusual_command_lines_go_to_typer(argv):
-    assert cli._fast_analyze_args(argv) is None
+    assert main.fast_analyze_args(argv) is None
 
 
 def test_fast_path_exit_codes(tmp_path, monkeypatch):
-    def fails(**kw):
-        raise typer.Exit(cli.EXIT_STORE)
-
-    monkeypatch.setattr(cli, "analyze", fails)
+    monkeypatch.setattr(analyze, "run_analyze", lambda **kw: EXIT_STORE)
     with pytest.raises(SystemExit) as exc:
-        cli._run_fast({"captures": [tmp_path / "a.pcap"]})
-    assert exc.value.code == cli.EXIT_STORE
+        main.run_fast({"captures": [tmp_path / "a.pcap"]})
+    assert exc.value.code == EXIT_STORE
 
     def interrupted(**kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "analyze", interrupted)
+    monkeypatch.setattr(analyze, "run_analyze", interrupted)
     with pytest.raises(SystemExit) as exc:
-        cli._run_fast({"captures": [tmp_path / "a.pcap"]})
+        main.run_fast({"captures": [tmp_path / "a.pcap"]})
     assert exc.value.code == 130
 
 
@@ -117,5 +116,5 @@ def test_fast_and_typer_paths_agree_on_a_missing_file(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     slow = subprocess.run([TAILTAP, "analyze", missing, f"--out={tmp_path / 's1'}"],
                           capture_output=True, text=True, timeout=120, env=env)
-    assert fast.returncode == slow.returncode == cli.EXIT_INPUT
+    assert fast.returncode == slow.returncode == EXIT_INPUT
     assert fast.stdout == slow.stdout and fast.stderr == slow.stderr

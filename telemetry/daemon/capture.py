@@ -25,6 +25,8 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+from telemetry.exit_codes import EXIT_INPUT, EXIT_USAGE
+
 log = logging.getLogger("tailtap.daemon")
 
 PREFIX = "tailtap-"  # every spool file the daemon's capture writes starts with this
@@ -45,7 +47,7 @@ def _die_with_parent() -> None:
 class CaptureError(Exception):
     """A one-line problem the user can act on; exit_code follows the CLI's convention."""
 
-    def __init__(self, message: str, exit_code: int = 1) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_INPUT) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -64,12 +66,12 @@ class CaptureConfig:
 
 def find_tool(tool: str) -> str:
     if tool not in TOOLS:
-        raise CaptureError(f"unknown capture tool {tool!r}: use {' or '.join(TOOLS)}", 2)
+        raise CaptureError(f"unknown capture tool {tool!r}: use {' or '.join(TOOLS)}", EXIT_USAGE)
     path = shutil.which(tool)
     if path is None:
         other = "dumpcap" if tool == "tcpdump" else "tcpdump"
         hint = "apt-get install tcpdump" if tool == "tcpdump" else "apt-get install wireshark-common"
-        raise CaptureError(f"{tool} not found on PATH: install it ({hint}) or use --capturer {other}", 1)
+        raise CaptureError(f"{tool} not found on PATH: install it ({hint}) or use --capturer {other}", EXIT_INPUT)
     return path
 
 
@@ -80,7 +82,7 @@ def check_interface(name: str) -> None:
         return  # other systems: the tool's own check (check_filter) will tell
     if not (net / name).exists():
         names = ", ".join(sorted(p.name for p in net.iterdir()))
-        raise CaptureError(f"interface {name!r} not found (available: {names}, any)", 2)
+        raise CaptureError(f"interface {name!r} not found (available: {names}, any)", EXIT_USAGE)
 
 
 def check_filter(tool_path: str, config: CaptureConfig) -> None:
@@ -94,18 +96,18 @@ def check_filter(tool_path: str, config: CaptureConfig) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:
-        raise CaptureError(f"{tool} did not answer in 20 s while checking the filter", 1) from None
+        raise CaptureError(f"{tool} did not answer in 20 s while checking the filter", EXIT_INPUT) from None
     if proc.returncode == 0 and re.search(r"^\(\d{3}\)", proc.stdout, re.MULTILINE):
         return
     message = _first_error(proc.stderr) or f"exit status {proc.returncode}"
     lowered = message.lower()
     if "permission" in lowered or "operation not permitted" in lowered:
-        raise CaptureError(f"{tool}: no permission to capture on {config.interface!r} (run as root or grant CAP_NET_RAW): {message}", 1)
+        raise CaptureError(f"{tool}: no permission to capture on {config.interface!r} (run as root or grant CAP_NET_RAW): {message}", EXIT_INPUT)
     if "no such device" in lowered or "no device named" in lowered:
-        raise CaptureError(f"interface {config.interface!r} not found ({tool}: {message})", 2)
+        raise CaptureError(f"interface {config.interface!r} not found ({tool}: {message})", EXIT_USAGE)
     if "filter" in lowered:
-        raise CaptureError(f"bad capture filter {config.bpf!r}: {message}", 2)
-    raise CaptureError(f"{tool} cannot capture on {config.interface!r}: {message}", 1)
+        raise CaptureError(f"bad capture filter {config.bpf!r}: {message}", EXIT_USAGE)
+    raise CaptureError(f"{tool} cannot capture on {config.interface!r}: {message}", EXIT_INPUT)
 
 
 def _first_error(stderr: str) -> str:

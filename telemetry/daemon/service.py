@@ -34,12 +34,13 @@ from telemetry.daemon.capture import (
 )
 from telemetry.daemon.metrics import DaemonMetrics, MetricsServer, parse_addr
 from telemetry.daemon.worker import Spool, SpoolBusy, Worker, WorkerSettings
+from telemetry.exit_codes import EXIT_INPUT as EXIT_FAILED  # the daemon could not go on
+from telemetry.exit_codes import EXIT_OK, EXIT_STORE, EXIT_USAGE
 from telemetry.ingest import IngestOptions
 from telemetry.store import Store, StoreError, clean_staging
 
 log = logging.getLogger("tailtap.daemon")
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 BACKOFF_MIN_S, BACKOFF_MAX_S = 1.0, 60.0
 HEALTHY_AFTER_S = 60.0  # a capture that ran this long resets the backoff
 STATS_EVERY_S = 5.0  # how often tcpdump is asked for its kernel drop counters

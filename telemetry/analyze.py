@@ -1,0 +1,171 @@
+"""The `tailtap analyze` verb: ingest capture files into the store, then print the report.
+
+Kept apart from the typer app (telemetry/cli.py) so that a plain `tailtap analyze ...`
+command line (telemetry/main.py) runs without importing typer, pydantic or rich: on a
+big capture every tenth of a second of start-up is a few percent of the run.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from telemetry.args import CaptureSide, Format, parse_duration_ms
+from telemetry.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.progress import Progress
+
+PROGRESS_MIN_BYTES = 8 << 20  # smaller inputs take a moment: no bar
+_LABEL_STYLES = {"error": "red", "warning": "yellow", "interrupted": "yellow"}
+
+
+class StatusLines:
+    """One-line messages on stderr. On a terminal through rich ('error:' in red, and the
+    progress bar shares its console); otherwise plain lines, unwrapped, for scripts and
+    logs, without importing rich."""
+
+    def __init__(self) -> None:
+        self.is_terminal = sys.stderr.isatty()
+        self._console: Console | None = None
+
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True)
+        return self._console
+
+    def say(self, text: str, label: str | None = None) -> None:
+        if not self.is_terminal:
+            print(f"{label}: {text}" if label else text, file=sys.stderr, flush=True)
+            return
+        from rich.markup import escape
+
+        prefix = f"[{_LABEL_STYLES[label]}]{label}:[/] " if label else ""
+        self.console().print(prefix + escape(text))
+
+
+def _ingest_one(args: tuple[str, str, tuple[int, ...], str, bool]):
+    """Worker for parallel ingest (one capture file per process)."""
+    from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.store import Store
+
+    path, store_dir, ports, side, force = args
+    return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force))
+
+
+def run_analyze(
+    captures: list[Path],
+    out: Path = Path("store"),
+    fmt: Format = Format.table,
+    h2_port: list[int] | None = None,
+    capture_side: CaptureSide = CaptureSide.auto,
+    force: bool = False,
+    jobs: int = 1,
+    report: bool = True,
+    window: str | None = None,
+) -> int:
+    """Ingest ``captures`` into the store ``out``, print what was read and (``report``)
+    the per-method report; returns the exit code. ``window`` must already be valid
+    (see :func:`telemetry.args.parse_duration_ms`)."""
+    from telemetry.capture_id import prefetch
+
+    status = StatusLines()
+    if jobs == 1 or len(captures) == 1:
+        prefetch(captures)  # the files' hashes run while the pipeline's modules import
+    from telemetry.ingest import IngestOptions, IngestResult, ingest_file
+    from telemetry.store import Store, StoreError, clean_staging
+
+    store = Store(out)
+    clean_staging(out)
+    ports = tuple(h2_port or ())
+    results: list[IngestResult] = []
+    try:
+        if jobs > 1 and len(captures) > 1:
+            from concurrent.futures import ProcessPoolExecutor
+
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
+                results = list(pool.map(_ingest_one, args))
+        else:
+            options = IngestOptions(frozenset(ports), capture_side.value, force)
+            total = sum(p.stat().st_size for p in captures if p.is_file())
+            with _progress(status, total) as progress:
+                task = progress.add_task("reading", total=total or None, packets=0)
+                done = 0
+                for path in captures:
+                    def tick(pos: int, packets: int, base: int = done) -> None:
+                        progress.update(task, completed=base + pos, packets=packets)
+
+                    results.append(ingest_file(path, store, options, tick))
+                    done += path.stat().st_size if path.is_file() else 0
+    except StoreError as exc:
+        status.say(str(exc), "error")
+        return EXIT_STORE
+    except KeyboardInterrupt:
+        status.say("nothing of the unfinished capture was stored", "interrupted")
+        return EXIT_INTERRUPTED
+
+    failed = 0
+    for r in results:
+        if r.error:
+            failed += 1
+            status.say(r.error, "error")
+            continue
+        for issue in r.issues:
+            where = f"packet {issue.frame_no}" if issue.frame_no else "file"
+            if issue.byte_offset >= 0:
+                where += f", byte {issue.byte_offset}"
+            status.say(f"{r.path}: {where}: {issue.message}", "warning")
+        if r.skipped:
+            status.say(f"{r.path}: already in the store (capture {r.capture_id[:12]}), skipped; --force re-ingests")
+        else:
+            status.say(
+                f"{r.path}: {r.packets:,} packets, {r.connections} connections, {r.requests} requests "
+                f"in {r.seconds:.2f} s -> {out}"
+            )
+    if report and failed < len(results):
+        from rich.console import Console
+
+        from telemetry.report import analyze_report
+
+        window_s = parse_duration_ms(window) / 1000.0 if window else None
+        analyze_report(store, fmt.value, Console(), capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)
+    return EXIT_INPUT if failed else EXIT_OK
+
+
+class _NoProgress:
+    """Stands in for a disabled rich Progress (not a terminal, or a small input): the same
+    calls, nothing shown, and rich.progress is not loaded."""
+
+    def __enter__(self) -> _NoProgress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, *args: object, **kwargs: object) -> int:
+        return 0
+
+    def update(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def _progress(status: StatusLines, total: int) -> Progress | _NoProgress:
+    if not status.is_terminal or total < PROGRESS_MIN_BYTES:
+        return _NoProgress()
+    # imported here: only analyze shows a progress bar
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TextColumn("{task.fields[packets]:,} packets"),
+        TimeRemainingColumn(),
+        console=status.console(),
+        transient=True,
+    )

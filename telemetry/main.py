@@ -1,0 +1,137 @@
+"""Entry point of the `tailtap` command.
+
+A plain `tailtap analyze FILE... [options]` command line is parsed here and runs
+telemetry/analyze.py directly: building the typer app (typer, click, rich, pydantic
+validation) costs ~0.2 s of every run, a tenth of a big capture's whole ingest. Anything
+unusual (help, `--`, `--opt=value`, joined short options, repeated options, values typer
+would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
+own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# tailtap does no linear algebra: keep OpenBLAS (loaded with numpy) from starting a thread
+# per core at import, which spin on the core the hash and Parquet threads use.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from telemetry.args import BadValue, CaptureSide, Format, parse_duration_ms  # noqa: E402
+from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
+
+_ANALYZE_VALUE_OPTS = {
+    "--out": "out", "-o": "out", "--format": "fmt", "-f": "fmt", "--h2-port": "h2_port",
+    "--capture-side": "capture_side", "--jobs": "jobs", "-j": "jobs", "--window": "window", "-w": "window",
+}
+_ANALYZE_FLAGS = {"--force": ("force", True), "--report": ("report", True), "--no-report": ("report", False)}
+_DIGITS = frozenset("0123456789")
+
+
+def _plain_int(text: str) -> int | None:
+    """A decimal without sign, spaces or leading zeros, else None (left to typer)."""
+    if not text or not set(text) <= _DIGITS or (len(text) > 1 and text[0] == "0"):
+        return None
+    return int(text)
+
+
+def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
+    """Keyword arguments of `analyze` (as the typer command takes them) for a plain, valid
+    command line, or None when typer should handle it."""
+    kw: dict[str, object] = {}
+    captures: list[Path] = []
+    ports: list[int] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if not arg:
+            return None
+        if arg[0] != "-":
+            captures.append(Path(arg))
+            continue
+        if arg in _ANALYZE_FLAGS:
+            name, value = _ANALYZE_FLAGS[arg]
+        elif arg in _ANALYZE_VALUE_OPTS:
+            if i >= len(argv) or not argv[i] or argv[i][0] == "-":
+                return None
+            name, text = _ANALYZE_VALUE_OPTS[arg], argv[i]
+            i += 1
+            if name == "h2_port":
+                port = _plain_int(text)
+                if port is None:
+                    return None
+                ports.append(port)
+                continue
+            if name == "out":
+                value = Path(text)
+            elif name == "fmt":
+                if text not in Format.__members__:
+                    return None
+                value = Format(text)
+            elif name == "capture_side":
+                if text not in CaptureSide.__members__:
+                    return None
+                value = CaptureSide(text)
+            elif name == "jobs":
+                value = _plain_int(text)
+                if not value:
+                    return None
+            else:  # window: a bad one is typer's error to report
+                try:
+                    parse_duration_ms(text)
+                except BadValue:
+                    return None
+                value = text
+        else:
+            return None
+        if name in kw:
+            return None
+        kw[name] = value
+    if not captures:
+        return None
+    kw["captures"] = captures
+    if ports:
+        kw["h2_port"] = ports
+    return kw
+
+
+def run_fast(kwargs: dict[str, object]) -> None:
+    """Run `analyze` as typer's standalone mode would: same exit codes and EPIPE handling."""
+    import errno
+
+    from telemetry import analyze
+
+    try:
+        code = analyze.run_analyze(**kwargs)
+    except KeyboardInterrupt:
+        sys.exit(EXIT_INTERRUPTED)
+    except OSError as exc:
+        if exc.errno != errno.EPIPE:
+            raise
+        from typer._click.utils import PacifyFlushWrapper  # as typer's standalone mode does
+
+        sys.stdout = PacifyFlushWrapper(sys.stdout)
+        sys.stderr = PacifyFlushWrapper(sys.stderr)
+        sys.exit(1)
+    sys.exit(code)
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    fast = fast_analyze_args(argv[1:]) if argv and argv[0] == "analyze" else None
+    try:
+        if fast is not None:
+            run_fast(fast)
+        else:
+            from telemetry.cli import app
+
+            app()
+    except BrokenPipeError:  # `tailtap ... | head`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(EXIT_OK)
+
+
+if __name__ == "__main__":
+    main()
