@@ -136,6 +136,241 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* ---- decode_tcp: the link + IP + TCP header decode of _packets.decode_segments ----
+ *
+ * One pass per packet instead of numpy passes per header field: classify every packet
+ * (same codes and precedence as _packets.py: truncated > malformed > fragment) and write
+ * the fields of the TCP ones into the caller's column arrays. Only packets whose TCP
+ * options are not the common "NOP NOP timestamps" layout are left to the Python option
+ * walk (their rows come back in slow_rows). Every read is bounds-checked against the
+ * captured bytes, which must lie inside buf (else -1: the caller decodes with numpy). */
+
+enum { C_PENDING, C_TCP, C_UDP, C_OTHER_IP, C_NON_IP, C_FRAG, C_TRUNC, C_MALFORMED, C_UNKNOWN_LT };
+
+static inline uint32_t be16(const unsigned char *p) { return ((uint32_t)p[0] << 8) | p[1]; }
+static inline uint32_t be32(const unsigned char *p) { return rd32(p, 1); }
+static inline uint64_t be64(const unsigned char *p) { return ((uint64_t)be32(p) << 32) | be32(p + 4); }
+
+static inline int is_vlan(uint32_t et) { return et == 0x8100 || et == 0x88A8 || et == 0x9100 || et == 0x9200; }
+static inline int is_v6ext(uint32_t nh) { return nh == 0 || nh == 43 || nh == 44 || nh == 51 || nh == 60 || nh == 135; }
+
+/* Output columns, in the order decode_tcp takes them after the five inputs. */
+enum { O_CLS, O_ROWS, O_VER, O_SRC_HI, O_SRC_LO, O_DST_HI, O_DST_LO, O_SPORT, O_DPORT, O_SEQ, O_ACK,
+       O_FLAGS, O_WIN, O_POFF, O_PLEN, O_WLEN, O_HAS_TS, O_TSV, O_TSE, O_IPID, O_SLOW_ROWS,
+       O_SLOW_START, O_SLOW_STOP, O_COUNT };
+static const Py_ssize_t out_size[O_COUNT] = {1, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 1, 2, 8, 4, 4, 1, 4, 4, 4, 8, 8, 8};
+
+/* Network header offset l3 and ethertype for one packet; returns a class code
+ * (C_PENDING when an IP header follows). */
+static int link_layer(const unsigned char *b, int64_t s, int64_t pend, int32_t lt, int64_t *l3, uint32_t *et) {
+    int64_t hdr;
+    switch (lt) {
+    case 1: /* Ethernet */
+        hdr = 14;
+        if (s + hdr > pend) return C_TRUNC;
+        *et = be16(b + s + 12);
+        break;
+    case 113: /* Linux cooked v1 */
+        hdr = 16;
+        if (s + hdr > pend) return C_TRUNC;
+        *et = be16(b + s + 14);
+        break;
+    case 276: /* Linux cooked v2 */
+        hdr = 20;
+        if (s + hdr > pend) return C_TRUNC;
+        *et = be16(b + s);
+        break;
+    case 12: case 14: case 101: case 228: case 229: /* raw IP */
+        hdr = 0;
+        if (lt == 228) *et = 0x0800;
+        else if (lt == 229) *et = 0x86DD;
+        else *et = (s < pend && (b[s] >> 4) == 6) ? 0x86DD : 0x0800;
+        break;
+    case 0: case 108: { /* BSD loopback: address family in either byte order */
+        hdr = 4;
+        if (s + hdr > pend) return C_TRUNC;
+        uint32_t af = rd32(b + s, 0);
+        if (af > 0xFFFF) af = rd32(b + s, 1);
+        *et = af == 2 ? 0x0800 : (af == 24 || af == 28 || af == 30) ? 0x86DD : 0;
+        break;
+    }
+    default:
+        return C_UNKNOWN_LT;
+    }
+    int64_t p = s + hdr;
+    for (int depth = 0; depth < 16 && is_vlan(*et); depth++) {
+        if (p + 4 > pend) return C_TRUNC;
+        *et = be16(b + p + 2);
+        p += 4;
+    }
+    *l3 = p;
+    return C_PENDING;
+}
+
+typedef struct {
+    int64_t l4, ipend;
+    uint32_t proto;
+    int32_t ip_id;
+    uint8_t version;
+    uint64_t src_hi, src_lo, dst_hi, dst_lo;
+} net_t;
+
+static int ipv4(const unsigned char *b, int64_t p, int64_t pend, int64_t wend, net_t *o) {
+    if (pend - p < 20) return C_TRUNC;
+    const unsigned char *h = b + p;
+    int64_t ihl = (int64_t)(h[0] & 15) * 4, tot = be16(h + 2);
+    if (pend - p < ihl) return C_TRUNC;
+    if ((h[0] >> 4) != 4 || ihl < 20 || (tot != 0 && tot < ihl)) return C_MALFORMED;
+    if (be16(h + 6) & 0x3FFF) return C_FRAG; /* MF flag or fragment offset */
+    o->l4 = p + ihl;
+    o->ipend = tot == 0 ? wend : p + tot; /* TSO/GSO captures: the frame length rules */
+    o->proto = h[9];
+    o->version = 4;
+    o->ip_id = (int32_t)be16(h + 4);
+    o->src_hi = o->dst_hi = 0;
+    o->src_lo = (uint64_t)be32(h + 12) | ((uint64_t)0xFFFF << 32);
+    o->dst_lo = (uint64_t)be32(h + 16) | ((uint64_t)0xFFFF << 32);
+    return C_PENDING;
+}
+
+static int ipv6(const unsigned char *b, int64_t p, int64_t pend, int64_t wend, net_t *o) {
+    if (pend - p < 40) return C_TRUNC;
+    const unsigned char *h = b + p;
+    if ((be32(h) >> 28) != 6) return C_MALFORMED;
+    int64_t plen = be16(h + 4);
+    int64_t end = plen == 0 ? wend : p + 40 + plen;
+    int64_t q = p + 40;
+    uint32_t nh = h[6];
+    int frag = 0, walking = is_v6ext(nh);
+    for (int i = 0; i < 16 && walking; i++) {
+        if (q + 8 > pend) return C_TRUNC;
+        const unsigned char *e = b + q;
+        int64_t size = nh == 44 ? 8 : nh == 51 ? ((int64_t)e[1] + 2) * 4 : ((int64_t)e[1] + 1) * 8;
+        /* fragment header: offset or M flag set (an atomic fragment is whole) */
+        int fr = nh == 44 && (be16(e + 2) & 0xFFF9) != 0;
+        q += size;
+        nh = e[0];
+        frag |= fr;
+        walking = !fr && is_v6ext(nh);
+    }
+    if (walking || q > end) return C_MALFORMED; /* absurd chain, or past the IP end */
+    if (frag) return C_FRAG;
+    o->l4 = q;
+    o->ipend = end;
+    o->proto = nh;
+    o->version = 6;
+    o->ip_id = -1;
+    o->src_hi = be64(h + 8);
+    o->src_lo = be64(h + 16);
+    o->dst_hi = be64(h + 24);
+    o->dst_lo = be64(h + 32);
+    return C_PENDING;
+}
+
+/* decode_tcp(buf, offset i64, caplen i32, origlen i32, linktype i32, *23 output columns)
+ *   -> (tcp rows, slow option rows), or -1 when a packet's bytes lie outside buf. */
+static PyObject *decode_tcp(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 + O_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "decode_tcp: wrong number of arguments");
+        return NULL;
+    }
+    Py_buffer in[5], out[O_COUNT];
+    static const Py_ssize_t in_size[5] = {1, 8, 4, 4, 4};
+    int got_in = 0, got_out = 0;
+    PyObject *res = NULL;
+    for (; got_in < 5; got_in++)
+        if (PyObject_GetBuffer(args[got_in], &in[got_in], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    for (; got_out < O_COUNT; got_out++)
+        if (PyObject_GetBuffer(args[5 + got_out], &out[got_out], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+    Py_ssize_t n = in[1].len / 8;
+    for (int i = 1; i < 5; i++)
+        if (in[i].len != n * in_size[i]) {
+            PyErr_SetString(PyExc_ValueError, "decode_tcp: input columns differ in length");
+            goto done;
+        }
+    for (int i = 0; i < O_COUNT; i++)
+        if (out[i].len < n * out_size[i]) {
+            PyErr_SetString(PyExc_ValueError, "decode_tcp: output column too short");
+            goto done;
+        }
+    const unsigned char *b = in[0].buf;
+    const int64_t *off = in[1].buf;
+    const int32_t *cap = in[2].buf, *orig = in[3].buf, *lts = in[4].buf;
+    int8_t *cls = out[O_CLS].buf;
+    int64_t *rows = out[O_ROWS].buf, *poff = out[O_POFF].buf;
+    int64_t *slow_rows = out[O_SLOW_ROWS].buf, *slow_start = out[O_SLOW_START].buf, *slow_stop = out[O_SLOW_STOP].buf;
+    uint8_t *ver = out[O_VER].buf, *flags = out[O_FLAGS].buf, *has_ts = out[O_HAS_TS].buf;
+    uint64_t *src_hi = out[O_SRC_HI].buf, *src_lo = out[O_SRC_LO].buf, *dst_hi = out[O_DST_HI].buf, *dst_lo = out[O_DST_LO].buf;
+    uint16_t *sport = out[O_SPORT].buf, *dport = out[O_DPORT].buf, *win = out[O_WIN].buf;
+    uint32_t *seq = out[O_SEQ].buf, *ack = out[O_ACK].buf, *tsv = out[O_TSV].buf, *tse = out[O_TSE].buf;
+    int32_t *plen = out[O_PLEN].buf, *wlen = out[O_WLEN].buf, *ipid = out[O_IPID].buf;
+    Py_ssize_t m = 0, nslow = 0, blen = in[0].len;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = off[i], pend = s + cap[i];
+        if (s < 0 || cap[i] < 0 || pend > blen) {
+            res = PyLong_FromLong(-1);
+            goto done;
+        }
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t s = off[i], pend = s + cap[i], wend = s + orig[i], l3 = 0;
+        uint32_t et = 0;
+        net_t net;
+        int c = link_layer(b, s, pend, lts[i], &l3, &et);
+        if (c == C_PENDING) {
+            if (et == 0x0800) c = ipv4(b, l3, pend, wend, &net);
+            else if (et == 0x86DD) c = ipv6(b, l3, pend, wend, &net);
+            else c = C_NON_IP;
+        }
+        if (c == C_PENDING) c = net.proto == 6 ? C_TCP : net.proto == 17 ? C_UDP : C_OTHER_IP;
+        if (c == C_TCP) {
+            int64_t p = net.l4, room = pend - p;
+            int64_t doff = room >= 20 ? (int64_t)(b[p + 12] >> 4) * 4 : 0;
+            if (room < 20 || room < doff) c = C_TRUNC;
+            else if (doff < 20 || p + doff > net.ipend) c = C_MALFORMED;
+            else {
+                const unsigned char *h = b + p;
+                rows[m] = i;
+                ver[m] = net.version;
+                src_hi[m] = net.src_hi;
+                src_lo[m] = net.src_lo;
+                dst_hi[m] = net.dst_hi;
+                dst_lo[m] = net.dst_lo;
+                ipid[m] = net.ip_id;
+                sport[m] = (uint16_t)be16(h);
+                dport[m] = (uint16_t)be16(h + 2);
+                seq[m] = be32(h + 4);
+                ack[m] = be32(h + 8);
+                flags[m] = h[13];
+                win[m] = (uint16_t)be16(h + 14);
+                int64_t po = p + doff, lim = pend < net.ipend ? pend : net.ipend;
+                poff[m] = po;
+                wlen[m] = (int32_t)(net.ipend - po);
+                plen[m] = (int32_t)(lim - po > 0 ? lim - po : 0);
+                has_ts[m] = 0;
+                tsv[m] = tse[m] = 0;
+                if (doff == 32 && be32(h + 20) == 0x0101080A) { /* NOP, NOP, timestamps */
+                    has_ts[m] = 1;
+                    tsv[m] = be32(h + 24);
+                    tse[m] = be32(h + 28);
+                } else if (doff > 20) {
+                    slow_rows[nslow] = m;
+                    slow_start[nslow] = p + 20;
+                    slow_stop[nslow] = p + doff;
+                    nslow++;
+                }
+                m++;
+            }
+        }
+        cls[i] = (int8_t)c;
+    }
+    res = Py_BuildValue("(nn)", m, nslow);
+done:
+    for (int i = 0; i < got_in; i++) PyBuffer_Release(&in[i]);
+    for (int i = 0; i < got_out; i++) PyBuffer_Release(&out[i]);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"gather", gather, METH_VARARGS,
      "gather(buf, pos, width): bytearray of the width bytes at each (clipped) int64 position."},
@@ -143,6 +378,8 @@ static PyMethodDef methods[] = {
      "walk_pcap(data, pos, end, hdrlen, big_endian): (int64 record offsets as bytes, stop)."},
     {"walk_epb", walk_epb, METH_VARARGS,
      "walk_epb(data, pos, end, big_endian): (int64 EPB offsets as bytes, stop)."},
+    {"decode_tcp", (PyCFunction)(void (*)(void))decode_tcp, METH_FASTCALL,
+     "decode_tcp(buf, offset, caplen, origlen, linktype, *columns): (tcp rows, slow option rows)."},
     {NULL, NULL, 0, NULL},
 };
 
