@@ -11,7 +11,7 @@ import pytest
 from shared_paths import CAPTURES
 from tcp_builders import analyze, batches_of, concat_batches, decode_file
 
-from parsers.tcp import _analyzer
+from parsers.tcp import _analyzer, _fast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -155,3 +155,32 @@ def test_damaged_captures_same_result_both_paths(monkeypatch, seed):
         for d in (0, 1):
             ts, off = s.ack_progress[d]
             assert (np.diff(ts) >= 0).all() and (np.diff(off) > 0).all()
+
+
+def _exact(r):
+    """Everything a run produced, in the order it was produced."""
+    chunks = [dataclasses.astuple(c) for c in r.chunks]
+    events = [dataclasses.astuple(e) for e in r.events]
+    rtts = [dataclasses.astuple(s) for s in r.rtts]
+    sums = [(dataclasses.replace(s, ack_progress=None), [a.tolist() for p in s.ack_progress for a in p])
+            for s in r.summaries]  # fmt: skip
+    return chunks, events, rtts, sums, r.an.stats
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+@pytest.mark.parametrize("case", ["synth", "real", *(f"damaged{i}" for i in range(16))])
+def test_c_bulk_path_same_as_numpy(monkeypatch, case):
+    """_speedups.fast_run gives the numpy bulk path's results in the same order."""
+    if case == "synth":
+        cases = [([synth(20_000, 3)], 997), ([synth(3_000, 2)], 50)]
+    elif case == "real":
+        cases = [(decode_file(CAPTURES / name), None) for name in CAPTURE_NAMES]
+    else:
+        seed = int(case[7:])
+        cases = [([_perturbed(seed, damage=1.0 if seed < 8 else 0.1)], 40 + seed)]
+    for batches, size in cases:
+        fast = analyze(batches, batch_size=size)
+        with monkeypatch.context() as m:
+            m.setattr(_fast, "_speedups", None)
+            numpy = analyze(batches, batch_size=size)
+        assert _exact(fast) == _exact(numpy)

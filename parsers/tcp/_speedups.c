@@ -7,6 +7,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -47,9 +48,428 @@ static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyFloat_FromDouble(s);
 }
 
+/* ---- fast_run: the bulk path of parsers/tcp/_fast.py as two loops over the rows ----
+ *
+ * BulkPath._fast checks a connection's rows for a clean run and applies it with numpy,
+ * some 150 array operations per call. fast_run does the same in C: the first loop walks
+ * the rows in capture order, stops at the first row that breaks a rule and gathers what
+ * the run changes (sequence space, ACK progress, TSvals, IP IDs, in-order chunks,
+ * window-full rows); then each direction's advancing ACKs are matched against its
+ * segment and TSval logs (data->ACK and TSecr RTT samples). _fast.py applies the results
+ * to the connection state in the numpy path's order, so both paths agree exactly. The
+ * numpy semantics are kept where they differ from a per-packet view: the logs searched
+ * hold every segment of the run, as np.searchsorted over them does. Windows are shifted
+ * by at most 14 bits (the caller checks), so no value leaves int64.
+ */
+
+#define M32 0xFFFFFFFFLL
+#define H31 0x80000000LL
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} vec_t;
+
+static int vpush(vec_t *a, int64_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 256;
+        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* The vector as a bytearray of int64 values (for np.frombuffer). */
+static PyObject *vbytes(const vec_t *a) {
+    return PyByteArray_FromStringAndSize((const char *)a->v, a->n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* One step of _fast._unwrap: from the previous unwrapped value to the next 32-bit one. */
+static inline int64_t unwrap_step(int64_t prev, int64_t v) {
+    int64_t d = v - (prev & M32);
+    d = ((d + H31) & M32) - H31;
+    return prev + d;
+}
+
+typedef struct {
+    /* state in (Dir fields; -1 stands for None where noted in _fast.py) */
+    int base_known, tsv_known, ws_known, rwnd_known, ws;
+    long long base, seq_ref, hi, ack_ref, acked, last_ack32, last_win, tsv_u, ipid_last, rwnd, sampled_end,
+        last_echo;
+    Py_buffer log[6]; /* SegLog st, en, ts; TsLog tv, t, s (outstanding part, int64) */
+    int nlog;
+    /* what this direction's own rows of the run tell */
+    Py_ssize_t kd, nd;
+    int64_t s_run, a_run, hi_run, ts_cur, tsv_max, hi_tsv, ipid_prev, ipid_good, ipid_bad, last_a32,
+        last_wd, max_edge, arel_prev, a32_prev, wd_prev;
+    int any_ts, hi_tsv_known, pure_ack, ipid_on, any_a32;
+    int64_t hi_ts, hi_ipid;
+    vec_t new_st, new_en, new_t, new_tv, new_tt, new_ts, wf_pos, wf_s, wf_n, tail;
+    /* the far end's ACKs of this direction's data */
+    vec_t A, TA, E, EA, ET; /* advancing ACKs; raw TSecr, ACK and time of those with one */
+    int64_t far_acked, far_rw, far_a_abs;
+    int far_rows;
+    /* results of the log matching */
+    vec_t st, en, t, smp_t, smp_v, tv, tt, ts, tsmp_t, tsmp_v;
+    int64_t sampled_out, last_echo_out;
+    int e_on; /* echoes matched: the far end's advancing ACKs carry TSecr and TSvals are known */
+} dir_t;
+
+#define DIR_VECS(D)                                                                                           \
+    { &(D)->new_st, &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,       \
+      &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
+      &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v }
+
+static void dir_free(dir_t *D) {
+    vec_t *vs[] = DIR_VECS(D);
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) PyMem_Free(vs[i]->v);
+    for (int i = 0; i < D->nlog; i++) PyBuffer_Release(&D->log[i]);
+}
+
+static int parse_dir(PyObject *t, dir_t *D) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+                          &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
+                          &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
+                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo))
+        return -1;
+    if (D->ws < 0 || D->ws > 14) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: window scale out of range");
+        return -1;
+    }
+    for (; D->nlog < 6; D->nlog++) {
+        if (PyObject_GetBuffer(o[D->nlog], &D->log[D->nlog], PyBUF_C_CONTIGUOUS) < 0) return -1;
+        if (D->log[D->nlog].len % 8 || D->log[D->nlog].len != D->log[D->nlog - D->nlog % 3].len) {
+            D->nlog++;
+            PyErr_SetString(PyExc_ValueError, "fast_run: log arrays must be int64 of one length");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s); }
+
+/* Data->ACK samples (BulkPath._seg_ack): the log is the outstanding segments plus this
+ * run's; the segment holding byte ack-1, once per segment, sent before the ACK. */
+static int seg_match(dir_t *D) {
+    const int64_t *ost = D->log[0].buf, *oen = D->log[1].buf, *ot = D->log[2].buf;
+    for (Py_ssize_t i = 0; i < D->log[0].len / 8; i++)
+        if (vpush(&D->st, ost[i]) < 0 || vpush(&D->en, oen[i]) < 0 || vpush(&D->t, ot[i]) < 0) return -1;
+    for (Py_ssize_t i = 0; i < D->new_st.n; i++)
+        if (vpush(&D->st, D->new_st.v[i]) < 0 || vpush(&D->en, D->new_en.v[i]) < 0 ||
+            vpush(&D->t, D->new_t.v[i]) < 0)
+            return -1;
+    D->sampled_out = D->sampled_end;
+    Py_ssize_t n = D->en.n;
+    if (n == 0 || D->A.n == 0) return 0;
+    const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v;
+    Py_ssize_t j = 0, prev_jj = -1;
+    for (Py_ssize_t i = 0; i < D->A.n; i++) {
+        int64_t a = D->A.v[i], ta = D->TA.v[i];
+        Py_ssize_t lo = j, hi = n; /* searchsorted(en, a, "left"); ACKs increase */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (en[mid] < a) lo = mid + 1;
+            else hi = mid;
+        }
+        j = lo;
+        Py_ssize_t jj = j < n ? j : n - 1;
+        int ok = j < n && st[jj] < a && t[jj] <= ta && en[jj] > D->sampled_end && (i == 0 || jj != prev_jj);
+        prev_jj = jj;
+        if (ok) {
+            if (vpush(&D->smp_t, ta) < 0 || vpush(&D->smp_v, ta - t[jj]) < 0) return -1;
+            D->sampled_out = en[jj];
+        }
+    }
+    int64_t acked = D->A.v[D->A.n - 1]; /* keep what the cumulative ACK has not covered */
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (en[i] > acked) {
+            D->st.v[w] = st[i];
+            D->en.v[w] = en[i];
+            D->t.v[w] = t[i];
+            w++;
+        }
+    D->st.n = D->en.n = D->t.n = w;
+    return 0;
+}
+
+/* TSvals and TSecr samples (BulkPath._tsq_extend): add the run's first-seen TSvals, then
+ * match the first occurrence of each echo (when e_on), unwrapped from tsv_ref. */
+static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
+    const int64_t *otv = D->log[3].buf, *ott = D->log[4].buf, *ots = D->log[5].buf;
+    Py_ssize_t n0 = D->log[3].len / 8;
+    for (Py_ssize_t i = 0; i < n0; i++)
+        if (vpush(&D->tv, otv[i]) < 0 || vpush(&D->tt, ott[i]) < 0 || vpush(&D->ts, ots[i]) < 0) return -1;
+    int64_t last_echo = D->last_echo, run = n0 ? otv[n0 - 1] : -1;
+    for (Py_ssize_t i = 0; i < D->new_tv.n; i++) {
+        int64_t v = D->new_tv.v[i];
+        if (v > run && v > last_echo)
+            if (vpush(&D->tv, v) < 0 || vpush(&D->tt, D->new_tt.v[i]) < 0 || vpush(&D->ts, D->new_ts.v[i]) < 0)
+                return -1;
+        if (v > run) run = v;
+    }
+    if (e_on && D->E.n) {
+        Py_ssize_t n = D->tv.n;
+        const int64_t *tv = D->tv.v, *tt = D->tt.v, *ts = D->ts.v;
+        int64_t erun = last_echo, e = tsv_ref;
+        for (Py_ssize_t i = 0; i < D->E.n; i++) {
+            e = unwrap_step(e, D->E.v[i]);
+            if (e <= erun) continue; /* not the first echo of this value */
+            erun = e;
+            if (n == 0) continue;
+            Py_ssize_t lo = 0, hi = n; /* searchsorted(tv, e, "left") */
+            while (lo < hi) {
+                Py_ssize_t mid = lo + (hi - lo) / 2;
+                if (tv[mid] < e) lo = mid + 1;
+                else hi = mid;
+            }
+            Py_ssize_t kc = lo < n ? lo : n - 1, nx = kc + 1 < n ? kc + 1 : n - 1;
+            int64_t et = D->ET.v[i];
+            /* nothing first sent with a newer TSval below the ACK (see TsLog) */
+            int later_ok = kc + 1 >= n || ts[nx] >= D->EA.v[i];
+            if (lo < n && tv[kc] == e && tt[kc] <= et && later_ok)
+                if (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0) return -1;
+        }
+        if (erun > last_echo) last_echo = erun;
+    }
+    Py_ssize_t w = 0; /* keep the TSvals not echoed yet */
+    for (Py_ssize_t i = 0; i < D->tv.n; i++)
+        if (D->tv.v[i] > last_echo) {
+            D->tv.v[w] = D->tv.v[i];
+            D->tt.v[w] = D->tt.v[i];
+            D->ts.v[w] = D->ts.v[i];
+            w++;
+        }
+    D->tv.n = D->tt.n = D->ts.n = w;
+    D->last_echo_out = last_echo;
+    return 0;
+}
+
+/* Columns of the SegmentBatch, in fast_run's argument order: item size each. */
+enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, F_HAS_TS, F_TSV, F_TSE, F_IPID,
+       F_POFF, F_IDX, F_COUNT };
+static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
+
+/* The first loop: check each row, stop at the first that breaks a rule; returns k. */
+static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunks) {
+    const uint8_t *flags = c[F_FLAGS].buf, *sack = c[F_SACK].buf, *swap = c[F_SWAP].buf, *has_ts = c[F_HAS_TS].buf;
+    const int32_t *wl = c[F_WL].buf, *pl = c[F_PL].buf, *ipid = c[F_IPID].buf;
+    const uint16_t *win = c[F_WIN].buf;
+    const uint32_t *seq = c[F_SEQ].buf, *ack = c[F_ACK].buf, *tsv = c[F_TSV].buf, *tse = c[F_TSE].buf;
+    const int64_t *ts = c[F_TS].buf, *frame = c[F_FRAME].buf, *poff = c[F_POFF].buf, *idx = c[F_IDX].buf;
+    Py_ssize_t n = c[F_IDX].len / 8, r;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d], *R = &dirs[1 - d];
+        D->s_run = D->seq_ref;
+        D->hi_run = D->hi;
+        D->a_run = R->ack_ref;
+        D->arel_prev = R->acked;
+        D->a32_prev = D->last_ack32;
+        D->wd_prev = D->last_win;
+        D->ipid_prev = D->ipid_last;
+        D->far_acked = D->acked;
+        D->far_rw = D->rwnd;
+        D->max_edge = INT64_MIN;
+    }
+    for (r = 0; r < n; r++) {
+        int64_t row = idx[r];
+        uint8_t fl = flags[row];
+        int64_t w = wl[row], wd = win[row];
+        if ((fl & 0x07) || !(fl & 0x10) || w != pl[row] || wd == 0 || (sack && sack[row])) break;
+        int d = (swap[row] != 0) == client_is_lo;
+        dir_t *D = &dirs[d], *R = &dirs[1 - d];
+        if (!D->base_known) break; /* first packet of this direction: per-packet path */
+        int64_t s_abs = unwrap_step(D->s_run, seq[row]), rel = s_abs - D->base;
+        if (rel != D->hi_run) break;
+        int64_t a32 = ack[row], a_rel = 0;
+        if (R->base_known) {
+            int64_t a_abs = unwrap_step(D->a_run, a32);
+            a_rel = a_abs - R->base;
+            if (a_rel < D->arel_prev) break;
+            if (w == 0 && a32 == D->a32_prev && wd == D->wd_prev) break; /* dup ACK */
+            if (a_rel > R->hi_run) break; /* ACKs bytes the capture has not seen */
+            D->a_run = a_abs;
+        }
+        /* the row is clean: apply it */
+        D->s_run = s_abs;
+        D->kd++;
+        int64_t t = ts[row];
+        int64_t tv_u = 0;
+        int row_ts = has_ts[row] != 0;
+        if (row_ts) {
+            tv_u = unwrap_step(D->any_ts ? D->ts_cur : (D->tsv_known ? D->tsv_u : tsv[row]), tsv[row]);
+            if (!D->any_ts || tv_u > D->tsv_max) D->tsv_max = tv_u;
+            D->ts_cur = tv_u;
+            D->any_ts = 1;
+        }
+        if (w > 0) {
+            int64_t end = rel + w;
+            if (vpush(&D->new_st, rel) < 0 || vpush(&D->new_en, end) < 0 || vpush(&D->new_t, t) < 0) return -1;
+            if (row_ts && (vpush(&D->new_tv, tv_u) < 0 || vpush(&D->new_tt, t) < 0 || vpush(&D->new_ts, rel) < 0))
+                return -1;
+            D->nd++;
+            D->hi_run = end;
+            D->hi_ts = t;
+            D->hi_ipid = ipid[row];
+            D->hi_tsv_known = row_ts;
+            D->hi_tsv = tv_u;
+            int64_t ch[6] = {d, t, frame[row], rel, poff[row], poff[row] + pl[row]};
+            for (int i = 0; i < 6; i++)
+                if (vpush(chunks, ch[i]) < 0) return -1;
+            /* window full: data reaching the far end's advertised window (filtered later) */
+            if (end >= D->far_acked + D->far_rw)
+                if (vpush(&D->wf_pos, r) < 0 || vpush(&D->wf_s, rel) < 0 || vpush(&D->wf_n, w) < 0) return -1;
+        } else {
+            D->pure_ack = 1;
+        }
+        int64_t id = ipid[row];
+        if (D->kd == 1) D->ipid_on = id >= 0;
+        if (D->ipid_on) {
+            if (D->ipid_prev >= 0) {
+                int64_t delta = (id - D->ipid_prev) & 0xFFFF;
+                if (delta > 0 && delta <= 64) D->ipid_good++;
+                else D->ipid_bad++;
+            }
+            D->ipid_prev = id;
+        }
+        if (R->base_known) {
+            D->any_a32 = 1;
+            D->last_a32 = a32;
+            D->last_wd = wd;
+            int64_t edge = a_rel + shl(shl(wd, D->ws), D->ws_known ? 0 : 14);
+            if (edge > D->max_edge) D->max_edge = edge;
+            D->arel_prev = a_rel;
+            D->a32_prev = a32;
+            D->wd_prev = wd;
+            /* far end (R's data): ACK progress, and what the window-full check uses */
+            R->far_rows = 1;
+            R->far_a_abs = D->a_run;
+            if (a_rel > R->far_acked) {
+                if (vpush(&R->A, a_rel) < 0 || vpush(&R->TA, t) < 0) return -1;
+                if (row_ts && (vpush(&R->E, tse[row]) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0))
+                    return -1;
+            }
+            R->far_acked = a_rel;
+            R->far_rw = shl(wd, D->ws);
+        }
+    }
+    return r;
+}
+
+/* The last `keep` rows of each direction in [0, k), oldest first (packet signatures). */
+static int tails(dir_t *dirs, Py_buffer *c, int client_is_lo, Py_ssize_t k, int keep) {
+    const uint8_t *swap = c[F_SWAP].buf;
+    const int64_t *idx = c[F_IDX].buf;
+    for (Py_ssize_t r = k - 1; r >= 0 && (dirs[0].tail.n < keep || dirs[1].tail.n < keep); r--) {
+        int d = (swap[idx[r]] != 0) == client_is_lo;
+        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, idx[r]) < 0) return -1;
+    }
+    for (int d = 0; d < 2; d++) {
+        int64_t *v = dirs[d].tail.v;
+        for (Py_ssize_t i = 0, j = dirs[d].tail.n - 1; i < j; i++, j--) {
+            int64_t x = v[i];
+            v[i] = v[j];
+            v[j] = x;
+        }
+    }
+    return 0;
+}
+
+static PyObject *dir_result(dir_t *D) {
+    return Py_BuildValue(
+        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
+        "sN sN sN sL sN sN sn si}",
+        "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
+        (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
+        (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
+        D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
+        (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "tail",
+        vbytes(&D->tail), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
+        "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
+        (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
+        vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
+        "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on);
+}
+
+/* fast_run(columns, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
+ * columns: the F_* buffers (sack may be None); dirN: the state tuple parse_dir reads. */
+static PyObject *fast_run(PyObject *self, PyObject *args) {
+    PyObject *cols, *t0, *t1;
+    int client_is_lo, keep;
+    if (!PyArg_ParseTuple(args, "O!pO!O!i", &PyTuple_Type, &cols, &client_is_lo, &PyTuple_Type, &t0,
+                          &PyTuple_Type, &t1, &keep))
+        return NULL;
+    if (PyTuple_GET_SIZE(cols) != F_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "fast_run: wrong number of columns");
+        return NULL;
+    }
+    Py_buffer c[F_COUNT];
+    int got[F_COUNT] = {0};
+    dir_t dirs[2];
+    memset(dirs, 0, sizeof(dirs));
+    vec_t chunks = {NULL, 0, 0};
+    PyObject *res = NULL;
+    Py_ssize_t nb = -1;
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *o = PyTuple_GET_ITEM(cols, i);
+        if (i == F_SACK && o == Py_None) continue;
+        if (PyObject_GetBuffer(o, &c[i], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        got[i] = 1;
+        if (c[i].len % col_size[i]) goto bad;
+        if (i != F_IDX) {
+            if (nb < 0) nb = c[i].len / col_size[i];
+            if (c[i].len / col_size[i] != nb) goto bad;
+        }
+    }
+    if (!got[F_SACK]) c[F_SACK].buf = NULL;
+    const int64_t *idx = c[F_IDX].buf;
+    for (Py_ssize_t r = 0; r < c[F_IDX].len / 8; r++)
+        if (idx[r] < 0 || idx[r] >= nb) goto bad;
+    if (parse_dir(t0, &dirs[0]) < 0 || parse_dir(t1, &dirs[1]) < 0) goto done;
+    Py_ssize_t k = scan(dirs, c, client_is_lo, &chunks);
+    if (k < 0 || tails(dirs, c, client_is_lo, k, keep) < 0) goto done;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d];
+        /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
+        int tsv_known = D->tsv_known || D->any_ts;
+        int64_t tsv_ref = D->tsv_known ? D->tsv_u : D->tsv_max;
+        if (D->any_ts && D->tsv_known && D->tsv_max > D->tsv_u) tsv_ref = D->tsv_max;
+        D->e_on = tsv_known && D->E.n > 0;
+        if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
+    }
+    PyObject *r0 = dir_result(&dirs[0]), *r1 = r0 ? dir_result(&dirs[1]) : NULL;
+    if (r0 == NULL || r1 == NULL) {
+        Py_XDECREF(r0);
+        goto done;
+    }
+    res = Py_BuildValue("(nNNN)", k, vbytes(&chunks), r0, r1);
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "fast_run: bad column length or row index");
+done:
+    for (int i = 0; i < F_COUNT; i++)
+        if (got[i]) PyBuffer_Release(&c[i]);
+    dir_free(&dirs[0]);
+    dir_free(&dirs[1]);
+    PyMem_Free(chunks.v);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
+    {"fast_run", fast_run, METH_VARARGS,
+     "fast_run(columns, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
     {NULL, NULL, 0, NULL},
 };
 
