@@ -173,13 +173,7 @@ static int seg_match(dir_t *D) {
     Py_ssize_t j = 0, prev_jj = -1;
     for (Py_ssize_t i = 0; i < D->A.n; i++) {
         int64_t a = D->A.v[i], ta = D->TA.v[i];
-        Py_ssize_t lo = j, hi = n; /* searchsorted(en, a, "left"); ACKs increase */
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (en[mid] < a) lo = mid + 1;
-            else hi = mid;
-        }
-        j = lo;
+        while (j < n && en[j] < a) j++; /* searchsorted(en, a, "left"); ACKs increase */
         Py_ssize_t jj = j < n ? j : n - 1;
         int ok = j < n && st[jj] < a && t[jj] <= ta && en[jj] > D->sampled_end && (i == 0 || jj != prev_jj);
         prev_jj = jj;
@@ -220,17 +214,13 @@ static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
         Py_ssize_t n = D->tv.n;
         const int64_t *tv = D->tv.v, *tt = D->tt.v, *ts = D->ts.v;
         int64_t erun = last_echo, e = tsv_ref;
+        Py_ssize_t lo = 0;
         for (Py_ssize_t i = 0; i < D->E.n; i++) {
             e = unwrap_step(e, D->E.v[i]);
             if (e <= erun) continue; /* not the first echo of this value */
             erun = e;
             if (n == 0) continue;
-            Py_ssize_t lo = 0, hi = n; /* searchsorted(tv, e, "left") */
-            while (lo < hi) {
-                Py_ssize_t mid = lo + (hi - lo) / 2;
-                if (tv[mid] < e) lo = mid + 1;
-                else hi = mid;
-            }
+            while (lo < n && tv[lo] < e) lo++; /* searchsorted(tv, e, "left"); first echoes increase */
             Py_ssize_t kc = lo < n ? lo : n - 1, nx = kc + 1 < n ? kc + 1 : n - 1;
             int64_t et = D->ET.v[i];
             /* nothing first sent with a newer TSval below the ACK (see TsLog) */
