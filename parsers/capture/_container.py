@@ -359,10 +359,13 @@ class _PcapReader:
     def parse(self, dec: CaptureDecoder) -> None:
         data, base = dec._data, dec._base
         end = len(data)
-        positions, rel = _walk_pcap(data, dec._pos - base, end, self.hdrlen, self.caplen_at)
-        self._decode(dec, positions)
-        if dec._dead:
-            return
+        if _speedups is not None:
+            rel = self._records_c(dec)
+        else:
+            positions, rel = _walk_pcap(data, dec._pos - base, end, self.hdrlen, self.caplen_at)
+            self._decode(dec, positions)
+            if dec._dead:
+                return
         dec._pos = base + rel
         # An incomplete record claiming an absurd size is corruption, not a short read.
         if rel + self.hdrlen <= end:
@@ -374,6 +377,32 @@ class _PcapReader:
                     f"bytes (more than {self.max_caplen}): the file is corrupt from here",
                     base + rel,
                 )
+
+    def _records_c(self, dec: CaptureDecoder) -> int:
+        """Walk and decode the complete records in C (``_speedups.pcap_records``); it
+        stops before a record claiming too many bytes, which the caller then reports.
+        Returns where the walk stopped (relative to ``dec._data``)."""
+        assert _speedups is not None
+        rel, ts, caplen, origlen, off = _speedups.pcap_records(
+            dec._data, dec._pos - dec._base, len(dec._data), self.hdrlen,
+            self.caplen_at.format[0] == ">", self.frac_ns, self.max_caplen,
+            dec._base + self.hdrlen,
+        )  # fmt: skip
+        n = len(off) // 8
+        if n:
+            first = dec.packets_read + 1
+            dec._add_rows(
+                _Rows(
+                    frame_no=np.arange(first, first + n, dtype=np.int64),
+                    ts_ns=np.frombuffer(ts, np.int64),
+                    linktype=np.full(n, self.linktype, np.int32),
+                    caplen=np.frombuffer(caplen, np.int32),
+                    origlen=np.frombuffer(origlen, np.int32),
+                    data_off=np.frombuffer(off, np.int64),
+                )
+            )
+            dec.packets_read += n
+        return rel
 
     def _decode(self, dec: CaptureDecoder, positions: np.ndarray) -> np.ndarray:
         """Read every record header at once; a bad caplen is fatal at its record."""

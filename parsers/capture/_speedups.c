@@ -105,6 +105,60 @@ static PyObject *walk_epb(PyObject *self, PyObject *args) {
     return result(&o, pos);
 }
 
+/* pcap_records(data, pos, end, hdrlen, big_endian, frac_ns, max_caplen, off_add)
+ *   -> (stop, ts_ns, caplen, origlen, data_off)
+ * The walk of walk_pcap, stopping also at a record that claims more than max_caplen
+ * bytes, with the record headers decoded on the way into column bytes (int64, int32,
+ * int32, int64) as _PcapReader._store would build them: ts = sec * 1e9 + frac * frac_ns,
+ * origlen capped at 2**31 - 1, data_off = record offset + off_add. */
+static PyObject *pcap_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, end, hdrlen, frac_ns, max_caplen, off_add;
+    int big;
+    if (!PyArg_ParseTuple(args, "y*nnnpnnn", &view, &pos, &end, &hdrlen, &big, &frac_ns, &max_caplen, &off_add))
+        return NULL;
+    if (end > view.len) end = view.len;
+    if (pos < 0 || hdrlen < 16) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "bad position or header length");
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t n = 0, stop = pos, last = end - hdrlen;
+    for (Py_ssize_t p = pos; p <= last;) { /* count first, then fill exact-size columns */
+        uint32_t cap = rd32(d + p + 8, big);
+        Py_ssize_t nxt = p + hdrlen + (Py_ssize_t)cap;
+        if (cap > (uint64_t)max_caplen || nxt > end) break;
+        n++;
+        p = stop = nxt;
+    }
+    PyObject *ts = PyByteArray_FromStringAndSize(NULL, n * 8), *caps = PyByteArray_FromStringAndSize(NULL, n * 4),
+             *origs = PyByteArray_FromStringAndSize(NULL, n * 4), *offs = PyByteArray_FromStringAndSize(NULL, n * 8);
+    if (ts && caps && origs && offs) {
+        int64_t *t = (int64_t *)PyByteArray_AS_STRING(ts), *o = (int64_t *)PyByteArray_AS_STRING(offs);
+        int32_t *c = (int32_t *)PyByteArray_AS_STRING(caps), *g = (int32_t *)PyByteArray_AS_STRING(origs);
+        Py_ssize_t p = pos;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *h = d + p;
+            uint32_t cap = rd32(h + 8, big), orig = rd32(h + 12, big);
+            t[i] = (int64_t)rd32(h, big) * 1000000000LL + (int64_t)rd32(h + 4, big) * (int64_t)frac_ns;
+            c[i] = (int32_t)cap;
+            g[i] = (int32_t)(orig > 0x7FFFFFFFu ? 0x7FFFFFFFu : orig);
+            o[i] = (int64_t)p + off_add;
+            p += hdrlen + (Py_ssize_t)cap;
+        }
+    }
+    PyBuffer_Release(&view);
+    if (!(ts && caps && origs && offs)) {
+        Py_XDECREF(ts);
+        Py_XDECREF(caps);
+        Py_XDECREF(origs);
+        Py_XDECREF(offs);
+        return NULL;
+    }
+    return Py_BuildValue("(nNNNN)", stop, ts, caps, origs, offs);
+}
+
 /* gather(buf, pos, width) -> bytearray of len(pos) * width: the `width` bytes at each
  * position (int64), each position clipped to [0, len(buf) - width], like _gather.take_rows
  * (which calls this for buffers at least `width` long). */
@@ -376,6 +430,9 @@ static PyMethodDef methods[] = {
      "gather(buf, pos, width): bytearray of the width bytes at each (clipped) int64 position."},
     {"walk_pcap", walk_pcap, METH_VARARGS,
      "walk_pcap(data, pos, end, hdrlen, big_endian): (int64 record offsets as bytes, stop)."},
+    {"pcap_records", pcap_records, METH_VARARGS,
+     "pcap_records(data, pos, end, hdrlen, big_endian, frac_ns, max_caplen, off_add): "
+     "(stop, ts_ns, caplen, origlen, data_off) column bytes of the complete records."},
     {"walk_epb", walk_epb, METH_VARARGS,
      "walk_epb(data, pos, end, big_endian): (int64 EPB offsets as bytes, stop)."},
     {"decode_tcp", (PyCFunction)(void (*)(void))decode_tcp, METH_FASTCALL,
