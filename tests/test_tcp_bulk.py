@@ -11,7 +11,8 @@ import pytest
 from shared_paths import CAPTURES
 from tcp_builders import analyze, batches_of, concat_batches, decode_file
 
-from parsers.tcp import _analyzer, _fast
+from parsers.records import SegmentBatch
+from parsers.tcp import _analyzer, _fast, _flows
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -184,3 +185,52 @@ def test_c_bulk_path_same_as_numpy(monkeypatch, case):
             m.setattr(_fast, "_speedups", None)
             numpy = analyze(batches, batch_size=size)
         assert _exact(fast) == _exact(numpy)
+
+
+@pytest.mark.skipif(_flows._speedups is None, reason="C extension not built (pip install -e .)")
+@pytest.mark.parametrize("nflows", [1, 7, 3000])
+def test_c_flow_grouping_same_as_numpy(monkeypatch, nflows):
+    """The C hash-table grouping finds the numpy grouping's flows, orientation and keys
+    (both directions of a flow together; near-identical tuples apart)."""
+    import random
+
+    rnd = random.Random(nflows)
+    ends = [(rnd.choice([0, 0x20010DB8 << 32]), rnd.choice([1, 2, 0xFFFF0A000001]), rnd.choice([80, 443, 50051, 40000]))
+            for _ in range(nflows * 2)]  # fmt: skip
+    n = 5000
+    cols = {k: [] for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")}
+    for _ in range(n):
+        f = rnd.randrange(nflows)
+        a, z = ends[2 * f], ends[2 * f + 1]
+        if rnd.random() < 0.5:
+            a, z = z, a
+        for k, v in zip(cols, (a[0], a[1], z[0], z[1], a[2], z[2]), strict=True):
+            cols[k].append(v)
+    b = _fast_batch(n, cols)
+    got = _flows.group_flows(b)
+    with monkeypatch.context() as m:
+        m.setattr(_flows, "_speedups", None)
+        want = _flows.group_flows(b)
+
+    def flows(g):
+        groups = [g.order[a:z].tolist() for a, z in zip(g.starts.tolist(), g.stops.tolist(), strict=True)]
+        return sorted(groups), g.swap.tolist(), [g.key(r) for r in range(n)]
+
+    assert flows(got) == flows(want)
+    firsts = got.order[got.starts].tolist()
+    assert firsts == sorted(firsts)  # C groups come in order of their first row
+
+
+def _fast_batch(n: int, cols: dict) -> SegmentBatch:
+    z = np.zeros(n, np.int64)
+    return SegmentBatch(
+        frame_no=z, ts_ns=z, ip_version=np.full(n, 4, np.uint8),
+        src_hi=np.array(cols["src_hi"], np.uint64), src_lo=np.array(cols["src_lo"], np.uint64),
+        dst_hi=np.array(cols["dst_hi"], np.uint64), dst_lo=np.array(cols["dst_lo"], np.uint64),
+        sport=np.array(cols["sport"], np.uint16), dport=np.array(cols["dport"], np.uint16),
+        seq=np.zeros(n, np.uint32), ack=np.zeros(n, np.uint32), flags=np.zeros(n, np.uint8),
+        window=np.zeros(n, np.uint16), payload_off=z, payload_len=np.zeros(n, np.int32),
+        payload_wire_len=np.zeros(n, np.int32), has_ts=np.zeros(n, bool),
+        ts_val=np.zeros(n, np.uint32), ts_ecr=np.zeros(n, np.uint32), wscale=np.zeros(n, np.int8),
+        mss=np.zeros(n, np.int32), ip_id=np.zeros(n, np.int32), buf=np.zeros(0, np.uint8),
+    )  # fmt: skip

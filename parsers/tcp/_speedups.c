@@ -455,11 +455,125 @@ done:
     return res;
 }
 
+/* ---- group_flows: rows grouped by connection (see _flows.group_flows) ----
+ *
+ * One hash-table pass instead of numpy hashing and a stable argsort: each row's two
+ * endpoints in canonical order ("lo" first, by address then port), flows numbered by
+ * their first row, then a counting sort keeps capture order inside each flow. */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+typedef struct {
+    uint64_t a[4];
+    uint32_t ports;
+} flow_key_t;
+
+/* group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport)
+ *   -> (order int64, starts int64, stops int64, swap bool) as bytes; flows in order of
+ * their first row. Columns: four uint64, two uint16, all of one length. */
+static PyObject *group_flows(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    Py_buffer c[6];
+    int got = 0;
+    PyObject *res = NULL, *order = NULL, *starts = NULL, *stops = NULL, *swap = NULL;
+    int32_t *table = NULL, *flow = NULL, *rep = NULL;
+    int64_t *count = NULL;
+    for (; got < 6; got++)
+        if (PyObject_GetBuffer(o[got], &c[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_ssize_t n = c[0].len / 8;
+    for (int i = 0; i < 6; i++)
+        if (c[i].len != n * (i < 4 ? 8 : 2)) {
+            PyErr_SetString(PyExc_ValueError, "group_flows: columns must be 4 x uint64, 2 x uint16 of one length");
+            goto done;
+        }
+    if (n > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "group_flows: too many rows");
+        goto done;
+    }
+    const uint64_t *sh = c[0].buf, *sl = c[1].buf, *dh = c[2].buf, *dl = c[3].buf;
+    const uint16_t *sp = c[4].buf, *dp = c[5].buf;
+    Py_ssize_t size = 16;
+    while (size < 2 * n) size *= 2;
+    table = PyMem_Malloc((size_t)size * sizeof(int32_t));
+    flow = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    rep = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    count = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    swap = PyByteArray_FromStringAndSize(NULL, n);
+    if (!table || !flow || !rep || !count || !swap) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    memset(table, 0xFF, (size_t)size * sizeof(int32_t));
+    uint8_t *sw = (uint8_t *)PyByteArray_AS_STRING(swap);
+    Py_ssize_t nflows = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int src_first = sh[i] < dh[i] || (sh[i] == dh[i] && (sl[i] < dl[i] || (sl[i] == dl[i] && sp[i] <= dp[i])));
+        sw[i] = !src_first;
+        flow_key_t k = src_first ? (flow_key_t){{sh[i], sl[i], dh[i], dl[i]}, ((uint32_t)sp[i] << 16) | dp[i]}
+                                 : (flow_key_t){{dh[i], dl[i], sh[i], sl[i]}, ((uint32_t)dp[i] << 16) | sp[i]};
+        uint64_t h = mix64(k.ports ^ mix64(k.a[3] ^ mix64(k.a[2] ^ mix64(k.a[1] ^ mix64(k.a[0])))));
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;;) {
+            int32_t f = table[slot];
+            if (f < 0) { /* a new flow */
+                table[slot] = (int32_t)nflows;
+                rep[nflows] = (int32_t)i;
+                f = (int32_t)nflows++;
+                flow[i] = f;
+                break;
+            }
+            Py_ssize_t r = rep[f];
+            int rs = sw[r];
+            flow_key_t q = !rs ? (flow_key_t){{sh[r], sl[r], dh[r], dl[r]}, ((uint32_t)sp[r] << 16) | dp[r]}
+                               : (flow_key_t){{dh[r], dl[r], sh[r], sl[r]}, ((uint32_t)dp[r] << 16) | sp[r]};
+            if (q.ports == k.ports && q.a[0] == k.a[0] && q.a[1] == k.a[1] && q.a[2] == k.a[2] && q.a[3] == k.a[3]) {
+                flow[i] = f;
+                break;
+            }
+            slot = (slot + 1) & (size - 1);
+        }
+        count[flow[i] + 1]++;
+    }
+    order = PyByteArray_FromStringAndSize(NULL, n * 8);
+    starts = PyByteArray_FromStringAndSize(NULL, nflows * 8);
+    stops = PyByteArray_FromStringAndSize(NULL, nflows * 8);
+    if (!order || !starts || !stops) goto done;
+    int64_t *ov = (int64_t *)PyByteArray_AS_STRING(order), *st = (int64_t *)PyByteArray_AS_STRING(starts),
+            *sp_ = (int64_t *)PyByteArray_AS_STRING(stops);
+    for (Py_ssize_t f = 0; f < nflows; f++) count[f + 1] += count[f];
+    for (Py_ssize_t f = 0; f < nflows; f++) {
+        st[f] = count[f];
+        sp_[f] = count[f + 1];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) ov[count[flow[i]]++] = i;
+    res = Py_BuildValue("(OOOO)", order, starts, stops, swap);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&c[i]);
+    PyMem_Free(table);
+    PyMem_Free(flow);
+    PyMem_Free(rep);
+    PyMem_Free(count);
+    Py_XDECREF(order);
+    Py_XDECREF(starts);
+    Py_XDECREF(stops);
+    Py_XDECREF(swap);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
     {"fast_run", fast_run, METH_VARARGS,
      "fast_run(columns, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
+    {"group_flows", group_flows, METH_VARARGS,
+     "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {NULL, NULL, 0, NULL},
 };
 
