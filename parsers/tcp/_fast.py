@@ -57,7 +57,7 @@ def _c_state(D: Dir) -> tuple:
         -1 if D.last_ack32 is None else D.last_ack32, -1 if D.last_win is None else D.last_win,
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
-        D.tsq.last_echo,
+        D.tsq.last_echo, D.srtt,
     )  # fmt: skip
 _M32 = np.int64(0xFFFFFFFF)
 _H31 = np.int64(0x80000000)
@@ -436,17 +436,18 @@ class BulkPath:
                 X.sacks = []
             X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
             X.segs.sampled_end = x["sampled_end"]
-            samples = ts_samples = None
             if len(x["smp_t"]):
-                samples = (_i64(x["smp_t"]), _i64(x["smp_v"]))
-                self._rtts.append(RttRun(key, X.idx, samples[0], samples[1] / 1e6, "data_ack"))
+                rtt = _i64(x["smp_v"]) / 1e6
+                self._rtts.append(RttRun(key, X.idx, _i64(x["smp_t"]), rtt, "data_ack"))
             if x["e_on"] or new_tsv:
                 X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
             if len(x["tsmp_t"]):
-                ts_samples = (_i64(x["tsmp_t"]), _i64(x["tsmp_v"]))
-                self._rtts.append(RttRun(key, X.idx, ts_samples[0], ts_samples[1] / 1e6, "tsecr"))
-            if samples is not None or ts_samples is not None:
-                self._fast_srtt(X, samples, ts_samples)
+                rtt = _i64(x["tsmp_v"]) / 1e6
+                self._rtts.append(RttRun(key, X.idx, _i64(x["tsmp_t"]), rtt, "tsecr"))
+            if len(x["smp_t"]) or len(x["tsmp_t"]):  # smoothed/min RTT, as _fast_srtt
+                X.srtt = x["srtt"]
+                if X.min_rtt is None or x["min_rtt"] < X.min_rtt:
+                    X.min_rtt = x["min_rtt"]
             if X.burst_id is not None and X.acked >= X.burst_end:
                 self._close_burst(X)
         if len(chunks):

@@ -119,6 +119,10 @@ typedef struct {
     vec_t st, en, t, smp_t, smp_v, tv, tt, ts, tsmp_t, tsmp_v;
     int64_t sampled_out, last_echo_out;
     int e_on; /* echoes matched: the far end's advancing ACKs carry TSecr and TSvals are known */
+    PyObject *srtt_in; /* Dir.srtt: a float or None */
+    double srtt;
+    int have_srtt;
+    int64_t min_rtt;
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
@@ -134,11 +138,16 @@ static void dir_free(dir_t *D) {
 
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
-                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo))
+                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in))
         return -1;
+    D->have_srtt = D->srtt_in != Py_None;
+    if (D->have_srtt) {
+        D->srtt = PyFloat_AsDouble(D->srtt_in);
+        if (D->srtt == -1.0 && PyErr_Occurred()) return -1;
+    }
     if (D->ws < 0 || D->ws > 14) {
         PyErr_SetString(PyExc_ValueError, "fast_run: window scale out of range");
         return -1;
@@ -241,6 +250,27 @@ static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
     D->tv.n = D->tt.n = D->ts.n = w;
     D->last_echo_out = last_echo;
     return 0;
+}
+
+/* Smoothed and minimum RTT after this run's samples (BulkPath._fast_srtt): data->ACK and
+ * TSecr samples merged by time, data->ACK first on a tie, folded as ewma() does. */
+static void fold_srtt(dir_t *D) {
+    Py_ssize_t i = 0, j = 0, n1 = D->smp_t.n, n2 = D->tsmp_t.n;
+    while (i < n1 || j < n2) {
+        int64_t r;
+        if (j >= n2 || (i < n1 && D->smp_t.v[i] <= D->tsmp_t.v[j])) r = D->smp_v.v[i++];
+        else r = D->tsmp_v.v[j++];
+        double x = (double)r;
+        if (!D->have_srtt) {
+            D->srtt = x;
+            D->have_srtt = 1;
+        } else {
+            double a = D->srtt * 0.875;
+            double b = x * 0.125;
+            D->srtt = a + b;
+        }
+        if ((i + j == 1) || r < D->min_rtt) D->min_rtt = r;
+    }
 }
 
 /* Columns of the SegmentBatch, in fast_run's argument order: item size each. */
@@ -376,7 +406,7 @@ static int tails(dir_t *dirs, Py_buffer *c, int client_is_lo, Py_ssize_t k, int 
 static PyObject *dir_result(dir_t *D) {
     return Py_BuildValue(
         "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
-        "sN sN sN sL sN sN sn si}",
+        "sN sN sN sL sN sN sn si sN sL}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
@@ -388,7 +418,8 @@ static PyObject *dir_result(dir_t *D) {
         "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
         vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
-        "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on);
+        "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
+        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
 }
 
 /* fast_run(columns, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
@@ -436,6 +467,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         if (D->any_ts && D->tsv_known && D->tsv_max > D->tsv_u) tsv_ref = D->tsv_max;
         D->e_on = tsv_known && D->E.n > 0;
         if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
+        fold_srtt(D);
     }
     PyObject *r0 = dir_result(&dirs[0]), *r1 = r0 ? dir_result(&dirs[1]) : NULL;
     if (r0 == NULL || r1 == NULL) {
