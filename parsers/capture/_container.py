@@ -2,7 +2,9 @@
 
 The caller feeds the (decompressed) file bytes in any chunking; the decoder keeps the
 unconsumed tail, walks the record/block chain and hands back batches of packets whose
-bytes are copied once into one uint8 buffer.
+bytes are copied once into one uint8 buffer. The unconsumed input lives in a window of
+one reused buffer (consumed bytes only move the window's start), so feeding does not
+reallocate and copy the kept tail every time.
 
 Speed: the record chain is inherently sequential, so a tight loop only finds where each
 record starts (one ``unpack_from`` per record); every header field is then read for all
@@ -149,7 +151,9 @@ class CaptureDecoder:
         self.bytes_read = 0
         # Sum over interfaces of the latest pcapng ISB drop counter (None when unknown).
         self.kernel_drops: int | None = None
-        self._data = bytearray()  # unconsumed input; _data[0] is file offset _base
+        # unconsumed input: _store[_lo:_hi] (see _data); _store[_lo] is file offset _base
+        self._store = np.empty(0, np.uint8)
+        self._lo = self._hi = 0
         self._base = 0
         self._pos = 0  # file offset of the next record/block to parse
         self._reader: _PcapReader | _PcapngReader | None = None
@@ -165,7 +169,7 @@ class CaptureDecoder:
         self.bytes_read += len(data)
         if self._dead or not data:
             return []
-        self._data += data
+        self._append(data)
         if self._reader is None and not self._start():
             return []
         assert self._reader is not None
@@ -193,8 +197,30 @@ class CaptureDecoder:
                     self._pos,
                 )
         batches = self._emit(final=True)
-        self._data = bytearray()
+        self._store = np.empty(0, np.uint8)
+        self._lo = self._hi = 0
         return batches
+
+    @property
+    def _data(self) -> memoryview:
+        """The unconsumed input; ``_data[0]`` is file offset ``_base``."""
+        return memoryview(self._store)[self._lo : self._hi]
+
+    def _append(self, data: bytes) -> None:
+        n = len(data)
+        if self._hi + n > self._store.shape[0]:
+            keep = self._hi - self._lo
+            if keep + n > self._store.shape[0] // 2:
+                # grow to twice what is needed: the window then slides over several
+                # feeds before the kept tail has to move to the front again
+                grown = np.empty(max(2 * (keep + n), 1 << 16), np.uint8)
+                grown[:keep] = self._store[self._lo : self._hi]
+                self._store = grown
+            else:  # move the kept tail to the front (numpy copes with the overlap)
+                self._store[:keep] = self._store[self._lo : self._hi]
+            self._lo, self._hi = 0, keep
+        self._store[self._hi : self._hi + n] = np.frombuffer(data, np.uint8)
+        self._hi += n
 
     # -- used by the readers ------------------------------------------------------
     def _issue(
@@ -288,7 +314,8 @@ class CaptureDecoder:
         stop = int(rows.data_off[j - 1] + rows.caplen[j - 1])
         size = stop - start
         buf = np.empty(size + BUF_PAD, np.uint8)
-        buf[:size] = np.frombuffer(self._data, np.uint8, size, start - self._base)
+        lo = self._lo + start - self._base
+        buf[:size] = self._store[lo : lo + size]
         buf[size:] = 0
         return PacketBatch(
             frame_no=rows.frame_no[k:j],
@@ -304,12 +331,12 @@ class CaptureDecoder:
         keep = int(self._pending[0].data_off[0]) if self._pending else self._pos
         drop = keep - self._base
         if drop > 0:
-            del self._data[:drop]
+            self._lo += drop
             self._base = keep
 
 
 def _walk_pcap(
-    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+    data: memoryview, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
 ) -> tuple[np.ndarray, int]:
     """Offsets (int64) of the complete records from ``pos``, and where the walk stopped;
     the hot loop of pcap decoding."""
@@ -321,7 +348,7 @@ def _walk_pcap(
 
 
 def _walk_pcap_py(
-    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+    data: memoryview, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
 ) -> tuple[list[int], int]:
     unpack = caplen_at.unpack_from
     out: list[int] = []
@@ -411,7 +438,6 @@ class _PcapReader:
         pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
         hdr = take_struct(arr, pos, self.rec)
-        del arr  # release the export of the bytearray before it is resized
         caplen = hdr["cap"].astype(np.int64)
         bad = caplen > self.max_caplen
         if not bad.any():
@@ -492,7 +518,7 @@ def ts_to_ns(raw: np.ndarray, tsresol: int, tsoffset: int) -> np.ndarray:
     return ns
 
 
-def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[np.ndarray, int]:
+def _walk_epb(data: memoryview, pos: int, end: int, head: struct.Struct) -> tuple[np.ndarray, int]:
     """Offsets (int64) of consecutive complete EPBs from ``pos``, and where the walk
     stopped; the hot loop of pcapng decoding.
 
@@ -506,7 +532,7 @@ def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple
     return np.array(out, np.int64), stop
 
 
-def _walk_epb_py(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
+def _walk_epb_py(data: memoryview, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
     unpack = head.unpack_from
     out: list[int] = []
     append = out.append
@@ -614,7 +640,6 @@ class _PcapngReader:
         hdr = take_struct(arr, pos, self.epb)
         blen = hdr["len"].astype(np.int64)
         trailer = take_rows(arr, pos + blen - 4, 4).view(self.u32)[:, 0]
-        del arr  # release the export of the bytearray before it is resized
         caplen = hdr["cap"].astype(np.int64)
         bad = (trailer != blen) | (caplen > blen - 32)
         if not bad.any():
