@@ -517,6 +517,7 @@ static PyObject *group_flows(PyObject *self, PyObject *args) {
     PyObject *res = NULL, *order = NULL, *starts = NULL, *stops = NULL, *swap = NULL;
     int32_t *table = NULL, *flow = NULL, *rep = NULL;
     int64_t *count = NULL;
+    uint64_t *fhash = NULL; /* hash of each flow's key */
     for (; got < 6; got++)
         if (PyObject_GetBuffer(o[got], &c[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
     Py_ssize_t n = c[0].len / 8;
@@ -531,14 +532,15 @@ static PyObject *group_flows(PyObject *self, PyObject *args) {
     }
     const uint64_t *sh = c[0].buf, *sl = c[1].buf, *dh = c[2].buf, *dl = c[3].buf;
     const uint16_t *sp = c[4].buf, *dp = c[5].buf;
-    Py_ssize_t size = 16;
-    while (size < 2 * n) size *= 2;
+    /* open addressing, at most half full: starts small (a batch has few flows as a
+     * rule) and doubles as flows appear */
+    Py_ssize_t size = 1024;
     table = PyMem_Malloc((size_t)size * sizeof(int32_t));
     flow = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     rep = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
-    count = PyMem_Calloc((size_t)n + 1, sizeof(int64_t));
+    fhash = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
     swap = PyByteArray_FromStringAndSize(NULL, n);
-    if (!table || !flow || !rep || !count || !swap) {
+    if (!table || !flow || !rep || !fhash || !swap) {
         if (!PyErr_Occurred()) PyErr_NoMemory();
         goto done;
     }
@@ -550,29 +552,54 @@ static PyObject *group_flows(PyObject *self, PyObject *args) {
         sw[i] = !src_first;
         flow_key_t k = src_first ? (flow_key_t){{sh[i], sl[i], dh[i], dl[i]}, ((uint32_t)sp[i] << 16) | dp[i]}
                                  : (flow_key_t){{dh[i], dl[i], sh[i], sl[i]}, ((uint32_t)dp[i] << 16) | sp[i]};
-        uint64_t h = mix64(k.ports ^ mix64(k.a[3] ^ mix64(k.a[2] ^ mix64(k.a[1] ^ mix64(k.a[0])))));
+        uint64_t h = mix64(k.a[0] ^ (k.a[1] * 0x9E3779B97F4A7C15ULL) ^ (k.a[2] * 0xC2B2AE3D27D4EB4FULL) ^
+                           (k.a[3] * 0x165667B19E3779F9ULL) ^ ((uint64_t)k.ports << 1));
         Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
         for (;;) {
             int32_t f = table[slot];
             if (f < 0) { /* a new flow */
                 table[slot] = (int32_t)nflows;
                 rep[nflows] = (int32_t)i;
-                f = (int32_t)nflows++;
-                flow[i] = f;
+                fhash[nflows] = h;
+                flow[i] = (int32_t)nflows++;
                 break;
             }
             Py_ssize_t r = rep[f];
-            int rs = sw[r];
-            flow_key_t q = !rs ? (flow_key_t){{sh[r], sl[r], dh[r], dl[r]}, ((uint32_t)sp[r] << 16) | dp[r]}
-                               : (flow_key_t){{dh[r], dl[r], sh[r], sl[r]}, ((uint32_t)dp[r] << 16) | sp[r]};
-            if (q.ports == k.ports && q.a[0] == k.a[0] && q.a[1] == k.a[1] && q.a[2] == k.a[2] && q.a[3] == k.a[3]) {
-                flow[i] = f;
-                break;
+            if (fhash[f] == h) {
+                int rs = sw[r];
+                flow_key_t q = !rs ? (flow_key_t){{sh[r], sl[r], dh[r], dl[r]}, ((uint32_t)sp[r] << 16) | dp[r]}
+                                   : (flow_key_t){{dh[r], dl[r], sh[r], sl[r]}, ((uint32_t)dp[r] << 16) | sp[r]};
+                if (q.ports == k.ports && q.a[0] == k.a[0] && q.a[1] == k.a[1] && q.a[2] == k.a[2] &&
+                    q.a[3] == k.a[3]) {
+                    flow[i] = f;
+                    break;
+                }
             }
             slot = (slot + 1) & (size - 1);
         }
-        count[flow[i] + 1]++;
+        if (2 * nflows > size) { /* grow and re-insert every flow */
+            int32_t *grown = PyMem_Malloc((size_t)size * 2 * sizeof(int32_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            PyMem_Free(table);
+            table = grown;
+            size *= 2;
+            memset(table, 0xFF, (size_t)size * sizeof(int32_t));
+            for (Py_ssize_t f = 0; f < nflows; f++) {
+                Py_ssize_t sl2 = (Py_ssize_t)(fhash[f] & (uint64_t)(size - 1));
+                while (table[sl2] >= 0) sl2 = (sl2 + 1) & (size - 1);
+                table[sl2] = (int32_t)f;
+            }
+        }
     }
+    count = PyMem_Calloc((size_t)nflows + 1, sizeof(int64_t));
+    if (count == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) count[flow[i] + 1]++;
     order = PyByteArray_FromStringAndSize(NULL, n * 8);
     starts = PyByteArray_FromStringAndSize(NULL, nflows * 8);
     stops = PyByteArray_FromStringAndSize(NULL, nflows * 8);
@@ -591,6 +618,7 @@ done:
     PyMem_Free(table);
     PyMem_Free(flow);
     PyMem_Free(rep);
+    PyMem_Free(fhash);
     PyMem_Free(count);
     Py_XDECREF(order);
     Py_XDECREF(starts);
