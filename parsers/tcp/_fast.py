@@ -39,7 +39,7 @@ _SFR = SYN | FIN | RST
 _MAX_WS = 14
 
 
-# Column dtypes of _speedups.fast_run, in its order (see _fast_c).
+# Column dtypes of _speedups.pack_rows, in its order (see _pack).
 _C_TYPES = (np.uint8, np.int32, np.int32, np.uint16, np.bool_, np.bool_, np.uint32, np.uint32,
             np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64)  # fmt: skip
 
@@ -80,13 +80,18 @@ class BulkPath:
     _events: list
     _rtts: list
     stats: dict
+    # the batch being fed: (segments, SACK mask, swap, flow order), and its rows as
+    # fast_run records once a C run needs them
+    _pack_args: tuple
+    _packed: bytearray | None
 
     def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
-              mv, out: list) -> int:  # fmt: skip
-        """Process the longest clean prefix of rows ``idx``; returns its length."""
+              mv, out: list, at: int) -> int:  # fmt: skip
+        """Process the longest clean prefix of rows ``idx`` (``order[at:]`` of the batch's
+        flow grouping); returns its length."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
-            return self._fast_c(conn, idx, b, swap, sackm, out)
+            return self._fast_c(conn, idx, b, out, at)
         n = len(idx)
         fl = b.flags[idx]
         wl = b.payload_wire_len[idx].astype(np.int64)
@@ -351,19 +356,16 @@ class BulkPath:
         self.stats["fast_rows"] += k
         return k
 
-    def _fast_c(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm, out: list) -> int:
+    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int:
         """:meth:`_fast` through ``_speedups.fast_run``: the same checks and results,
         computed in one C pass; this applies them in the numpy code's order."""
         assert _speedups is not None
-        cols = tuple(
-            None if a is None else np.ascontiguousarray(a, dtype=t)
-            for a, t in zip((b.flags, b.payload_wire_len, b.payload_len, b.window, sackm, swap,
-                             b.seq, b.ack, b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr,
-                             b.ip_id, b.payload_off, idx), _C_TYPES, strict=True)
-        )  # fmt: skip
+        if self._packed is None:
+            self._packed = self._pack()
         k, chunks, *res = _speedups.fast_run(
-            cols, conn.client_is_lo, _c_state(conn.dirs[0]), _c_state(conn.dirs[1]), SIG_KEEP
-        )
+            self._packed, at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
+            _c_state(conn.dirs[1]), SIG_KEEP,
+        )  # fmt: skip
         if k == 0:
             return 0
         key = conn.key
@@ -459,6 +461,18 @@ class BulkPath:
             self._now = last
         self.stats["fast_rows"] += k
         return k
+
+    def _pack(self) -> bytearray:
+        """The batch's rows in flow order as ``fast_run`` records (see _speedups.c)."""
+        assert _speedups is not None
+        b, sackm, swap, order = self._pack_args
+        cols = tuple(
+            None if a is None else np.ascontiguousarray(a, dtype=t)
+            for a, t in zip((b.flags, b.payload_wire_len, b.payload_len, b.window, sackm, swap,
+                             b.seq, b.ack, b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr,
+                             b.ip_id, b.payload_off, order), _C_TYPES, strict=True)
+        )  # fmt: skip
+        return _speedups.pack_rows(cols)
 
     # ------------------------------------------------------------------ helpers
 

@@ -273,19 +273,28 @@ static void fold_srtt(dir_t *D) {
     }
 }
 
-/* Columns of the SegmentBatch, in fast_run's argument order: item size each. */
+/* One row as fast_run reads it: pack_rows lays a batch's rows out in flow order, so a
+ * connection's run is one sequential read (its rows are scattered over the batch's
+ * columns, a cache miss per column and row when read in place). */
+typedef struct {
+    int64_t ts, frame, poff;
+    uint32_t seq, ack, tsv, tse;
+    int32_t wl, pl, ipid, row;
+    uint16_t win;
+    uint8_t flags, bits; /* bits: ROW_SWAP | ROW_HAS_TS | ROW_SACK */
+    uint8_t pad[4];
+} rec_t;
+_Static_assert(sizeof(rec_t) == 64, "one cache line per row");
+enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4 };
+
+/* Columns of the SegmentBatch, in pack_rows' argument order: item size each. */
 enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, F_HAS_TS, F_TSV, F_TSE, F_IPID,
-       F_POFF, F_IDX, F_COUNT };
+       F_POFF, F_ORDER, F_COUNT };
 static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
 
 /* The first loop: check each row, stop at the first that breaks a rule; returns k. */
-static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunks) {
-    const uint8_t *flags = c[F_FLAGS].buf, *sack = c[F_SACK].buf, *swap = c[F_SWAP].buf, *has_ts = c[F_HAS_TS].buf;
-    const int32_t *wl = c[F_WL].buf, *pl = c[F_PL].buf, *ipid = c[F_IPID].buf;
-    const uint16_t *win = c[F_WIN].buf;
-    const uint32_t *seq = c[F_SEQ].buf, *ack = c[F_ACK].buf, *tsv = c[F_TSV].buf, *tse = c[F_TSE].buf;
-    const int64_t *ts = c[F_TS].buf, *frame = c[F_FRAME].buf, *poff = c[F_POFF].buf, *idx = c[F_IDX].buf;
-    Py_ssize_t n = c[F_IDX].len / 8, r;
+static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks) {
+    Py_ssize_t r;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         D->s_run = D->seq_ref;
@@ -300,16 +309,16 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
         D->max_edge = INT64_MIN;
     }
     for (r = 0; r < n; r++) {
-        int64_t row = idx[r];
-        uint8_t fl = flags[row];
-        int64_t w = wl[row], wd = win[row];
-        if ((fl & 0x07) || !(fl & 0x10) || w != pl[row] || wd == 0 || (sack && sack[row])) break;
-        int d = (swap[row] != 0) == client_is_lo;
+        const rec_t *x = &rec[r];
+        uint8_t fl = x->flags;
+        int64_t w = x->wl, wd = x->win;
+        if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0 || (x->bits & ROW_SACK)) break;
+        int d = (x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         if (!D->base_known) break; /* first packet of this direction: per-packet path */
-        int64_t s_abs = unwrap_step(D->s_run, seq[row]), rel = s_abs - D->base;
+        int64_t s_abs = unwrap_step(D->s_run, x->seq), rel = s_abs - D->base;
         if (rel != D->hi_run) break;
-        int64_t a32 = ack[row], a_rel = 0;
+        int64_t a32 = x->ack, a_rel = 0;
         if (R->base_known) {
             int64_t a_abs = unwrap_step(D->a_run, a32);
             a_rel = a_abs - R->base;
@@ -321,11 +330,11 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
         /* the row is clean: apply it */
         D->s_run = s_abs;
         D->kd++;
-        int64_t t = ts[row];
+        int64_t t = x->ts;
         int64_t tv_u = 0;
-        int row_ts = has_ts[row] != 0;
+        int row_ts = (x->bits & ROW_HAS_TS) != 0;
         if (row_ts) {
-            tv_u = unwrap_step(D->any_ts ? D->ts_cur : (D->tsv_known ? D->tsv_u : tsv[row]), tsv[row]);
+            tv_u = unwrap_step(D->any_ts ? D->ts_cur : (D->tsv_known ? D->tsv_u : x->tsv), x->tsv);
             if (!D->any_ts || tv_u > D->tsv_max) D->tsv_max = tv_u;
             D->ts_cur = tv_u;
             D->any_ts = 1;
@@ -338,10 +347,10 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
             D->nd++;
             D->hi_run = end;
             D->hi_ts = t;
-            D->hi_ipid = ipid[row];
+            D->hi_ipid = x->ipid;
             D->hi_tsv_known = row_ts;
             D->hi_tsv = tv_u;
-            int64_t ch[6] = {d, t, frame[row], rel, poff[row], poff[row] + pl[row]};
+            int64_t ch[6] = {d, t, x->frame, rel, x->poff, x->poff + x->pl};
             for (int i = 0; i < 6; i++)
                 if (vpush(chunks, ch[i]) < 0) return -1;
             /* window full: data reaching the far end's advertised window (filtered later) */
@@ -350,7 +359,7 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
         } else {
             D->pure_ack = 1;
         }
-        int64_t id = ipid[row];
+        int64_t id = x->ipid;
         if (D->kd == 1) D->ipid_on = id >= 0;
         if (D->ipid_on) {
             if (D->ipid_prev >= 0) {
@@ -374,7 +383,7 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
             R->far_a_abs = D->a_run;
             if (a_rel > R->far_acked) {
                 if (vpush(&R->A, a_rel) < 0 || vpush(&R->TA, t) < 0) return -1;
-                if (row_ts && (vpush(&R->E, tse[row]) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0))
+                if (row_ts && (vpush(&R->E, x->tse) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0))
                     return -1;
             }
             R->far_acked = a_rel;
@@ -385,12 +394,10 @@ static Py_ssize_t scan(dir_t *dirs, Py_buffer *c, int client_is_lo, vec_t *chunk
 }
 
 /* The last `keep` rows of each direction in [0, k), oldest first (packet signatures). */
-static int tails(dir_t *dirs, Py_buffer *c, int client_is_lo, Py_ssize_t k, int keep) {
-    const uint8_t *swap = c[F_SWAP].buf;
-    const int64_t *idx = c[F_IDX].buf;
+static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, int keep) {
     for (Py_ssize_t r = k - 1; r >= 0 && (dirs[0].tail.n < keep || dirs[1].tail.n < keep); r--) {
-        int d = (swap[idx[r]] != 0) == client_is_lo;
-        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, idx[r]) < 0) return -1;
+        int d = (rec[r].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
+        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, rec[r].row) < 0) return -1;
     }
     for (int d = 0; d < 2; d++) {
         int64_t *v = dirs[d].tail.v;
@@ -422,24 +429,19 @@ static PyObject *dir_result(dir_t *D) {
         "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
 }
 
-/* fast_run(columns, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
- * columns: the F_* buffers (sack may be None); dirN: the state tuple parse_dir reads. */
-static PyObject *fast_run(PyObject *self, PyObject *args) {
-    PyObject *cols, *t0, *t1;
-    int client_is_lo, keep;
-    if (!PyArg_ParseTuple(args, "O!pO!O!i", &PyTuple_Type, &cols, &client_is_lo, &PyTuple_Type, &t0,
-                          &PyTuple_Type, &t1, &keep))
-        return NULL;
+/* pack_rows(columns) -> bytearray: the rows columns[F_ORDER] (int64 row indices) names,
+ * in that order, as rec_t records. columns: the F_* buffers (the SACK one may be None). */
+static PyObject *pack_rows(PyObject *self, PyObject *args) {
+    PyObject *cols;
+    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &cols)) return NULL;
     if (PyTuple_GET_SIZE(cols) != F_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "fast_run: wrong number of columns");
+        PyErr_SetString(PyExc_TypeError, "pack_rows: wrong number of columns");
         return NULL;
     }
     Py_buffer c[F_COUNT];
     int got[F_COUNT] = {0};
-    dir_t dirs[2];
-    memset(dirs, 0, sizeof(dirs));
-    vec_t chunks = {NULL, 0, 0};
     PyObject *res = NULL;
+    int32_t *pos = NULL;
     Py_ssize_t nb = -1;
     for (int i = 0; i < F_COUNT; i++) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
@@ -447,18 +449,82 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(o, &c[i], PyBUF_C_CONTIGUOUS) < 0) goto done;
         got[i] = 1;
         if (c[i].len % col_size[i]) goto bad;
-        if (i != F_IDX) {
-            if (nb < 0) nb = c[i].len / col_size[i];
-            if (c[i].len / col_size[i] != nb) goto bad;
-        }
+        if (nb < 0) nb = c[i].len / col_size[i];
+        if (c[i].len / col_size[i] != nb) goto bad;
     }
-    if (!got[F_SACK]) c[F_SACK].buf = NULL;
-    const int64_t *idx = c[F_IDX].buf;
-    for (Py_ssize_t r = 0; r < c[F_IDX].len / 8; r++)
-        if (idx[r] < 0 || idx[r] >= nb) goto bad;
+    if (nb > INT32_MAX) goto bad;
+    const uint8_t *flags = c[F_FLAGS].buf, *sack = got[F_SACK] ? c[F_SACK].buf : NULL, *swap = c[F_SWAP].buf,
+                  *has_ts = c[F_HAS_TS].buf;
+    const int32_t *wl = c[F_WL].buf, *pl = c[F_PL].buf, *ipid = c[F_IPID].buf;
+    const uint16_t *win = c[F_WIN].buf;
+    const uint32_t *seq = c[F_SEQ].buf, *ack = c[F_ACK].buf, *tsv = c[F_TSV].buf, *tse = c[F_TSE].buf;
+    const int64_t *ts = c[F_TS].buf, *frame = c[F_FRAME].buf, *poff = c[F_POFF].buf, *order = c[F_ORDER].buf;
+    /* where each row goes; rows not named stay out (a permutation names them all) */
+    pos = PyMem_Malloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
+    if (pos == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(pos, 0xFF, (size_t)nb * sizeof(int32_t));
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        if (order[j] < 0 || order[j] >= nb || pos[order[j]] >= 0) goto bad;
+        pos[order[j]] = (int32_t)j;
+    }
+    res = PyByteArray_FromStringAndSize(NULL, nb * (Py_ssize_t)sizeof(rec_t));
+    if (res == NULL) goto done;
+    rec_t *out = (rec_t *)PyByteArray_AS_STRING(res);
+    for (Py_ssize_t i = 0; i < nb; i++) { /* read the columns in order, write records anywhere */
+        rec_t *x = &out[pos[i]];
+        x->ts = ts[i];
+        x->frame = frame[i];
+        x->poff = poff[i];
+        x->seq = seq[i];
+        x->ack = ack[i];
+        x->tsv = tsv[i];
+        x->tse = tse[i];
+        x->wl = wl[i];
+        x->pl = pl[i];
+        x->ipid = ipid[i];
+        x->row = (int32_t)i;
+        x->win = win[i];
+        x->flags = flags[i];
+        x->bits = (uint8_t)((swap[i] ? ROW_SWAP : 0) | (has_ts[i] ? ROW_HAS_TS : 0) | (sack && sack[i] ? ROW_SACK : 0));
+        memset(x->pad, 0, sizeof(x->pad));
+    }
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "pack_rows: bad column length or row order");
+done:
+    for (int i = 0; i < F_COUNT; i++)
+        if (got[i]) PyBuffer_Release(&c[i]);
+    PyMem_Free(pos);
+    if (PyErr_Occurred()) Py_CLEAR(res);
+    return res;
+}
+
+/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
+ * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
+ * parse_dir reads. */
+static PyObject *fast_run(PyObject *self, PyObject *args) {
+    Py_buffer pk;
+    Py_ssize_t at, count;
+    PyObject *t0, *t1;
+    int client_is_lo, keep;
+    if (!PyArg_ParseTuple(args, "y*nnpO!O!i", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
+                          &t1, &keep))
+        return NULL;
+    dir_t dirs[2];
+    memset(dirs, 0, sizeof(dirs));
+    vec_t chunks = {NULL, 0, 0};
+    PyObject *res = NULL;
+    if (pk.len % (Py_ssize_t)sizeof(rec_t) || at < 0 || count < 0 || at + count > pk.len / (Py_ssize_t)sizeof(rec_t)) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: records out of range");
+        goto done;
+    }
+    const rec_t *rec = (const rec_t *)pk.buf + at;
     if (parse_dir(t0, &dirs[0]) < 0 || parse_dir(t1, &dirs[1]) < 0) goto done;
-    Py_ssize_t k = scan(dirs, c, client_is_lo, &chunks);
-    if (k < 0 || tails(dirs, c, client_is_lo, k, keep) < 0) goto done;
+    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks);
+    if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
         /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
@@ -475,12 +541,8 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         goto done;
     }
     res = Py_BuildValue("(nNNN)", k, vbytes(&chunks), r0, r1);
-    goto done;
-bad:
-    PyErr_SetString(PyExc_ValueError, "fast_run: bad column length or row index");
 done:
-    for (int i = 0; i < F_COUNT; i++)
-        if (got[i]) PyBuffer_Release(&c[i]);
+    PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
     dir_free(&dirs[1]);
     PyMem_Free(chunks.v);
@@ -630,8 +692,9 @@ done:
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
+    {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns): the rows in flow order as fast_run records."},
     {"fast_run", fast_run, METH_VARARGS,
-     "fast_run(columns, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
+     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
      "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {NULL, NULL, 0, NULL},
