@@ -234,3 +234,29 @@ def _fast_batch(n: int, cols: dict) -> SegmentBatch:
         ts_val=np.zeros(n, np.uint32), ts_ecr=np.zeros(n, np.uint32), wscale=np.zeros(n, np.int8),
         mss=np.zeros(n, np.int32), ip_id=np.zeros(n, np.int32), buf=np.zeros(0, np.uint8),
     )  # fmt: skip
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+def test_c_records_refuse_bad_input():
+    """pack_rows wants a permutation of the rows; fast_run a record range inside them."""
+    sp = _fast._speedups
+    n = 4
+    b = _fast_batch(n, {k: [0] * n for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")})
+    swap = np.zeros(n, bool)
+
+    def cols(order):
+        arrays = (b.flags, b.payload_wire_len, b.payload_len, b.window, None, swap, b.seq, b.ack,
+                  b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr, b.ip_id, b.payload_off,
+                  np.array(order, np.int64))  # fmt: skip
+        return tuple(None if a is None else np.ascontiguousarray(a, t) for a, t in zip(arrays, _fast._C_TYPES, strict=True))
+
+    assert len(sp.pack_rows(cols([3, 1, 2, 0]))) == 64 * n
+    for order in ([0, 1, 2, 2], [0, 1, 2, 4], [-1, 1, 2, 3], [0, 1, 2]):
+        with pytest.raises(ValueError):
+            sp.pack_rows(cols(order))
+    packed = sp.pack_rows(cols([0, 1, 2, 3]))
+    state = _fast._c_state(_fast.Dir(0))
+    for at, count in ((3, 2), (-1, 1), (0, 5)):
+        with pytest.raises(ValueError):
+            sp.fast_run(packed, at, count, True, state, state, 16)
+    assert sp.fast_run(packed, 0, 4, True, state, state, 16)[0] == 0  # SYN-less, ACK-less rows
