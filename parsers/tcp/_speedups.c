@@ -85,6 +85,28 @@ static int vpush(vec_t *a, int64_t x) {
     return 0;
 }
 
+/* Room for cap values up front (the per-row vectors of a run hold at most one value per
+ * row): no reallocation and copy while the rows are walked. */
+static int vreserve(vec_t *a, Py_ssize_t cap) {
+    if (cap <= a->cap) return 0;
+    int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
+    if (v == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static int vextend(vec_t *a, const int64_t *src, Py_ssize_t n) {
+    if (n <= 0) return 0;
+    if (vreserve(a, a->n + n) < 0) return -1;
+    memcpy(a->v + a->n, src, (size_t)n * sizeof(int64_t));
+    a->n += n;
+    return 0;
+}
+
 /* The vector as a bytearray of int64 values (for np.frombuffer). */
 static PyObject *vbytes(const vec_t *a) {
     return PyByteArray_FromStringAndSize((const char *)a->v, a->n * (Py_ssize_t)sizeof(int64_t));
@@ -168,13 +190,11 @@ static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s)
 /* Data->ACK samples (BulkPath._seg_ack): the log is the outstanding segments plus this
  * run's; the segment holding byte ack-1, once per segment, sent before the ACK. */
 static int seg_match(dir_t *D) {
-    const int64_t *ost = D->log[0].buf, *oen = D->log[1].buf, *ot = D->log[2].buf;
-    for (Py_ssize_t i = 0; i < D->log[0].len / 8; i++)
-        if (vpush(&D->st, ost[i]) < 0 || vpush(&D->en, oen[i]) < 0 || vpush(&D->t, ot[i]) < 0) return -1;
-    for (Py_ssize_t i = 0; i < D->new_st.n; i++)
-        if (vpush(&D->st, D->new_st.v[i]) < 0 || vpush(&D->en, D->new_en.v[i]) < 0 ||
-            vpush(&D->t, D->new_t.v[i]) < 0)
-            return -1;
+    Py_ssize_t n0 = D->log[0].len / 8;
+    if (vextend(&D->st, D->log[0].buf, n0) < 0 || vextend(&D->en, D->log[1].buf, n0) < 0 ||
+        vextend(&D->t, D->log[2].buf, n0) < 0 || vextend(&D->st, D->new_st.v, D->new_st.n) < 0 ||
+        vextend(&D->en, D->new_en.v, D->new_en.n) < 0 || vextend(&D->t, D->new_t.v, D->new_t.n) < 0)
+        return -1;
     D->sampled_out = D->sampled_end;
     Py_ssize_t n = D->en.n;
     if (n == 0 || D->A.n == 0) return 0;
@@ -207,10 +227,12 @@ static int seg_match(dir_t *D) {
 /* TSvals and TSecr samples (BulkPath._tsq_extend): add the run's first-seen TSvals, then
  * match the first occurrence of each echo (when e_on), unwrapped from tsv_ref. */
 static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
-    const int64_t *otv = D->log[3].buf, *ott = D->log[4].buf, *ots = D->log[5].buf;
+    const int64_t *otv = D->log[3].buf;
     Py_ssize_t n0 = D->log[3].len / 8;
-    for (Py_ssize_t i = 0; i < n0; i++)
-        if (vpush(&D->tv, otv[i]) < 0 || vpush(&D->tt, ott[i]) < 0 || vpush(&D->ts, ots[i]) < 0) return -1;
+    if (vextend(&D->tv, otv, n0) < 0 || vextend(&D->tt, D->log[4].buf, n0) < 0 ||
+        vextend(&D->ts, D->log[5].buf, n0) < 0 || vreserve(&D->tv, n0 + D->new_tv.n) < 0 ||
+        vreserve(&D->tt, n0 + D->new_tv.n) < 0 || vreserve(&D->ts, n0 + D->new_tv.n) < 0)
+        return -1;
     int64_t last_echo = D->last_echo, run = n0 ? otv[n0 - 1] : -1;
     for (Py_ssize_t i = 0; i < D->new_tv.n; i++) {
         int64_t v = D->new_tv.v[i];
@@ -523,6 +545,14 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     }
     const rec_t *rec = (const rec_t *)pk.buf + at;
     if (parse_dir(t0, &dirs[0]) < 0 || parse_dir(t1, &dirs[1]) < 0) goto done;
+    if (vreserve(&chunks, 6 * count) < 0) goto done;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d];
+        vec_t *per_row[] = {&D->new_st, &D->new_en, &D->new_t, &D->new_tv, &D->new_tt, &D->new_ts,
+                            &D->A, &D->TA, &D->E, &D->EA, &D->ET};
+        for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
+            if (vreserve(per_row[i], count) < 0) goto done;
+    }
     Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks);
     if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
     for (int d = 0; d < 2; d++) {
