@@ -238,7 +238,8 @@ def _fast_batch(n: int, cols: dict) -> SegmentBatch:
 
 @pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
 def test_c_records_refuse_bad_input():
-    """pack_rows wants a permutation of the rows; fast_run a record range inside them."""
+    """pack_rows wants a permutation of the rows and room for them; fast_run a record
+    range inside them."""
     sp = _fast._speedups
     n = 4
     b = _fast_batch(n, {k: [0] * n for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")})
@@ -250,11 +251,14 @@ def test_c_records_refuse_bad_input():
                   np.array(order, np.int64))  # fmt: skip
         return tuple(None if a is None else np.ascontiguousarray(a, t) for a, t in zip(arrays, _fast._C_TYPES, strict=True))
 
-    assert len(sp.pack_rows(cols([3, 1, 2, 0]))) == 64 * n
+    packed = bytearray(64 * n)
+    sp.pack_rows(cols([3, 1, 2, 0]), packed)
     for order in ([0, 1, 2, 2], [0, 1, 2, 4], [-1, 1, 2, 3], [0, 1, 2]):
         with pytest.raises(ValueError):
-            sp.pack_rows(cols(order))
-    packed = sp.pack_rows(cols([0, 1, 2, 3]))
+            sp.pack_rows(cols(order), packed)
+    with pytest.raises(ValueError):
+        sp.pack_rows(cols([0, 1, 2, 3]), bytearray(64 * n - 1))  # no room
+    sp.pack_rows(cols([0, 1, 2, 3]), packed)
     state = _fast._c_state(_fast.Dir(0))
     for at, count in ((3, 2), (-1, 1), (0, 5)):
         with pytest.raises(ValueError):

@@ -47,6 +47,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
         self._late: list[PayloadChunk] = []
         self._pack_args: tuple = ()
         self._packed: bytearray | None = None
+        self._pack_buf = bytearray()
         self._next_key = 1
         self._next_burst = 1
         self._now = 0

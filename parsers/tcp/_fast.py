@@ -39,6 +39,7 @@ _SFR = SYN | FIN | RST
 _MAX_WS = 14
 
 
+_RECORD_BYTES = 64  # one row as _speedups.pack_rows lays it out
 # Column dtypes of _speedups.pack_rows, in its order (see _pack).
 _C_TYPES = (np.uint8, np.int32, np.int32, np.uint16, np.bool_, np.bool_, np.uint32, np.uint32,
             np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64)  # fmt: skip
@@ -84,6 +85,7 @@ class BulkPath:
     # fast_run records once a C run needs them
     _pack_args: tuple
     _packed: bytearray | None
+    _pack_buf: bytearray
 
     def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int) -> int:  # fmt: skip
@@ -463,16 +465,21 @@ class BulkPath:
         return k
 
     def _pack(self) -> bytearray:
-        """The batch's rows in flow order as ``fast_run`` records (see _speedups.c)."""
+        """The batch's rows in flow order as ``fast_run`` records (see _speedups.c), in
+        a buffer kept from batch to batch (fresh memory costs a page fault per page)."""
         assert _speedups is not None
         b, sackm, swap, order = self._pack_args
+        size = len(order) * _RECORD_BYTES
+        if len(self._pack_buf) < size:
+            self._pack_buf = bytearray(size)
         cols = tuple(
             None if a is None else np.ascontiguousarray(a, dtype=t)
             for a, t in zip((b.flags, b.payload_wire_len, b.payload_len, b.window, sackm, swap,
                              b.seq, b.ack, b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr,
                              b.ip_id, b.payload_off, order), _C_TYPES, strict=True)
         )  # fmt: skip
-        return _speedups.pack_rows(cols)
+        _speedups.pack_rows(cols, self._pack_buf)
+        return self._pack_buf
 
     # ------------------------------------------------------------------ helpers
 

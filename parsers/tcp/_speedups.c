@@ -451,19 +451,20 @@ static PyObject *dir_result(dir_t *D) {
         "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
 }
 
-/* pack_rows(columns) -> bytearray: the rows columns[F_ORDER] (int64 row indices) names,
- * in that order, as rec_t records. columns: the F_* buffers (the SACK one may be None). */
+/* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
+ * that order, as rec_t records to the start of the writable buffer out (at least 64 bytes
+ * per row). columns: the F_* buffers (the SACK one may be None). */
 static PyObject *pack_rows(PyObject *self, PyObject *args) {
     PyObject *cols;
-    if (!PyArg_ParseTuple(args, "O!", &PyTuple_Type, &cols)) return NULL;
-    if (PyTuple_GET_SIZE(cols) != F_COUNT) {
-        PyErr_SetString(PyExc_TypeError, "pack_rows: wrong number of columns");
-        return NULL;
-    }
+    Py_buffer ob;
+    if (!PyArg_ParseTuple(args, "O!w*", &PyTuple_Type, &cols, &ob)) return NULL;
     Py_buffer c[F_COUNT];
     int got[F_COUNT] = {0};
-    PyObject *res = NULL;
     int32_t *pos = NULL;
+    if (PyTuple_GET_SIZE(cols) != F_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "pack_rows: wrong number of columns");
+        goto done;
+    }
     Py_ssize_t nb = -1;
     for (int i = 0; i < F_COUNT; i++) {
         PyObject *o = PyTuple_GET_ITEM(cols, i);
@@ -474,7 +475,7 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
         if (nb < 0) nb = c[i].len / col_size[i];
         if (c[i].len / col_size[i] != nb) goto bad;
     }
-    if (nb > INT32_MAX) goto bad;
+    if (nb > INT32_MAX || ob.len / (Py_ssize_t)sizeof(rec_t) < nb) goto bad;
     const uint8_t *flags = c[F_FLAGS].buf, *sack = got[F_SACK] ? c[F_SACK].buf : NULL, *swap = c[F_SWAP].buf,
                   *has_ts = c[F_HAS_TS].buf;
     const int32_t *wl = c[F_WL].buf, *pl = c[F_PL].buf, *ipid = c[F_IPID].buf;
@@ -492,9 +493,7 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
         if (order[j] < 0 || order[j] >= nb || pos[order[j]] >= 0) goto bad;
         pos[order[j]] = (int32_t)j;
     }
-    res = PyByteArray_FromStringAndSize(NULL, nb * (Py_ssize_t)sizeof(rec_t));
-    if (res == NULL) goto done;
-    rec_t *out = (rec_t *)PyByteArray_AS_STRING(res);
+    rec_t *out = (rec_t *)ob.buf;
     for (Py_ssize_t i = 0; i < nb; i++) { /* read the columns in order, write records anywhere */
         rec_t *x = &out[pos[i]];
         x->ts = ts[i];
@@ -515,13 +514,14 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
     }
     goto done;
 bad:
-    PyErr_SetString(PyExc_ValueError, "pack_rows: bad column length or row order");
+    PyErr_SetString(PyExc_ValueError, "pack_rows: bad column length, row order or output size");
 done:
     for (int i = 0; i < F_COUNT; i++)
         if (got[i]) PyBuffer_Release(&c[i]);
+    PyBuffer_Release(&ob);
     PyMem_Free(pos);
-    if (PyErr_Occurred()) Py_CLEAR(res);
-    return res;
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
 }
 
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
@@ -722,7 +722,7 @@ done:
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
-    {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns): the rows in flow order as fast_run records."},
+    {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns, out): the rows in flow order as fast_run records."},
     {"fast_run", fast_run, METH_VARARGS,
      "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
