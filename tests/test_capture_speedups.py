@@ -172,6 +172,7 @@ def test_header_decode_declines_bytes_outside_buf() -> None:
     frame = cb.ether(cb.ipv4("10.0.0.1", "10.0.0.2", cb.tcp(1, 2, 3, 4)))
     cols = [np.empty(1, t) for t in _packets._C_COLUMNS]
     buf = np.frombuffer(frame, np.uint8)
-    one = (np.array([1], np.int32),) * 3
-    assert _packets._speedups.decode_tcp(buf, np.array([0], np.int64), np.array([len(frame)], np.int32), *one[1:], *cols) == (1, 0)
-    assert _packets._speedups.decode_tcp(buf, np.array([1], np.int64), np.array([len(frame)], np.int32), *one[1:], *cols) == -1
+    rest = (np.array([len(frame)], np.int32), np.array([1], np.int32), np.array([7], np.int64), np.array([0], np.int64))
+    decode = _packets._speedups.decode_tcp
+    assert decode(buf, np.array([0], np.int64), np.array([len(frame)], np.int32), *rest, *cols)[0] == 1
+    assert decode(buf, np.array([1], np.int64), np.array([len(frame)], np.int32), *rest, *cols) == -1

@@ -105,18 +105,18 @@ def _decode_c(
         np.ascontiguousarray(batch.caplen, np.int32),
         np.ascontiguousarray(batch.origlen, np.int32),
         np.ascontiguousarray(batch.linktype, np.int32),
+        np.ascontiguousarray(batch.frame_no, np.int64),
+        np.ascontiguousarray(batch.ts_ns, np.int64),
         *cols,
     )
     if res == -1:
         return None
-    m, nslow = res
-    (cls, rows, version, src_hi, src_lo, dst_hi, dst_lo, sport, dport, seq, ack, flags, window,
-     payload_off, payload_len, wire_len, has_ts, ts_val, ts_ecr, ip_id, slow_rows, slow_start,
-     slow_stop) = cols  # fmt: skip
-    rows = rows[:m]
+    m, slow_rows, slow_start, slow_stop = res
+    (cls, frame_no, ts_ns, version, src_hi, src_lo, dst_hi, dst_lo, sport, dport, seq, ack, flags,
+     window, payload_off, payload_len, wire_len, has_ts, ts_val, ts_ecr, ip_id) = cols  # fmt: skip
     seg = SegmentBatch(
-        frame_no=batch.frame_no[rows],
-        ts_ns=batch.ts_ns[rows],
+        frame_no=frame_no[:m],
+        ts_ns=ts_ns[:m],
         ip_version=version[:m],
         src_hi=src_hi[:m],
         src_lo=src_lo[:m],
@@ -140,10 +140,11 @@ def _decode_c(
         buf=buf,
     )
     bad_options = -1
-    if nslow:
+    if slow_rows:
         bad_options = walk_options(
-            buf, slow_start[:nslow], slow_stop[:nslow], slow_rows[:nslow], seg.has_ts,
-            seg.ts_val, seg.ts_ecr, seg.wscale, seg.mss, seg.sack,
+            buf, np.frombuffer(slow_start, np.int64), np.frombuffer(slow_stop, np.int64),
+            np.frombuffer(slow_rows, np.int64), seg.has_ts, seg.ts_val, seg.ts_ecr, seg.wscale,
+            seg.mss, seg.sack,
         )  # fmt: skip
     _count(cls, batch, stats, issues)
     _report_options(seg, bad_options, issues)
@@ -152,9 +153,9 @@ def _decode_c(
 
 # Column dtypes of _speedups.decode_tcp's outputs, in its argument order.
 _C_COLUMNS = (
-    np.int8, np.int64, np.uint8, np.uint64, np.uint64, np.uint64, np.uint64, np.uint16,
-    np.uint16, np.uint32, np.uint32, np.uint8, np.uint16, np.int64, np.int32, np.int32,
-    np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64, np.int64,
+    np.int8, np.int64, np.int64, np.uint8, np.uint64, np.uint64, np.uint64, np.uint64,
+    np.uint16, np.uint16, np.uint32, np.uint32, np.uint8, np.uint16, np.int64, np.int32,
+    np.int32, np.bool_, np.uint32, np.uint32, np.int32,
 )  # fmt: skip
 
 

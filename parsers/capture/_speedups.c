@@ -38,6 +38,11 @@ static int push(offsets_t *o, int64_t x) {
     return 0;
 }
 
+/* The offsets as bytes (the vector stays owned by the caller). */
+static PyObject *as_bytes(const offsets_t *o) {
+    return PyBytes_FromStringAndSize((const char *)o->v, o->n * (Py_ssize_t)sizeof(int64_t));
+}
+
 static PyObject *result(offsets_t *o, Py_ssize_t pos) {
     PyObject *b = PyBytes_FromStringAndSize((const char *)o->v, o->n * (Py_ssize_t)sizeof(int64_t));
     PyMem_Free(o->v);
@@ -209,10 +214,10 @@ static inline int is_vlan(uint32_t et) { return et == 0x8100 || et == 0x88A8 || 
 static inline int is_v6ext(uint32_t nh) { return nh == 0 || nh == 43 || nh == 44 || nh == 51 || nh == 60 || nh == 135; }
 
 /* Output columns, in the order decode_tcp takes them after the five inputs. */
-enum { O_CLS, O_ROWS, O_VER, O_SRC_HI, O_SRC_LO, O_DST_HI, O_DST_LO, O_SPORT, O_DPORT, O_SEQ, O_ACK,
-       O_FLAGS, O_WIN, O_POFF, O_PLEN, O_WLEN, O_HAS_TS, O_TSV, O_TSE, O_IPID, O_SLOW_ROWS,
-       O_SLOW_START, O_SLOW_STOP, O_COUNT };
-static const Py_ssize_t out_size[O_COUNT] = {1, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 1, 2, 8, 4, 4, 1, 4, 4, 4, 8, 8, 8};
+enum { O_CLS, O_FRAME, O_TS, O_VER, O_SRC_HI, O_SRC_LO, O_DST_HI, O_DST_LO, O_SPORT, O_DPORT, O_SEQ, O_ACK,
+       O_FLAGS, O_WIN, O_POFF, O_PLEN, O_WLEN, O_HAS_TS, O_TSV, O_TSE, O_IPID, O_COUNT };
+static const Py_ssize_t out_size[O_COUNT] = {1, 8, 8, 1, 8, 8, 8, 8, 2, 2, 4, 4, 1, 2, 8, 4, 4, 1, 4, 4, 4};
+#define N_IN 7 /* buf, offset, caplen, origlen, linktype, frame_no, ts_ns */
 
 /* Network header offset l3 and ethertype for one packet; returns a class code
  * (C_PENDING when an IP header follows). */
@@ -321,23 +326,27 @@ static int ipv6(const unsigned char *b, int64_t p, int64_t pend, int64_t wend, n
     return C_PENDING;
 }
 
-/* decode_tcp(buf, offset i64, caplen i32, origlen i32, linktype i32, *23 output columns)
- *   -> (tcp rows, slow option rows), or -1 when a packet's bytes lie outside buf. */
+/* decode_tcp(buf, offset i64, caplen i32, origlen i32, linktype i32, frame_no i64, ts_ns i64,
+ *            *21 output columns)
+ *   -> (TCP segments, slow option rows, their option starts, their option ends) with the
+ *      three as int64 bytes, or -1 when a packet's bytes lie outside buf. */
 static PyObject *decode_tcp(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 5 + O_COUNT) {
+    if (nargs != N_IN + O_COUNT) {
         PyErr_SetString(PyExc_TypeError, "decode_tcp: wrong number of arguments");
         return NULL;
     }
-    Py_buffer in[5], out[O_COUNT];
-    static const Py_ssize_t in_size[5] = {1, 8, 4, 4, 4};
+    Py_buffer in[N_IN], out[O_COUNT];
+    static const Py_ssize_t in_size[N_IN] = {1, 8, 4, 4, 4, 8, 8};
     int got_in = 0, got_out = 0;
     PyObject *res = NULL;
-    for (; got_in < 5; got_in++)
+    offsets_t slow_rows = {NULL, 0, 0}, slow_start = {NULL, 0, 0}, slow_stop = {NULL, 0, 0};
+    for (; got_in < N_IN; got_in++)
         if (PyObject_GetBuffer(args[got_in], &in[got_in], PyBUF_C_CONTIGUOUS) < 0) goto done;
     for (; got_out < O_COUNT; got_out++)
-        if (PyObject_GetBuffer(args[5 + got_out], &out[got_out], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0) goto done;
+        if (PyObject_GetBuffer(args[N_IN + got_out], &out[got_out], PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) < 0)
+            goto done;
     Py_ssize_t n = in[1].len / 8;
-    for (int i = 1; i < 5; i++)
+    for (int i = 1; i < N_IN; i++)
         if (in[i].len != n * in_size[i]) {
             PyErr_SetString(PyExc_ValueError, "decode_tcp: input columns differ in length");
             goto done;
@@ -350,15 +359,15 @@ static PyObject *decode_tcp(PyObject *self, PyObject *const *args, Py_ssize_t na
     const unsigned char *b = in[0].buf;
     const int64_t *off = in[1].buf;
     const int32_t *cap = in[2].buf, *orig = in[3].buf, *lts = in[4].buf;
+    const int64_t *frame_in = in[5].buf, *ts_in = in[6].buf;
     int8_t *cls = out[O_CLS].buf;
-    int64_t *rows = out[O_ROWS].buf, *poff = out[O_POFF].buf;
-    int64_t *slow_rows = out[O_SLOW_ROWS].buf, *slow_start = out[O_SLOW_START].buf, *slow_stop = out[O_SLOW_STOP].buf;
+    int64_t *frame = out[O_FRAME].buf, *ts = out[O_TS].buf, *poff = out[O_POFF].buf;
     uint8_t *ver = out[O_VER].buf, *flags = out[O_FLAGS].buf, *has_ts = out[O_HAS_TS].buf;
     uint64_t *src_hi = out[O_SRC_HI].buf, *src_lo = out[O_SRC_LO].buf, *dst_hi = out[O_DST_HI].buf, *dst_lo = out[O_DST_LO].buf;
     uint16_t *sport = out[O_SPORT].buf, *dport = out[O_DPORT].buf, *win = out[O_WIN].buf;
     uint32_t *seq = out[O_SEQ].buf, *ack = out[O_ACK].buf, *tsv = out[O_TSV].buf, *tse = out[O_TSE].buf;
     int32_t *plen = out[O_PLEN].buf, *wlen = out[O_WLEN].buf, *ipid = out[O_IPID].buf;
-    Py_ssize_t m = 0, nslow = 0, blen = in[0].len;
+    Py_ssize_t m = 0, blen = in[0].len;
     for (Py_ssize_t i = 0; i < n; i++) {
         int64_t s = off[i], pend = s + cap[i];
         if (s < 0 || cap[i] < 0 || pend > blen) {
@@ -384,7 +393,8 @@ static PyObject *decode_tcp(PyObject *self, PyObject *const *args, Py_ssize_t na
             else if (doff < 20 || p + doff > net.ipend) c = C_MALFORMED;
             else {
                 const unsigned char *h = b + p;
-                rows[m] = i;
+                frame[m] = frame_in[i];
+                ts[m] = ts_in[i];
                 ver[m] = net.version;
                 src_hi[m] = net.src_hi;
                 src_lo[m] = net.src_lo;
@@ -407,21 +417,22 @@ static PyObject *decode_tcp(PyObject *self, PyObject *const *args, Py_ssize_t na
                     has_ts[m] = 1;
                     tsv[m] = be32(h + 24);
                     tse[m] = be32(h + 28);
-                } else if (doff > 20) {
-                    slow_rows[nslow] = m;
-                    slow_start[nslow] = p + 20;
-                    slow_stop[nslow] = p + doff;
-                    nslow++;
+                } else if (doff > 20) { /* other layouts: the Python option walk */
+                    if (push(&slow_rows, m) < 0 || push(&slow_start, p + 20) < 0 || push(&slow_stop, p + doff) < 0)
+                        goto done;
                 }
                 m++;
             }
         }
         cls[i] = (int8_t)c;
     }
-    res = Py_BuildValue("(nn)", m, nslow);
+    res = Py_BuildValue("(nNNN)", m, as_bytes(&slow_rows), as_bytes(&slow_start), as_bytes(&slow_stop));
 done:
     for (int i = 0; i < got_in; i++) PyBuffer_Release(&in[i]);
     for (int i = 0; i < got_out; i++) PyBuffer_Release(&out[i]);
+    PyMem_Free(slow_rows.v);
+    PyMem_Free(slow_start.v);
+    PyMem_Free(slow_stop.v);
     return res;
 }
 
@@ -436,7 +447,8 @@ static PyMethodDef methods[] = {
     {"walk_epb", walk_epb, METH_VARARGS,
      "walk_epb(data, pos, end, big_endian): (int64 EPB offsets as bytes, stop)."},
     {"decode_tcp", (PyCFunction)(void (*)(void))decode_tcp, METH_FASTCALL,
-     "decode_tcp(buf, offset, caplen, origlen, linktype, *columns): (tcp rows, slow option rows)."},
+     "decode_tcp(buf, offset, caplen, origlen, linktype, frame_no, ts_ns, *columns): "
+     "(TCP segments, slow option rows, starts, ends)."},
     {NULL, NULL, 0, NULL},
 };
 
