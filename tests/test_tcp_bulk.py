@@ -264,3 +264,25 @@ def test_c_records_refuse_bad_input():
         with pytest.raises(ValueError):
             sp.fast_run(packed, at, count, True, state, state, 16)
     assert sp.fast_run(packed, 0, 4, True, state, state, 16)[0] == 0  # SYN-less, ACK-less rows
+
+
+@pytest.mark.parametrize("ws", [7, 40])
+def test_bogus_window_scale_takes_the_numpy_bulk_path(monkeypatch, ws):
+    """Window scales above RFC 7323's 14 leave the C run (it keeps values in int64) for
+    the numpy one; either way the result is the per-packet path's."""
+    from tcp_builders import Flow, make_batch
+
+    f = Flow(cisn=5, sisn=9).handshake(ws=ws, tsval=10)
+    cs = ss = 1
+    for i in range(200):
+        f.s(ss, cs, "A", 1000, tsval=11 + i, tsecr=10 + i, win=3)
+        ss += 1000
+        f.c(cs, ss, "A", tsval=10 + i, tsecr=11 + i, win=500)
+    b = make_batch(f.rows)
+    calls = []
+    if _fast._speedups is not None:
+        monkeypatch.setattr(_fast.BulkPath, "_fast_c", lambda self, *a: calls.append(1) or 0)
+    bulk, per_packet = _both_ways(monkeypatch, [b])
+    assert bool(calls) == (_fast._speedups is not None and ws <= 14)
+    if ws > 14:
+        assert _norm(bulk) == _norm(per_packet) and bulk.an.stats["fast_rows"] > 300
