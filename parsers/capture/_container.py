@@ -532,7 +532,9 @@ def _walk_epb(data: memoryview, pos: int, end: int, head: struct.Struct) -> tupl
     return np.array(out, np.int64), stop
 
 
-def _walk_epb_py(data: memoryview, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
+def _walk_epb_py(
+    data: memoryview, pos: int, end: int, head: struct.Struct
+) -> tuple[list[int], int]:
     unpack = head.unpack_from
     out: list[int] = []
     append = out.append

@@ -1,4 +1,4 @@
-"""Bulk (numpy) path for clean runs of a connection's segments.
+"""Bulk path for clean runs of a connection's segments: numpy, or one C pass.
 
 A run is *clean* when, for every row: no SYN/FIN/RST, ACK set, not cut by the
 snaplen, no SACK option, window non-zero; data of each direction is exactly
@@ -12,6 +12,12 @@ delivery in order, ACK progress where the running ACK advances, data->ACK RTT sa
 each TSval), window-full checks against the forward-filled ACK and window of the far
 end. The first row that breaks a rule ends the run; the per-packet path takes over
 there, so both paths give the same result.
+
+With the C extension, ``_speedups.fast_run`` does the checks and computes the same
+results in one loop over the run's rows (read as records laid out in flow order by
+``_speedups.pack_rows``); :meth:`BulkPath._fast_c` applies them to the connection in
+the numpy code's order. The numpy code stays the fallback (pure-Python mode, and
+window scales above 14).
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
 from parsers.tcp._analysis import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
-# Optional C fold of the smoothed RTT (parsers/tcp/_speedups.c); without it, or with
-# TAILTAP_PURE_PYTHON=1, the Python loop gives the same value.
+# Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
+# with TAILTAP_PURE_PYTHON=1, the numpy code and the Python loop give the same results.
 _speedups = None
 if not os.environ.get("TAILTAP_PURE_PYTHON"):
     try:
@@ -34,15 +40,26 @@ if not os.environ.get("TAILTAP_PURE_PYTHON"):
         pass
 
 _SFR = SYN | FIN | RST
+_M32 = np.int64(0xFFFFFFFF)
+_H31 = np.int64(0x80000000)
+_BIG = np.int64(1 << 62)
 # RFC 7323's largest window scale: windows shifted by more (a bogus option) take the
 # numpy path, whose Python ints do not overflow; the C path keeps values in int64.
 _MAX_WS = 14
-
-
 _RECORD_BYTES = 64  # one row as _speedups.pack_rows lays it out
 # Column dtypes of _speedups.pack_rows, in its order (see _pack).
 _C_TYPES = (np.uint8, np.int32, np.int32, np.uint16, np.bool_, np.bool_, np.uint32, np.uint32,
             np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64)  # fmt: skip
+
+
+def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
+    """Unwrap 32-bit values to 64 bits, step by step from ``ref`` (exact while each
+    step is below 2**31)."""
+    d = np.empty(len(v), dtype=np.int64)
+    d[0] = v[0] - (ref & 0xFFFFFFFF)
+    d[1:] = v[1:] - v[:-1]
+    d = ((d + _H31) & _M32) - _H31
+    return ref + np.cumsum(d)
 
 
 def _i64(raw: bytearray) -> np.ndarray:
@@ -60,19 +77,6 @@ def _c_state(D: Dir) -> tuple:
         int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
         D.tsq.last_echo, D.srtt,
     )  # fmt: skip
-_M32 = np.int64(0xFFFFFFFF)
-_H31 = np.int64(0x80000000)
-_BIG = np.int64(1 << 62)
-
-
-def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
-    """Unwrap 32-bit values to 64 bits, step by step from ``ref`` (exact while each
-    step is below 2**31)."""
-    d = np.empty(len(v), dtype=np.int64)
-    d[0] = v[0] - (ref & 0xFFFFFFFF)
-    d[1:] = v[1:] - v[:-1]
-    d = ((d + _H31) & _M32) - _H31
-    return ref + np.cumsum(d)
 
 
 class BulkPath:
