@@ -1,11 +1,13 @@
-/* Optional C versions of the record-chain walks of parsers/capture/_container.py.
+/* Optional C versions of the record-chain walks of parsers/capture/_container.py and of
+ * the header decode of parsers/capture/_packets.py.
  *
  * walk_pcap / walk_epb do exactly what _walk_pcap_py / _walk_epb_py do (find where each
  * complete record starts, stop at the first incomplete or foreign one) and return the
  * offsets as the bytes of an int64 array plus the position where the walk stopped. The
  * chain is sequential, so this one loop is what a Python walk spends its time on: one
- * interpreted iteration per packet. Without this module the Python code runs and gives
- * the same offsets.
+ * interpreted iteration per packet. pcap_records also decodes the pcap record headers
+ * on the way; decode_tcp decodes link, IP and TCP headers (see below). Without this
+ * module the Python/numpy code runs and gives the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

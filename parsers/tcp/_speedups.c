@@ -1,9 +1,14 @@
-/* Optional C helper for parsers/tcp/_fast.py.
+/* Optional C helpers for the TCP layer's bulk path (parsers/tcp/_fast.py, _flows.py).
  *
  * ewma(srtt, values): the smoothed RTT after folding int64 samples in order,
  * srtt = srtt * 0.875 + r * 0.125 (the first sample when srtt is None), with the same
  * double operations, in the same order, as the Python loop it replaces: built with
  * -ffp-contract=off so no multiply-add is fused (that would round differently).
+ * fast_run folds its runs' samples the same way.
+ *
+ * pack_rows / fast_run: one connection's clean run checked and applied in C (see below);
+ * group_flows: a batch's rows grouped by connection. Without this module the numpy code
+ * gives the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
