@@ -408,7 +408,12 @@ class BulkPath:
                 R.rwnd_known = D.ws_known
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
-            self._sigs(D, _i64(x["tail"]), b)
+            sigd, sigq = D.sigd, D.sigq  # as _sigs: the run's last packets' signatures
+            for sig, t in x["sigs"]:
+                sigd[sig] = t
+                sigq.append(sig)
+                if len(sigq) > SIG_KEEP:
+                    sigd.pop(sigq.popleft(), None)
             if x["pure_ack"] and not hist.has("A" if d == 0 else "a"):
                 hist.add_side("A", d)
             if nd and not hist.has("D" if d == 0 else "d"):

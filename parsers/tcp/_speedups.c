@@ -420,11 +420,12 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
     return r;
 }
 
-/* The last `keep` rows of each direction in [0, k), oldest first (packet signatures). */
+/* The last `keep` records of each direction in [0, k), oldest first (their packet
+ * signatures are remembered for capture-duplicate detection). */
 static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, int keep) {
     for (Py_ssize_t r = k - 1; r >= 0 && (dirs[0].tail.n < keep || dirs[1].tail.n < keep); r--) {
         int d = (rec[r].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
-        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, rec[r].row) < 0) return -1;
+        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, r) < 0) return -1;
     }
     for (int d = 0; d < 2; d++) {
         int64_t *v = dirs[d].tail.v;
@@ -437,7 +438,25 @@ static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, 
     return 0;
 }
 
-static PyObject *dir_result(dir_t *D) {
+/* [(signature, ts_ns)] of the tail records as BulkPath._sigs builds them: (IP ID, seq,
+ * ack, flags, wire payload length, window, TSval or -1, ()), for the packets that have
+ * an IP ID, payload or a TSval. */
+static PyObject *sig_list(const dir_t *D, const rec_t *rec) {
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < D->tail.n; i++) {
+        const rec_t *x = &rec[D->tail.v[i]];
+        int has_ts = (x->bits & ROW_HAS_TS) != 0;
+        if (!(x->ipid > 0 || x->wl || has_ts)) continue;
+        PyObject *item = Py_BuildValue("((ikkiiiL())L)", (int)x->ipid, (unsigned long)x->seq,
+                                       (unsigned long)x->ack, (int)x->flags, (int)x->wl, (int)x->win,
+                                       has_ts ? (long long)x->tsv : -1LL, (long long)x->ts);
+        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
+static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
         "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
         "sN sN sN sL sN sN sn si sN sL}",
@@ -446,8 +465,8 @@ static PyObject *dir_result(dir_t *D) {
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
         D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
         (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
-        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "tail",
-        vbytes(&D->tail), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "sigs",
+        sig_list(D, rec), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
         "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
         "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
@@ -570,7 +589,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
         fold_srtt(D);
     }
-    PyObject *r0 = dir_result(&dirs[0]), *r1 = r0 ? dir_result(&dirs[1]) : NULL;
+    PyObject *r0 = dir_result(&dirs[0], rec), *r1 = r0 ? dir_result(&dirs[1], rec) : NULL;
     if (r0 == NULL || r1 == NULL) {
         Py_XDECREF(r0);
         goto done;
