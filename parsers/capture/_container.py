@@ -208,12 +208,13 @@ class CaptureDecoder:
 
     def _append(self, data: bytes) -> None:
         n = len(data)
-        if self._hi + n > self._store.shape[0]:
+        # the store keeps BUF_PAD spare bytes past the input: see _hand_out
+        if self._hi + n + BUF_PAD > self._store.shape[0]:
             keep = self._hi - self._lo
             if keep + n > self._store.shape[0] // 2:
                 # grow to twice what is needed: the window then slides over several
                 # feeds before the kept tail has to move to the front again
-                grown = np.empty(max(2 * (keep + n), 1 << 16), np.uint8)
+                grown = np.empty(max(2 * (keep + n), 1 << 16) + BUF_PAD, np.uint8)
                 grown[:keep] = self._store[self._lo : self._hi]
                 self._store = grown
             else:  # move the kept tail to the front (numpy copes with the overlap)
@@ -299,7 +300,8 @@ class CaptureDecoder:
         k = 0
         while n - k >= size or (final and k < n):
             j = min(k + size, n)
-            out.append(self._make_batch(rows, k, j))
+            last = not (n - j >= size or (final and j < n))
+            out.append(self._make_batch(rows, k, j, last))
             k = j
         if k < n:
             rest = _Rows(*(a[k:] for a in rows.columns()))
@@ -308,15 +310,21 @@ class CaptureDecoder:
             self._pending, self._pending_n = [], 0
         return out
 
-    def _make_batch(self, rows: _Rows, k: int, j: int) -> PacketBatch:
-        # Records are in file order and do not overlap: one copy of the span covers all.
+    def _make_batch(self, rows: _Rows, k: int, j: int, last: bool) -> PacketBatch:
+        """Rows [k, j) as a batch. Records are in file order and do not overlap, so the
+        buffer is the span of input bytes from the first packet to the end of the last
+        one, then BUF_PAD zero bytes: a copy, or for the last batch of an _emit the
+        store itself (see _hand_out)."""
         start = int(rows.data_off[k])
         stop = int(rows.data_off[j - 1] + rows.caplen[j - 1])
         size = stop - start
-        buf = np.empty(size + BUF_PAD, np.uint8)
         lo = self._lo + start - self._base
-        buf[:size] = self._store[lo : lo + size]
-        buf[size:] = 0
+        if last:
+            buf = self._hand_out(lo, lo + size)
+        else:
+            buf = np.empty(size + BUF_PAD, np.uint8)
+            buf[:size] = self._store[lo : lo + size]
+            buf[size:] = 0
         return PacketBatch(
             frame_no=rows.frame_no[k:j],
             ts_ns=rows.ts_ns[k:j],
@@ -326,6 +334,19 @@ class CaptureDecoder:
             offset=rows.data_off[k:j] - start,
             buf=buf,
         )
+
+    def _hand_out(self, a: int, z: int) -> np.ndarray:
+        """``_store[a:z]`` plus BUF_PAD zero bytes, without copying the span: the bytes
+        from z on move to a new store and the old one is left to the batch (the decoder
+        never writes to it again), so the input is copied once, not twice."""
+        store, hi = self._store, self._hi
+        rest = hi - z
+        fresh = np.empty(max(store.shape[0], 2 * rest + BUF_PAD), np.uint8)
+        fresh[:rest] = store[z:hi]
+        self._base += z - self._lo
+        self._store, self._lo, self._hi = fresh, 0, rest
+        store[z : z + BUF_PAD] = 0
+        return store[a : z + BUF_PAD]
 
     def _trim(self) -> None:
         keep = int(self._pending[0].data_off[0]) if self._pending else self._pos
