@@ -176,3 +176,25 @@ def test_header_decode_declines_bytes_outside_buf() -> None:
     decode = _packets._speedups.decode_tcp
     assert decode(buf, np.array([0], np.int64), np.array([len(frame)], np.int32), *rest, *cols)[0] == 1
     assert decode(buf, np.array([1], np.int64), np.array([len(frame)], np.int32), *rest, *cols) == -1
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+@pytest.mark.parametrize("damage", ["trailer", "caplen", "first", "iface", "none"])
+def test_pcapng_epb_records_same_as_numpy(order: str, damage: str, monkeypatch) -> None:
+    """The C EPB walk+decode gives the numpy path's rows and issues, also for a block whose
+    trailing length or captured length is corrupt, or that names an unknown interface."""
+    pkts = [cb.epb(0, 1000 + i, bytes([i]) * (i % 70), order=order) for i in range(60)]
+    k = 0 if damage == "first" else 37
+    blk = bytearray(pkts[k])
+    if damage in ("trailer", "first"):
+        blk[-4:] = struct.pack(order + "I", len(blk) + 4)
+    elif damage == "caplen":
+        blk[20:24] = struct.pack(order + "I", len(blk))
+    elif damage == "iface":
+        blk[8:12] = struct.pack(order + "I", 3)
+    pkts[k] = bytes(blk)
+    data = cb.shb(order) + cb.idb(1, order=order) + b"".join(pkts)
+    for seed in range(3):
+        assert _decode(data, False, monkeypatch, seed) == _decode(data, True, monkeypatch, seed)
+    issues = _decode(data, False, monkeypatch, 0)[2]
+    assert [i[0] for i in issues] == {"none": [], "iface": ["bad_interface"]}.get(damage, ["bad_block"])

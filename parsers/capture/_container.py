@@ -572,6 +572,19 @@ def _walk_epb_py(
     return out, pos
 
 
+# Column dtypes of _speedups.epb_records: offsets, interfaces, raw timestamps, lengths.
+_EPB_TYPES = (np.int64, np.int64, np.uint64, np.int64, np.int64)
+
+
+def _bad_epb(at: int, blen: int, trailer: int, caplen: int) -> str:
+    """The fatal issue's message for a corrupt EPB at byte ``at``."""
+    if trailer != blen:
+        why = f"total length {blen} at the start but {trailer} at the end (corrupt block length)"
+    else:
+        why = f"captured length {caplen} does not fit its {blen}-byte block"
+    return f"enhanced packet block at byte {at}: {why}"
+
+
 def _options(body: bytes, off: int, order: str) -> list[tuple[int, bytes]]:
     """(code, value) of the pcapng options in ``body`` from ``off``."""
     out = []
@@ -632,14 +645,18 @@ class _PcapngReader:
     def parse(self, dec: CaptureDecoder) -> None:
         while not dec._dead:
             if self.order is not None:
-                data, base = dec._data, dec._base
-                positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
-                if len(positions):
-                    self._flush_slow(dec)
-                    self._decode_epbs(dec, positions)
-                    if dec._dead:
-                        break
-                    dec._pos = base + rel
+                if _speedups is not None:
+                    self._epbs_c(dec)
+                else:
+                    data, base = dec._data, dec._base
+                    positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
+                    if len(positions):
+                        self._flush_slow(dec)
+                        self._decode_epbs(dec, positions)
+                        if not dec._dead:
+                            dec._pos = base + rel
+                if dec._dead:
+                    break
             if not self._block(dec):
                 break
         self._flush_slow(dec)
@@ -657,6 +674,24 @@ class _PcapngReader:
         return f"pcapng block at byte {dec._pos}"
 
     # -- bulk EPB path --------------------------------------------------------------
+    def _epbs_c(self, dec: CaptureDecoder) -> None:
+        """The bulk EPB path in C (``_speedups.epb_records``): it walks and decodes the
+        sound EPBs from ``dec._pos`` and stops before a corrupt one, reported here."""
+        assert _speedups is not None and self.head is not None
+        base = dec._base
+        rel, bad, blen, trailer, caplen, *cols = _speedups.epb_records(
+            dec._data, dec._pos - base, dec._hi - dec._lo, self.head.format[0] == ">"
+        )
+        pos, iface, raw, cap, orig = (
+            np.frombuffer(c, t) for c, t in zip(cols, _EPB_TYPES, strict=True)
+        )
+        if len(pos) or bad:
+            self._flush_slow(dec)
+            self._store_epbs(dec, pos, iface, raw, cap, orig)
+        dec._pos = base + rel
+        if bad:
+            dec._fatal("bad_block", _bad_epb(dec._pos, blen, trailer, caplen), dec._pos)
+
     def _decode_epbs(self, dec: CaptureDecoder, positions: np.ndarray) -> None:
         pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
@@ -665,32 +700,34 @@ class _PcapngReader:
         trailer = take_rows(arr, pos + blen - 4, 4).view(self.u32)[:, 0]
         caplen = hdr["cap"].astype(np.int64)
         bad = (trailer != blen) | (caplen > blen - 32)
-        if not bad.any():
-            self._store_epbs(dec, pos, hdr, caplen)
-            return
-        k = int(np.argmax(bad))
-        at = dec._base + int(positions[k])
-        if trailer[k] != blen[k]:
-            why = (
-                f"total length {int(blen[k])} at the start but {int(trailer[k])} at the "
-                "end (corrupt block length)"
-            )
-        else:
-            why = f"captured length {int(caplen[k])} does not fit its {int(blen[k])}-byte block"
-        self._store_epbs(dec, pos[:k], hdr[:k], caplen[:k])
-        dec._pos = at
-        dec._fatal("bad_block", f"enhanced packet block at byte {at}: {why}", at)
+        k = int(np.argmax(bad)) if bad.any() else len(pos)
+        raw = (hdr["hi"].astype(np.uint64) << np.uint64(32)) | hdr["lo"].astype(np.uint64)
+        self._store_epbs(
+            dec, pos[:k], hdr["iface"][:k].astype(np.int64), raw[:k], caplen[:k], hdr["orig"][:k]
+        )
+        if k < len(pos):
+            at = dec._base + int(positions[k])
+            dec._pos = at
+            why = _bad_epb(at, int(blen[k]), int(trailer[k]), int(caplen[k]))
+            dec._fatal("bad_block", why, at)
 
     def _store_epbs(
-        self, dec: CaptureDecoder, pos: np.ndarray, hdr: np.ndarray, caplen: np.ndarray
+        self,
+        dec: CaptureDecoder,
+        pos: np.ndarray,
+        iface: np.ndarray,
+        raw: np.ndarray,
+        caplen: np.ndarray,
+        origlen: np.ndarray,
     ) -> None:
+        """Rows for EPBs at ``pos`` (relative to ``dec._data``): interface (int64),
+        raw 64-bit timestamp (uint64), captured and wire lengths."""
         n = pos.shape[0]
         if n == 0:
             return
         first = dec.packets_read + 1
         dec.packets_read += n
         frame_no = np.arange(first, first + n, dtype=np.int64)
-        iface = hdr["iface"].astype(np.int64)
         known = iface < len(self.ifaces)
         if not known.all():
             bad = np.flatnonzero(~known)
@@ -702,17 +739,17 @@ class _PcapngReader:
                 f"{len(self.ifaces)}; those packets are skipped",
                 dec._base + int(pos[bad[0]]),
             )
-            pos, hdr, caplen, iface, frame_no = (
+            pos, raw, caplen, origlen, iface, frame_no = (
                 pos[known],
-                hdr[known],
+                raw[known],
                 caplen[known],
+                origlen[known],
                 iface[known],
                 frame_no[known],
             )
             n = pos.shape[0]
             if n == 0:
                 return
-        raw = (hdr["hi"].astype(np.uint64) << np.uint64(32)) | hdr["lo"].astype(np.uint64)
         i0 = int(iface[0])
         if len(self.ifaces) == 1 or bool((iface == i0).all()):
             f = self.ifaces[i0]
@@ -733,7 +770,7 @@ class _PcapngReader:
                 ts_ns=ts,
                 linktype=linktype,
                 caplen=caplen.astype(np.int32),
-                origlen=np.minimum(hdr["orig"], 0x7FFFFFFF).astype(np.int32),
+                origlen=np.minimum(origlen, 0x7FFFFFFF).astype(np.int32),
                 data_off=pos + (dec._base + 28),
             )
         )

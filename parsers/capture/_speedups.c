@@ -166,6 +166,71 @@ static PyObject *pcap_records(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nNNNN)", stop, ts, caps, origs, offs);
 }
 
+/* epb_records(data, pos, end, big_endian)
+ *   -> (stop, bad, bad_len, bad_trailer, bad_caplen, pos, iface, raw_ts, caplen, origlen)
+ * The walk of walk_epb with the enhanced packet block headers decoded on the way into
+ * column bytes (int64 offsets, interfaces, uint64 raw timestamps, int64 captured and
+ * wire lengths), as _PcapngReader._decode_epbs reads them. It stops before a block whose
+ * trailing length differs from its leading one (bad = 1) or whose captured length does
+ * not fit the block (bad = 2), giving that block's lengths; stop is where it stopped. */
+static PyObject *epb_records(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, end;
+    int big;
+    if (!PyArg_ParseTuple(args, "y*nnp", &view, &pos, &end, &big)) return NULL;
+    if (end > view.len) end = view.len;
+    if (pos < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "bad position");
+        return NULL;
+    }
+    const unsigned char *d = view.buf;
+    Py_ssize_t n = 0, stop = pos, last = end - 8;
+    int bad = 0;
+    uint32_t bad_len = 0, bad_trailer = 0, bad_cap = 0;
+    for (Py_ssize_t p = pos; p <= last;) { /* count first, then fill exact-size columns */
+        uint32_t btype = rd32(d + p, big), blen = rd32(d + p + 4, big);
+        if (btype != 6 || blen < 32 || (blen & 3)) break; /* EPB only */
+        Py_ssize_t nxt = p + (Py_ssize_t)blen;
+        if (nxt > end) break;
+        uint32_t trailer = rd32(d + nxt - 4, big), cap = rd32(d + p + 20, big);
+        if (trailer != blen || cap > blen - 32) {
+            bad = trailer != blen ? 1 : 2;
+            bad_len = blen;
+            bad_trailer = trailer;
+            bad_cap = cap;
+            break;
+        }
+        n++;
+        p = stop = nxt;
+    }
+    PyObject *cols[5];
+    int ok = 1;
+    for (int i = 0; i < 5; i++) ok &= (cols[i] = PyByteArray_FromStringAndSize(NULL, n * 8)) != NULL;
+    if (ok) {
+        int64_t *po = (int64_t *)PyByteArray_AS_STRING(cols[0]), *ifc = (int64_t *)PyByteArray_AS_STRING(cols[1]),
+                *cp = (int64_t *)PyByteArray_AS_STRING(cols[3]), *og = (int64_t *)PyByteArray_AS_STRING(cols[4]);
+        uint64_t *raw = (uint64_t *)PyByteArray_AS_STRING(cols[2]);
+        Py_ssize_t p = pos;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            const unsigned char *h = d + p;
+            po[i] = (int64_t)p;
+            ifc[i] = rd32(h + 8, big);
+            raw[i] = ((uint64_t)rd32(h + 12, big) << 32) | rd32(h + 16, big);
+            cp[i] = rd32(h + 20, big);
+            og[i] = rd32(h + 24, big);
+            p += (Py_ssize_t)rd32(h + 4, big);
+        }
+    }
+    PyBuffer_Release(&view);
+    if (!ok) {
+        for (int i = 0; i < 5; i++) Py_XDECREF(cols[i]);
+        return NULL;
+    }
+    return Py_BuildValue("(nikkkNNNNN)", stop, bad, (unsigned long)bad_len, (unsigned long)bad_trailer,
+                         (unsigned long)bad_cap, cols[0], cols[1], cols[2], cols[3], cols[4]);
+}
+
 /* gather(buf, pos, width) -> bytearray of len(pos) * width: the `width` bytes at each
  * position (int64), each position clipped to [0, len(buf) - width], like _gather.take_rows
  * (which calls this for buffers at least `width` long). */
@@ -446,6 +511,9 @@ static PyMethodDef methods[] = {
     {"pcap_records", pcap_records, METH_VARARGS,
      "pcap_records(data, pos, end, hdrlen, big_endian, frac_ns, max_caplen, off_add): "
      "(stop, ts_ns, caplen, origlen, data_off) column bytes of the complete records."},
+    {"epb_records", epb_records, METH_VARARGS,
+     "epb_records(data, pos, end, big_endian): (stop, bad, bad_len, bad_trailer, bad_caplen, "
+     "pos, iface, raw_ts, caplen, origlen) of the complete, sound enhanced packet blocks."},
     {"walk_epb", walk_epb, METH_VARARGS,
      "walk_epb(data, pos, end, big_endian): (int64 EPB offsets as bytes, stop)."},
     {"decode_tcp", (PyCFunction)(void (*)(void))decode_tcp, METH_FASTCALL,
