@@ -264,6 +264,9 @@ def test_c_records_refuse_bad_input():
         with pytest.raises(ValueError):
             sp.fast_run(packed, at, count, True, state, state, 16)
     assert sp.fast_run(packed, 0, 4, True, state, state, 16)[0] == 0  # SYN-less, ACK-less rows
+    d = _fast.Dir(0)
+    d.segs.set_arrays(np.array([0, 10]), np.array([20, 15]), np.array([1, 2]))  # ends out of order
+    assert sp.fast_run(packed, 0, 4, True, _fast._c_state(d), state, 16) is None
 
 
 @pytest.mark.parametrize("ws", [7, 40])

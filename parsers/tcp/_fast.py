@@ -97,7 +97,9 @@ class BulkPath:
         flow grouping); returns its length."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
-            return self._fast_c(conn, idx, b, out, at)
+            k = self._fast_c(conn, idx, b, out, at)
+            if k is not None:
+                return k
         n = len(idx)
         fl = b.flags[idx]
         wl = b.payload_wire_len[idx].astype(np.int64)
@@ -362,16 +364,20 @@ class BulkPath:
         self.stats["fast_rows"] += k
         return k
 
-    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int:
+    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int | None:
         """:meth:`_fast` through ``_speedups.fast_run``: the same checks and results,
-        computed in one C pass; this applies them in the numpy code's order."""
+        computed in one C pass; this applies them in the numpy code's order. None when
+        the C pass declines (a segment log out of end order)."""
         assert _speedups is not None
         if self._packed is None:
             self._packed = self._pack()
-        k, chunks, *res = _speedups.fast_run(
+        ran = _speedups.fast_run(
             self._packed, at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP,
         )  # fmt: skip
+        if ran is None:
+            return None
+        k, chunks, *res = ran
         if k == 0:
             return 0
         key = conn.key

@@ -163,6 +163,8 @@ static void dir_free(dir_t *D) {
     for (int i = 0; i < D->nlog; i++) PyBuffer_Release(&D->log[i]);
 }
 
+/* Reads a direction's state; 1 when its segment log is not in end order (fast_run then
+ * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
     if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
@@ -187,6 +189,10 @@ static int parse_dir(PyObject *t, dir_t *D) {
             return -1;
         }
     }
+    /* seg_match walks the segment ends in order, as np.searchsorted assumes them sorted */
+    const int64_t *en = D->log[1].buf;
+    for (Py_ssize_t i = 1; i < D->log[1].len / 8; i++)
+        if (en[i] < en[i - 1]) return 1;
     return 0;
 }
 
@@ -550,7 +556,7 @@ done:
 
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
  * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
- * parse_dir reads. */
+ * parse_dir reads. None when a segment log is out of end order (the numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
@@ -568,7 +574,12 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         goto done;
     }
     const rec_t *rec = (const rec_t *)pk.buf + at;
-    if (parse_dir(t0, &dirs[0]) < 0 || parse_dir(t1, &dirs[1]) < 0) goto done;
+    int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
+    if (p0 < 0 || p1 < 0) goto done;
+    if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
     if (vreserve(&chunks, 6 * count) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
