@@ -159,6 +159,38 @@ def test_batch_buffers_are_exact_spans_that_later_input_never_changes(ng: bool, 
         k += len(b)
 
 
+def test_input_buffers_are_reused_only_once_their_batches_are_gone(monkeypatch) -> None:
+    """Dropped batches give their input buffer back for reuse; kept ones (and views of
+    them) keep theirs unchanged."""
+    pkts = [(T0 + i, bytes([i % 251]) * (1 + (i * 37) % 300)) for i in range(600)]
+    data = cb.pcap([])
+    at = []
+    for ts, p in pkts:
+        at.append(len(data) + 16)
+        data += cb.pcap([(ts, p)])[24:]
+    reused = []
+    spare = CaptureDecoder._spare
+
+    def counting(self: CaptureDecoder, size: int) -> np.ndarray:
+        pool = [s for s, _ in self._retired]
+        out = spare(self, size)
+        reused.append(any(out is s for s in pool))
+        return out
+
+    monkeypatch.setattr(CaptureDecoder, "_spare", counting)
+    dec = CaptureDecoder(batch_packets=20)
+    kept: list[tuple[int, np.ndarray]] = []  # (first packet, a view of the buffer)
+    n = 0
+    for i in range(0, len(data), 500):
+        for b in dec.feed(data[i : i + 500]):
+            if (n // 20) % 3 == 0:
+                kept.append((n, b.buf[: int(b.offset[-1]) + int(b.caplen[-1])]))
+            n += len(b)
+    assert any(reused) and not all(reused)
+    for first, view in kept:
+        assert view.tobytes() == data[at[first] : at[first] + len(view)]
+
+
 # -- pcapng ------------------------------------------------------------------------------
 
 

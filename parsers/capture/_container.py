@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,6 +45,9 @@ MAX_BLOCK = 16 << 20
 # Zero bytes after the last packet of a batch buffer, so bulk header reads never need
 # a bounds copy for short packets at the very end.
 BUF_PAD = 64
+# Input buffers handed out with batches, kept to be reused once no batch uses them:
+# fresh memory costs a page fault per page on first write.
+_SPARE_STORES = 2
 
 _NS = 1_000_000_000
 
@@ -155,6 +159,8 @@ class CaptureDecoder:
         self._store = np.empty(0, np.uint8)
         self._lo = self._hi = 0
         self._base = 0
+        # stores handed out with batches, and a weak reference to each one's batch buffer
+        self._retired: list[tuple[np.ndarray, weakref.ref]] = []
         self._pos = 0  # file offset of the next record/block to parse
         self._reader: _PcapReader | _PcapngReader | None = None
         self._pending: list[_Rows] = []
@@ -199,6 +205,7 @@ class CaptureDecoder:
         batches = self._emit(final=True)
         self._store = np.empty(0, np.uint8)
         self._lo = self._hi = 0
+        self._retired = []
         return batches
 
     @property
@@ -341,12 +348,27 @@ class CaptureDecoder:
         never writes to it again), so the input is copied once, not twice."""
         store, hi = self._store, self._hi
         rest = hi - z
-        fresh = np.empty(max(store.shape[0], 2 * rest + BUF_PAD), np.uint8)
+        fresh = self._spare(max(store.shape[0], 2 * rest + BUF_PAD))
         fresh[:rest] = store[z:hi]
         self._base += z - self._lo
         self._store, self._lo, self._hi = fresh, 0, rest
         store[z : z + BUF_PAD] = 0
-        return store[a : z + BUF_PAD]
+        # Through a memoryview: numpy views of the buffer then all keep this array (it
+        # is the first base that is not an ndarray view of the store), so its weak
+        # reference dies exactly when nothing can see the store any more.
+        buf = np.frombuffer(memoryview(store)[a : z + BUF_PAD], np.uint8)
+        self._retired.append((store, weakref.ref(buf)))
+        del self._retired[:-_SPARE_STORES]
+        return buf
+
+    def _spare(self, size: int) -> np.ndarray:
+        """A buffer of at least ``size`` bytes: a retired store whose batch buffer is
+        gone (with every view of it), else a new one."""
+        for i, (store, buf) in enumerate(self._retired):
+            if buf() is None and store.shape[0] >= size:
+                del self._retired[i]
+                return store
+        return np.empty(size, np.uint8)
 
     def _trim(self) -> None:
         keep = int(self._pending[0].data_off[0]) if self._pending else self._pos
