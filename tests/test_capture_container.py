@@ -130,6 +130,67 @@ def test_batch_buffer_is_padded_and_independent_of_input() -> None:
     assert b.buf.shape[0] >= int(b.offset[1]) + 5 + 16  # zero padding after the data
 
 
+@pytest.mark.parametrize("ng", [False, True])
+@pytest.mark.parametrize(("chunk", "batch"), [(1, 3), (100, 5), (333, 1), (5000, 7), (1 << 20, 64)])
+def test_batch_buffers_are_exact_spans_that_later_input_never_changes(ng: bool, chunk: int, batch: int) -> None:
+    """Every batch buffer is the input from its first packet to the end of its last,
+    then BUF_PAD zeros, and stays so while later input is fed (a batch may keep the
+    decoder's input buffer instead of a copy)."""
+    pkts = [(T0 + i, bytes([i % 251]) * (1 + (i * 37) % 300)) for i in range(400)]
+    data = cb.shb() + cb.idb(1) if ng else cb.pcap([])
+    at = []  # file offset of every packet's data
+    for ts, p in pkts:
+        at.append(len(data) + (28 if ng else 16))
+        data += cb.epb(0, ts, p) if ng else cb.pcap([(ts, p)])[24:]
+    dec = CaptureDecoder(batch_packets=batch)
+    batches: list[PacketBatch] = []
+    for i in range(0, len(data), chunk):
+        batches += dec.feed(data[i : i + chunk])
+    batches += dec.close()
+    assert sum(len(b) for b in batches) == len(pkts)
+    got = [b.buf[int(o) : int(o) + int(c)].tobytes() for b in batches for o, c in zip(b.offset, b.caplen, strict=True)]
+    assert got == [p for _, p in pkts]
+    # the span is the file's bytes (headers in between included), then zeros
+    k = 0
+    for b in batches:
+        first, end = at[k], int(b.offset[-1]) + int(b.caplen[-1])
+        assert b.buf[:end].tobytes() == data[first : first + end]
+        assert b.buf.shape[0] == end + _container.BUF_PAD and not b.buf[end:].any()
+        k += len(b)
+
+
+def test_input_buffers_are_reused_only_once_their_batches_are_gone(monkeypatch) -> None:
+    """Dropped batches give their input buffer back for reuse; kept ones (and views of
+    them) keep theirs unchanged."""
+    pkts = [(T0 + i, bytes([i % 251]) * (1 + (i * 37) % 300)) for i in range(600)]
+    data = cb.pcap([])
+    at = []
+    for ts, p in pkts:
+        at.append(len(data) + 16)
+        data += cb.pcap([(ts, p)])[24:]
+    reused = []
+    spare = CaptureDecoder._spare
+
+    def counting(self: CaptureDecoder, size: int) -> np.ndarray:
+        pool = [s for s, _ in self._retired]
+        out = spare(self, size)
+        reused.append(any(out is s for s in pool))
+        return out
+
+    monkeypatch.setattr(CaptureDecoder, "_spare", counting)
+    dec = CaptureDecoder(batch_packets=20)
+    kept: list[tuple[int, np.ndarray]] = []  # (first packet, a view of the buffer)
+    n = 0
+    for i in range(0, len(data), 500):
+        for b in dec.feed(data[i : i + 500]):
+            if (n // 20) % 3 == 0:
+                kept.append((n, b.buf[: int(b.offset[-1]) + int(b.caplen[-1])]))
+            n += len(b)
+    assert any(reused) and not all(reused)
+    for first, view in kept:
+        assert view.tobytes() == data[at[first] : at[first] + len(view)]
+
+
 # -- pcapng ------------------------------------------------------------------------------
 
 

@@ -11,15 +11,18 @@ import numpy as np
 import pytest
 from shared_paths import CAPTURES
 
-from parsers.capture import CaptureDecoder, _gather, decode_segments, format_addr
+from parsers.capture import CaptureDecoder, _gather, _packets, decode_segments, format_addr
 from parsers.records import DecodeIssue, DecodeStats, PacketBatch, SegmentBatch
 
 
-@pytest.fixture(autouse=True, params=["c", "python"])
-def header_gather(request, monkeypatch) -> str:
-    """Every test runs with the C header gather (when built) and with numpy's."""
-    if request.param == "c" and _gather._speedups is None:
+@pytest.fixture(autouse=True, params=["c", "gather", "python"])
+def header_decode(request, monkeypatch) -> str:
+    """Every test runs with the C header decode (when built), with numpy over the C
+    header gather, and with numpy alone."""
+    if request.param != "python" and _gather._speedups is None:
         pytest.skip("C extension not built (pip install -e .)")
+    if request.param != "c":
+        monkeypatch.setattr(_packets, "_speedups", None)
     if request.param == "python":
         monkeypatch.setattr(_gather, "_speedups", None)
     return request.param

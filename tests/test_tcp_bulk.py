@@ -11,7 +11,8 @@ import pytest
 from shared_paths import CAPTURES
 from tcp_builders import analyze, batches_of, concat_batches, decode_file
 
-from parsers.tcp import _analyzer
+from parsers.records import SegmentBatch
+from parsers.tcp import _analyzer, _fast, _flows
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -155,3 +156,136 @@ def test_damaged_captures_same_result_both_paths(monkeypatch, seed):
         for d in (0, 1):
             ts, off = s.ack_progress[d]
             assert (np.diff(ts) >= 0).all() and (np.diff(off) > 0).all()
+
+
+def _exact(r):
+    """Everything a run produced, in the order it was produced."""
+    chunks = [dataclasses.astuple(c) for c in r.chunks]
+    events = [dataclasses.astuple(e) for e in r.events]
+    rtts = [dataclasses.astuple(s) for s in r.rtts]
+    sums = [(dataclasses.replace(s, ack_progress=None), [a.tolist() for p in s.ack_progress for a in p])
+            for s in r.summaries]  # fmt: skip
+    return chunks, events, rtts, sums, r.an.stats
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+@pytest.mark.parametrize("case", ["synth", "real", *(f"damaged{i}" for i in range(16))])
+def test_c_bulk_path_same_as_numpy(monkeypatch, case):
+    """_speedups.fast_run gives the numpy bulk path's results in the same order."""
+    if case == "synth":
+        cases = [([synth(20_000, 3)], 997), ([synth(3_000, 2)], 50)]
+    elif case == "real":
+        cases = [(decode_file(CAPTURES / name), None) for name in CAPTURE_NAMES]
+    else:
+        seed = int(case[7:])
+        cases = [([_perturbed(seed, damage=1.0 if seed < 8 else 0.1)], 40 + seed)]
+    for batches, size in cases:
+        fast = analyze(batches, batch_size=size)
+        with monkeypatch.context() as m:
+            m.setattr(_fast, "_speedups", None)
+            numpy = analyze(batches, batch_size=size)
+        assert _exact(fast) == _exact(numpy)
+
+
+@pytest.mark.skipif(_flows._speedups is None, reason="C extension not built (pip install -e .)")
+@pytest.mark.parametrize("nflows", [1, 7, 3000])
+def test_c_flow_grouping_same_as_numpy(monkeypatch, nflows):
+    """The C hash-table grouping finds the numpy grouping's flows, orientation and keys
+    (both directions of a flow together; near-identical tuples apart)."""
+    import random
+
+    rnd = random.Random(nflows)
+    ends = [(rnd.choice([0, 0x20010DB8 << 32]), rnd.choice([1, 2, 0xFFFF0A000001]), rnd.choice([80, 443, 50051, 40000]))
+            for _ in range(nflows * 2)]  # fmt: skip
+    n = 5000
+    cols = {k: [] for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")}
+    for _ in range(n):
+        f = rnd.randrange(nflows)
+        a, z = ends[2 * f], ends[2 * f + 1]
+        if rnd.random() < 0.5:
+            a, z = z, a
+        for k, v in zip(cols, (a[0], a[1], z[0], z[1], a[2], z[2]), strict=True):
+            cols[k].append(v)
+    b = _fast_batch(n, cols)
+    got = _flows.group_flows(b)
+    with monkeypatch.context() as m:
+        m.setattr(_flows, "_speedups", None)
+        want = _flows.group_flows(b)
+
+    def flows(g):
+        groups = [g.order[a:z].tolist() for a, z in zip(g.starts.tolist(), g.stops.tolist(), strict=True)]
+        return sorted(groups), g.swap.tolist(), [g.key(r) for r in range(n)]
+
+    assert flows(got) == flows(want)
+    firsts = got.order[got.starts].tolist()
+    assert firsts == sorted(firsts)  # C groups come in order of their first row
+
+
+def _fast_batch(n: int, cols: dict) -> SegmentBatch:
+    z = np.zeros(n, np.int64)
+    return SegmentBatch(
+        frame_no=z, ts_ns=z, ip_version=np.full(n, 4, np.uint8),
+        src_hi=np.array(cols["src_hi"], np.uint64), src_lo=np.array(cols["src_lo"], np.uint64),
+        dst_hi=np.array(cols["dst_hi"], np.uint64), dst_lo=np.array(cols["dst_lo"], np.uint64),
+        sport=np.array(cols["sport"], np.uint16), dport=np.array(cols["dport"], np.uint16),
+        seq=np.zeros(n, np.uint32), ack=np.zeros(n, np.uint32), flags=np.zeros(n, np.uint8),
+        window=np.zeros(n, np.uint16), payload_off=z, payload_len=np.zeros(n, np.int32),
+        payload_wire_len=np.zeros(n, np.int32), has_ts=np.zeros(n, bool),
+        ts_val=np.zeros(n, np.uint32), ts_ecr=np.zeros(n, np.uint32), wscale=np.zeros(n, np.int8),
+        mss=np.zeros(n, np.int32), ip_id=np.zeros(n, np.int32), buf=np.zeros(0, np.uint8),
+    )  # fmt: skip
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+def test_c_records_refuse_bad_input():
+    """pack_rows wants a permutation of the rows and room for them; fast_run a record
+    range inside them."""
+    sp = _fast._speedups
+    n = 4
+    b = _fast_batch(n, {k: [0] * n for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")})
+    swap = np.zeros(n, bool)
+
+    def cols(order):
+        arrays = (b.flags, b.payload_wire_len, b.payload_len, b.window, None, swap, b.seq, b.ack,
+                  b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr, b.ip_id, b.payload_off,
+                  np.array(order, np.int64))  # fmt: skip
+        return tuple(None if a is None else np.ascontiguousarray(a, t) for a, t in zip(arrays, _fast._C_TYPES, strict=True))
+
+    packed = bytearray(64 * n)
+    sp.pack_rows(cols([3, 1, 2, 0]), packed)
+    for order in ([0, 1, 2, 2], [0, 1, 2, 4], [-1, 1, 2, 3], [0, 1, 2]):
+        with pytest.raises(ValueError):
+            sp.pack_rows(cols(order), packed)
+    with pytest.raises(ValueError):
+        sp.pack_rows(cols([0, 1, 2, 3]), bytearray(64 * n - 1))  # no room
+    sp.pack_rows(cols([0, 1, 2, 3]), packed)
+    state = _fast._c_state(_fast.Dir(0))
+    for at, count in ((3, 2), (-1, 1), (0, 5)):
+        with pytest.raises(ValueError):
+            sp.fast_run(packed, at, count, True, state, state, 16)
+    assert sp.fast_run(packed, 0, 4, True, state, state, 16)[0] == 0  # SYN-less, ACK-less rows
+    d = _fast.Dir(0)
+    d.segs.set_arrays(np.array([0, 10]), np.array([20, 15]), np.array([1, 2]))  # ends out of order
+    assert sp.fast_run(packed, 0, 4, True, _fast._c_state(d), state, 16) is None
+
+
+@pytest.mark.parametrize("ws", [7, 40])
+def test_bogus_window_scale_takes_the_numpy_bulk_path(monkeypatch, ws):
+    """Window scales above RFC 7323's 14 leave the C run (it keeps values in int64) for
+    the numpy one; either way the result is the per-packet path's."""
+    from tcp_builders import Flow, make_batch
+
+    f = Flow(cisn=5, sisn=9).handshake(ws=ws, tsval=10)
+    cs = ss = 1
+    for i in range(200):
+        f.s(ss, cs, "A", 1000, tsval=11 + i, tsecr=10 + i, win=3)
+        ss += 1000
+        f.c(cs, ss, "A", tsval=10 + i, tsecr=11 + i, win=500)
+    b = make_batch(f.rows)
+    calls = []
+    if _fast._speedups is not None:
+        monkeypatch.setattr(_fast.BulkPath, "_fast_c", lambda self, *a: calls.append(1) or 0)
+    bulk, per_packet = _both_ways(monkeypatch, [b])
+    assert bool(calls) == (_fast._speedups is not None and ws <= 14)
+    if ws > 14:
+        assert _norm(bulk) == _norm(per_packet) and bulk.an.stats["fast_rows"] > 300

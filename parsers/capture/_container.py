@@ -2,7 +2,9 @@
 
 The caller feeds the (decompressed) file bytes in any chunking; the decoder keeps the
 unconsumed tail, walks the record/block chain and hands back batches of packets whose
-bytes are copied once into one uint8 buffer.
+bytes are copied once into one uint8 buffer. The unconsumed input lives in a window of
+one reused buffer (consumed bytes only move the window's start), so feeding does not
+reallocate and copy the kept tail every time.
 
 Speed: the record chain is inherently sequential, so a tight loop only finds where each
 record starts (one ``unpack_from`` per record); every header field is then read for all
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import os
 import struct
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,6 +45,9 @@ MAX_BLOCK = 16 << 20
 # Zero bytes after the last packet of a batch buffer, so bulk header reads never need
 # a bounds copy for short packets at the very end.
 BUF_PAD = 64
+# Input buffers handed out with batches, kept to be reused once no batch uses them:
+# fresh memory costs a page fault per page on first write.
+_SPARE_STORES = 2
 
 _NS = 1_000_000_000
 
@@ -149,8 +155,12 @@ class CaptureDecoder:
         self.bytes_read = 0
         # Sum over interfaces of the latest pcapng ISB drop counter (None when unknown).
         self.kernel_drops: int | None = None
-        self._data = bytearray()  # unconsumed input; _data[0] is file offset _base
+        # unconsumed input: _store[_lo:_hi] (see _data); _store[_lo] is file offset _base
+        self._store = np.empty(0, np.uint8)
+        self._lo = self._hi = 0
         self._base = 0
+        # stores handed out with batches, and a weak reference to each one's batch buffer
+        self._retired: list[tuple[np.ndarray, weakref.ref]] = []
         self._pos = 0  # file offset of the next record/block to parse
         self._reader: _PcapReader | _PcapngReader | None = None
         self._pending: list[_Rows] = []
@@ -165,7 +175,7 @@ class CaptureDecoder:
         self.bytes_read += len(data)
         if self._dead or not data:
             return []
-        self._data += data
+        self._append(data)
         if self._reader is None and not self._start():
             return []
         assert self._reader is not None
@@ -193,8 +203,32 @@ class CaptureDecoder:
                     self._pos,
                 )
         batches = self._emit(final=True)
-        self._data = bytearray()
+        self._store = np.empty(0, np.uint8)
+        self._lo = self._hi = 0
+        self._retired = []
         return batches
+
+    @property
+    def _data(self) -> memoryview:
+        """The unconsumed input; ``_data[0]`` is file offset ``_base``."""
+        return memoryview(self._store)[self._lo : self._hi]
+
+    def _append(self, data: bytes) -> None:
+        n = len(data)
+        # the store keeps BUF_PAD spare bytes past the input: see _hand_out
+        if self._hi + n + BUF_PAD > self._store.shape[0]:
+            keep = self._hi - self._lo
+            if keep + n > self._store.shape[0] // 2:
+                # grow to twice what is needed: the window then slides over several
+                # feeds before the kept tail has to move to the front again
+                grown = np.empty(max(2 * (keep + n), 1 << 16) + BUF_PAD, np.uint8)
+                grown[:keep] = self._store[self._lo : self._hi]
+                self._store = grown
+            else:  # move the kept tail to the front (numpy copes with the overlap)
+                self._store[:keep] = self._store[self._lo : self._hi]
+            self._lo, self._hi = 0, keep
+        self._store[self._hi : self._hi + n] = np.frombuffer(data, np.uint8)
+        self._hi += n
 
     # -- used by the readers ------------------------------------------------------
     def _issue(
@@ -273,7 +307,8 @@ class CaptureDecoder:
         k = 0
         while n - k >= size or (final and k < n):
             j = min(k + size, n)
-            out.append(self._make_batch(rows, k, j))
+            last = not (n - j >= size or (final and j < n))
+            out.append(self._make_batch(rows, k, j, last))
             k = j
         if k < n:
             rest = _Rows(*(a[k:] for a in rows.columns()))
@@ -282,14 +317,21 @@ class CaptureDecoder:
             self._pending, self._pending_n = [], 0
         return out
 
-    def _make_batch(self, rows: _Rows, k: int, j: int) -> PacketBatch:
-        # Records are in file order and do not overlap: one copy of the span covers all.
+    def _make_batch(self, rows: _Rows, k: int, j: int, last: bool) -> PacketBatch:
+        """Rows [k, j) as a batch. Records are in file order and do not overlap, so the
+        buffer is the span of input bytes from the first packet to the end of the last
+        one, then BUF_PAD zero bytes: a copy, or for the last batch of an _emit the
+        store itself (see _hand_out)."""
         start = int(rows.data_off[k])
         stop = int(rows.data_off[j - 1] + rows.caplen[j - 1])
         size = stop - start
-        buf = np.empty(size + BUF_PAD, np.uint8)
-        buf[:size] = np.frombuffer(self._data, np.uint8, size, start - self._base)
-        buf[size:] = 0
+        lo = self._lo + start - self._base
+        if last:
+            buf = self._hand_out(lo, lo + size)
+        else:
+            buf = np.empty(size + BUF_PAD, np.uint8)
+            buf[:size] = self._store[lo : lo + size]
+            buf[size:] = 0
         return PacketBatch(
             frame_no=rows.frame_no[k:j],
             ts_ns=rows.ts_ns[k:j],
@@ -300,16 +342,44 @@ class CaptureDecoder:
             buf=buf,
         )
 
+    def _hand_out(self, a: int, z: int) -> np.ndarray:
+        """``_store[a:z]`` plus BUF_PAD zero bytes, without copying the span: the bytes
+        from z on move to a new store and the old one is left to the batch (the decoder
+        never writes to it again), so the input is copied once, not twice."""
+        store, hi = self._store, self._hi
+        rest = hi - z
+        fresh = self._spare(max(store.shape[0], 2 * rest + BUF_PAD))
+        fresh[:rest] = store[z:hi]
+        self._base += z - self._lo
+        self._store, self._lo, self._hi = fresh, 0, rest
+        store[z : z + BUF_PAD] = 0
+        # Through a memoryview: numpy views of the buffer then all keep this array (it
+        # is the first base that is not an ndarray view of the store), so its weak
+        # reference dies exactly when nothing can see the store any more.
+        buf = np.frombuffer(memoryview(store)[a : z + BUF_PAD], np.uint8)
+        self._retired.append((store, weakref.ref(buf)))
+        del self._retired[:-_SPARE_STORES]
+        return buf
+
+    def _spare(self, size: int) -> np.ndarray:
+        """A buffer of at least ``size`` bytes: a retired store whose batch buffer is
+        gone (with every view of it), else a new one."""
+        for i, (store, buf) in enumerate(self._retired):
+            if buf() is None and store.shape[0] >= size:
+                del self._retired[i]
+                return store
+        return np.empty(size, np.uint8)
+
     def _trim(self) -> None:
         keep = int(self._pending[0].data_off[0]) if self._pending else self._pos
         drop = keep - self._base
         if drop > 0:
-            del self._data[:drop]
+            self._lo += drop
             self._base = keep
 
 
 def _walk_pcap(
-    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+    data: memoryview, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
 ) -> tuple[np.ndarray, int]:
     """Offsets (int64) of the complete records from ``pos``, and where the walk stopped;
     the hot loop of pcap decoding."""
@@ -321,7 +391,7 @@ def _walk_pcap(
 
 
 def _walk_pcap_py(
-    data: bytearray, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
+    data: memoryview, pos: int, end: int, hdrlen: int, caplen_at: struct.Struct
 ) -> tuple[list[int], int]:
     unpack = caplen_at.unpack_from
     out: list[int] = []
@@ -359,10 +429,13 @@ class _PcapReader:
     def parse(self, dec: CaptureDecoder) -> None:
         data, base = dec._data, dec._base
         end = len(data)
-        positions, rel = _walk_pcap(data, dec._pos - base, end, self.hdrlen, self.caplen_at)
-        self._decode(dec, positions)
-        if dec._dead:
-            return
+        if _speedups is not None:
+            rel = self._records_c(dec)
+        else:
+            positions, rel = _walk_pcap(data, dec._pos - base, end, self.hdrlen, self.caplen_at)
+            self._decode(dec, positions)
+            if dec._dead:
+                return
         dec._pos = base + rel
         # An incomplete record claiming an absurd size is corruption, not a short read.
         if rel + self.hdrlen <= end:
@@ -375,6 +448,32 @@ class _PcapReader:
                     base + rel,
                 )
 
+    def _records_c(self, dec: CaptureDecoder) -> int:
+        """Walk and decode the complete records in C (``_speedups.pcap_records``); it
+        stops before a record claiming too many bytes, which the caller then reports.
+        Returns where the walk stopped (relative to ``dec._data``)."""
+        assert _speedups is not None
+        rel, ts, caplen, origlen, off = _speedups.pcap_records(
+            dec._data, dec._pos - dec._base, len(dec._data), self.hdrlen,
+            self.caplen_at.format[0] == ">", self.frac_ns, self.max_caplen,
+            dec._base + self.hdrlen,
+        )  # fmt: skip
+        n = len(off) // 8
+        if n:
+            first = dec.packets_read + 1
+            dec._add_rows(
+                _Rows(
+                    frame_no=np.arange(first, first + n, dtype=np.int64),
+                    ts_ns=np.frombuffer(ts, np.int64),
+                    linktype=np.full(n, self.linktype, np.int32),
+                    caplen=np.frombuffer(caplen, np.int32),
+                    origlen=np.frombuffer(origlen, np.int32),
+                    data_off=np.frombuffer(off, np.int64),
+                )
+            )
+            dec.packets_read += n
+        return rel
+
     def _decode(self, dec: CaptureDecoder, positions: np.ndarray) -> np.ndarray:
         """Read every record header at once; a bad caplen is fatal at its record."""
         if not len(positions):
@@ -382,7 +481,6 @@ class _PcapReader:
         pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
         hdr = take_struct(arr, pos, self.rec)
-        del arr  # release the export of the bytearray before it is resized
         caplen = hdr["cap"].astype(np.int64)
         bad = caplen > self.max_caplen
         if not bad.any():
@@ -463,7 +561,7 @@ def ts_to_ns(raw: np.ndarray, tsresol: int, tsoffset: int) -> np.ndarray:
     return ns
 
 
-def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[np.ndarray, int]:
+def _walk_epb(data: memoryview, pos: int, end: int, head: struct.Struct) -> tuple[np.ndarray, int]:
     """Offsets (int64) of consecutive complete EPBs from ``pos``, and where the walk
     stopped; the hot loop of pcapng decoding.
 
@@ -477,7 +575,9 @@ def _walk_epb(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple
     return np.array(out, np.int64), stop
 
 
-def _walk_epb_py(data: bytearray, pos: int, end: int, head: struct.Struct) -> tuple[list[int], int]:
+def _walk_epb_py(
+    data: memoryview, pos: int, end: int, head: struct.Struct
+) -> tuple[list[int], int]:
     unpack = head.unpack_from
     out: list[int] = []
     append = out.append
@@ -492,6 +592,19 @@ def _walk_epb_py(data: bytearray, pos: int, end: int, head: struct.Struct) -> tu
         append(pos)
         pos = nxt
     return out, pos
+
+
+# Column dtypes of _speedups.epb_records: offsets, interfaces, raw timestamps, lengths.
+_EPB_TYPES = (np.int64, np.int64, np.uint64, np.int64, np.int64)
+
+
+def _bad_epb(at: int, blen: int, trailer: int, caplen: int) -> str:
+    """The fatal issue's message for a corrupt EPB at byte ``at``."""
+    if trailer != blen:
+        why = f"total length {blen} at the start but {trailer} at the end (corrupt block length)"
+    else:
+        why = f"captured length {caplen} does not fit its {blen}-byte block"
+    return f"enhanced packet block at byte {at}: {why}"
 
 
 def _options(body: bytes, off: int, order: str) -> list[tuple[int, bytes]]:
@@ -554,14 +667,18 @@ class _PcapngReader:
     def parse(self, dec: CaptureDecoder) -> None:
         while not dec._dead:
             if self.order is not None:
-                data, base = dec._data, dec._base
-                positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
-                if len(positions):
-                    self._flush_slow(dec)
-                    self._decode_epbs(dec, positions)
-                    if dec._dead:
-                        break
-                    dec._pos = base + rel
+                if _speedups is not None:
+                    self._epbs_c(dec)
+                else:
+                    data, base = dec._data, dec._base
+                    positions, rel = _walk_epb(data, dec._pos - base, len(data), self.head)
+                    if len(positions):
+                        self._flush_slow(dec)
+                        self._decode_epbs(dec, positions)
+                        if not dec._dead:
+                            dec._pos = base + rel
+                if dec._dead:
+                    break
             if not self._block(dec):
                 break
         self._flush_slow(dec)
@@ -579,41 +696,60 @@ class _PcapngReader:
         return f"pcapng block at byte {dec._pos}"
 
     # -- bulk EPB path --------------------------------------------------------------
+    def _epbs_c(self, dec: CaptureDecoder) -> None:
+        """The bulk EPB path in C (``_speedups.epb_records``): it walks and decodes the
+        sound EPBs from ``dec._pos`` and stops before a corrupt one, reported here."""
+        assert _speedups is not None and self.head is not None
+        base = dec._base
+        rel, bad, blen, trailer, caplen, *cols = _speedups.epb_records(
+            dec._data, dec._pos - base, dec._hi - dec._lo, self.head.format[0] == ">"
+        )
+        pos, iface, raw, cap, orig = (
+            np.frombuffer(c, t) for c, t in zip(cols, _EPB_TYPES, strict=True)
+        )
+        if len(pos) or bad:
+            self._flush_slow(dec)
+            self._store_epbs(dec, pos, iface, raw, cap, orig)
+        dec._pos = base + rel
+        if bad:
+            dec._fatal("bad_block", _bad_epb(dec._pos, blen, trailer, caplen), dec._pos)
+
     def _decode_epbs(self, dec: CaptureDecoder, positions: np.ndarray) -> None:
         pos = positions
         arr = np.frombuffer(dec._data, np.uint8)
         hdr = take_struct(arr, pos, self.epb)
         blen = hdr["len"].astype(np.int64)
         trailer = take_rows(arr, pos + blen - 4, 4).view(self.u32)[:, 0]
-        del arr  # release the export of the bytearray before it is resized
         caplen = hdr["cap"].astype(np.int64)
         bad = (trailer != blen) | (caplen > blen - 32)
-        if not bad.any():
-            self._store_epbs(dec, pos, hdr, caplen)
-            return
-        k = int(np.argmax(bad))
-        at = dec._base + int(positions[k])
-        if trailer[k] != blen[k]:
-            why = (
-                f"total length {int(blen[k])} at the start but {int(trailer[k])} at the "
-                "end (corrupt block length)"
-            )
-        else:
-            why = f"captured length {int(caplen[k])} does not fit its {int(blen[k])}-byte block"
-        self._store_epbs(dec, pos[:k], hdr[:k], caplen[:k])
-        dec._pos = at
-        dec._fatal("bad_block", f"enhanced packet block at byte {at}: {why}", at)
+        k = int(np.argmax(bad)) if bad.any() else len(pos)
+        raw = (hdr["hi"].astype(np.uint64) << np.uint64(32)) | hdr["lo"].astype(np.uint64)
+        self._store_epbs(
+            dec, pos[:k], hdr["iface"][:k].astype(np.int64), raw[:k], caplen[:k], hdr["orig"][:k]
+        )
+        if k < len(pos):
+            at = dec._base + int(positions[k])
+            dec._pos = at
+            why = _bad_epb(at, int(blen[k]), int(trailer[k]), int(caplen[k]))
+            dec._fatal("bad_block", why, at)
 
     def _store_epbs(
-        self, dec: CaptureDecoder, pos: np.ndarray, hdr: np.ndarray, caplen: np.ndarray
+        self,
+        dec: CaptureDecoder,
+        pos: np.ndarray,
+        iface: np.ndarray,
+        raw: np.ndarray,
+        caplen: np.ndarray,
+        origlen: np.ndarray,
     ) -> None:
+        """Rows for EPBs at ``pos`` (relative to ``dec._data``): interface (int64),
+        raw 64-bit timestamp (uint64), captured and wire lengths."""
         n = pos.shape[0]
         if n == 0:
             return
         first = dec.packets_read + 1
         dec.packets_read += n
         frame_no = np.arange(first, first + n, dtype=np.int64)
-        iface = hdr["iface"].astype(np.int64)
         known = iface < len(self.ifaces)
         if not known.all():
             bad = np.flatnonzero(~known)
@@ -625,17 +761,17 @@ class _PcapngReader:
                 f"{len(self.ifaces)}; those packets are skipped",
                 dec._base + int(pos[bad[0]]),
             )
-            pos, hdr, caplen, iface, frame_no = (
+            pos, raw, caplen, origlen, iface, frame_no = (
                 pos[known],
-                hdr[known],
+                raw[known],
                 caplen[known],
+                origlen[known],
                 iface[known],
                 frame_no[known],
             )
             n = pos.shape[0]
             if n == 0:
                 return
-        raw = (hdr["hi"].astype(np.uint64) << np.uint64(32)) | hdr["lo"].astype(np.uint64)
         i0 = int(iface[0])
         if len(self.ifaces) == 1 or bool((iface == i0).all()):
             f = self.ifaces[i0]
@@ -656,7 +792,7 @@ class _PcapngReader:
                 ts_ns=ts,
                 linktype=linktype,
                 caplen=caplen.astype(np.int32),
-                origlen=np.minimum(hdr["orig"], 0x7FFFFFFF).astype(np.int32),
+                origlen=np.minimum(origlen, 0x7FFFFFFF).astype(np.int32),
                 data_off=pos + (dec._base + 28),
             )
         )

@@ -8,6 +8,7 @@ per pass. Python-level work per packet only happens for SACK lists (building the
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +19,16 @@ from . import _linktypes as lt
 from ._addr import V4_MAPPED_PREFIX
 from ._gather import as_bytes, take_be16, take_rows, take_struct, take_u8
 from ._tcp_options import walk_options
+
+# Optional C header decode (parsers/capture/_speedups.c): one pass per packet instead of
+# numpy passes per header field; without it, or with TAILTAP_PURE_PYTHON=1, the numpy
+# code below gives the same segments, counts and issues.
+_speedups = None
+if not os.environ.get("TAILTAP_PURE_PYTHON"):
+    try:
+        from . import _speedups  # type: ignore[no-redef]
+    except ImportError:
+        pass
 
 # Per-packet outcome; the counts go to DecodeStats.
 _PENDING, _TCP, _UDP, _OTHER_IP, _NON_IP, _FRAG, _TRUNC, _MALFORMED, _UNKNOWN_LT = range(9)
@@ -72,15 +83,97 @@ def decode_segments(
     """
     buf = as_bytes(batch.buf)
     n = len(batch)
+    stats.packets += n
+    stats.bytes += int(batch.caplen.sum(dtype=np.int64))
+    groups = _link_groups(batch, stats, issues)
+    seg = _decode_c(buf, batch, stats, issues) if _speedups is not None else None
+    if seg is None:
+        seg = _decode_numpy(buf, batch, groups, stats, issues)
+    return seg
+
+
+def _decode_c(
+    buf: np.ndarray, batch: PacketBatch, stats: DecodeStats, issues: list[DecodeIssue]
+) -> SegmentBatch | None:
+    """decode_segments through the C pass; None when it declines (bytes outside buf)."""
+    assert _speedups is not None
+    n = len(batch)
+    cols = [np.empty(n, t) for t in _C_COLUMNS]
+    res = _speedups.decode_tcp(
+        buf,
+        np.ascontiguousarray(batch.offset, np.int64),
+        np.ascontiguousarray(batch.caplen, np.int32),
+        np.ascontiguousarray(batch.origlen, np.int32),
+        np.ascontiguousarray(batch.linktype, np.int32),
+        np.ascontiguousarray(batch.frame_no, np.int64),
+        np.ascontiguousarray(batch.ts_ns, np.int64),
+        *cols,
+    )
+    if res == -1:
+        return None
+    m, slow_rows, slow_start, slow_stop = res
+    (cls, frame_no, ts_ns, version, src_hi, src_lo, dst_hi, dst_lo, sport, dport, seq, ack, flags,
+     window, payload_off, payload_len, wire_len, has_ts, ts_val, ts_ecr, ip_id) = cols  # fmt: skip
+    seg = SegmentBatch(
+        frame_no=frame_no[:m],
+        ts_ns=ts_ns[:m],
+        ip_version=version[:m],
+        src_hi=src_hi[:m],
+        src_lo=src_lo[:m],
+        dst_hi=dst_hi[:m],
+        dst_lo=dst_lo[:m],
+        sport=sport[:m],
+        dport=dport[:m],
+        seq=seq[:m],
+        ack=ack[:m],
+        flags=flags[:m],
+        window=window[:m],
+        payload_off=payload_off[:m],
+        payload_len=payload_len[:m],
+        payload_wire_len=wire_len[:m],
+        has_ts=has_ts[:m],
+        ts_val=ts_val[:m],
+        ts_ecr=ts_ecr[:m],
+        wscale=np.full(m, -1, np.int8),
+        mss=np.full(m, -1, np.int32),
+        ip_id=ip_id[:m],
+        buf=buf,
+    )
+    bad_options = -1
+    if slow_rows:
+        bad_options = walk_options(
+            buf, np.frombuffer(slow_start, np.int64), np.frombuffer(slow_stop, np.int64),
+            np.frombuffer(slow_rows, np.int64), seg.has_ts, seg.ts_val, seg.ts_ecr, seg.wscale,
+            seg.mss, seg.sack,
+        )  # fmt: skip
+    _count(cls, batch, stats, issues)
+    _report_options(seg, bad_options, issues)
+    return seg
+
+
+# Column dtypes of _speedups.decode_tcp's outputs, in its argument order.
+_C_COLUMNS = (
+    np.int8, np.int64, np.int64, np.uint8, np.uint64, np.uint64, np.uint64, np.uint64,
+    np.uint16, np.uint16, np.uint32, np.uint32, np.uint8, np.uint16, np.int64, np.int32,
+    np.int32, np.bool_, np.uint32, np.uint32, np.int32,
+)  # fmt: skip
+
+
+def _decode_numpy(
+    buf: np.ndarray,
+    batch: PacketBatch,
+    groups: list[tuple[int, np.ndarray | slice, int]],
+    stats: DecodeStats,
+    issues: list[DecodeIssue],
+) -> SegmentBatch:
+    n = len(batch)
     start = batch.offset.astype(np.int64, copy=False)
     pend = start + batch.caplen.astype(np.int64)  # end of the captured bytes
     wend = start + batch.origlen.astype(np.int64)  # end of the packet on the wire
-    stats.packets += n
-    stats.bytes += int(batch.caplen.sum(dtype=np.int64))
     cls = np.zeros(n, np.int8)
     l3 = start.copy()
     etype = np.zeros(n, np.int64)
-    _link_layer(buf, batch, start, pend, l3, etype, cls, stats, issues)
+    _link_layer(buf, groups, start, pend, l3, etype, cls)
 
     net = _Net.empty(n)
     pending = cls == _PENDING
@@ -141,29 +234,26 @@ def decode_segments(
     seg.payload_len = np.maximum(np.minimum(pend[sel], end) - seg.payload_off, 0).astype(np.int32)
     bad_options = _tcp_options(buf, p, doff, seg)
     _count(cls, batch, stats, issues)
+    _report_options(seg, bad_options, issues)
+    return seg
+
+
+def _report_options(seg: SegmentBatch, bad_options: int, issues: list[DecodeIssue]) -> None:
     if bad_options >= 0:
         _upsert(
             issues, "malformed_tcp_options", "TCP options", int(seg.frame_no[bad_options]),
             "TCP options with a bad length: the options after it are ignored",
         )  # fmt: skip
-    return seg
 
 
-def _link_layer(
-    buf: np.ndarray,
-    batch: PacketBatch,
-    start: np.ndarray,
-    pend: np.ndarray,
-    l3: np.ndarray,
-    etype: np.ndarray,
-    cls: np.ndarray,
-    stats: DecodeStats,
-    issues: list[DecodeIssue],
-) -> None:
-    """Set l3 (network header offset) and etype (0x0800/0x86DD/other) for every packet."""
+def _link_groups(
+    batch: PacketBatch, stats: DecodeStats, issues: list[DecodeIssue]
+) -> list[tuple[int, np.ndarray | slice, int]]:
+    """(link type, rows, count) of the batch; counts every link type in ``stats`` and
+    reports the ones that are not decoded."""
     n = len(batch)
     if n == 0:
-        return
+        return []
     linktype = batch.linktype
     first = int(linktype[0])
     if bool((linktype == first).all()):
@@ -176,6 +266,28 @@ def _link_layer(
         ]
     for link, sel, count in groups:
         stats.linktypes[link] = stats.linktypes.get(link, 0) + count
+        if link not in lt.SUPPORTED:
+            stats.unknown_linktype += count
+            frame = int(batch.frame_no[sel][0])
+            _upsert(
+                issues, "unknown_linktype", f"link type {link} ", frame,
+                f"link type {link} ({lt.NAMES.get(link, 'unsupported')}) is not decoded: "
+                f"{stats.linktypes[link]} packet(s) counted only",
+            )  # fmt: skip
+    return groups
+
+
+def _link_layer(
+    buf: np.ndarray,
+    groups: list[tuple[int, np.ndarray | slice, int]],
+    start: np.ndarray,
+    pend: np.ndarray,
+    l3: np.ndarray,
+    etype: np.ndarray,
+    cls: np.ndarray,
+) -> None:
+    """Set l3 (network header offset) and etype (0x0800/0x86DD/other) for every packet."""
+    for link, sel, count in groups:
         s = start[sel]
         if link == lt.ETHERNET:
             hdr, et = 14, take_be16(buf, s + 12)
@@ -198,15 +310,8 @@ def _link_layer(
             af = take_rows(buf, s, 4).view("<u4")[:, 0].astype(np.int64)
             af = np.where(af > 0xFFFF, af.astype(np.uint32).byteswap().astype(np.int64), af)
             et = np.where(af == _AF_INET, ETH_IPV4, np.where(_any_of(af, _AF_INET6), ETH_IPV6, 0))
-        else:
+        else:  # not decoded (counted and reported by _link_groups)
             cls[sel] = _UNKNOWN_LT
-            stats.unknown_linktype += count
-            frame = int(batch.frame_no[sel][0])
-            _upsert(
-                issues, "unknown_linktype", f"link type {link} ", frame,
-                f"link type {link} ({lt.NAMES.get(link, 'unsupported')}) is not decoded: "
-                f"{stats.linktypes[link]} packet(s) counted only",
-            )  # fmt: skip
             continue
         l3[sel] = s + hdr
         etype[sel] = et

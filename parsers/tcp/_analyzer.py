@@ -45,6 +45,9 @@ class TcpAnalyzer(PacketPath, BulkPath):
         self._rtts: list[RttSample | RttRun] = []
         self._done: list[ConnectionSummary] = []
         self._late: list[PayloadChunk] = []
+        self._pack_args: tuple = ()
+        self._packed: bytearray | None = None
+        self._pack_buf = bytearray()
         self._next_key = 1
         self._next_burst = 1
         self._now = 0
@@ -79,6 +82,7 @@ class TcpAnalyzer(PacketPath, BulkPath):
             sackm[np.fromiter(b.sack.keys(), dtype=np.int64, count=len(b.sack))] = True
         mv = memoryview(b.buf)
         order = g.order
+        self._pack_args, self._packed = (b, sackm, g.swap, order), None
         # flows in order of their first packet: connection keys follow capture order
         first = np.argsort(order[g.starts], kind="stable")
         starts, stops = g.starts[first], g.stops[first]
@@ -93,20 +97,23 @@ class TcpAnalyzer(PacketPath, BulkPath):
             if sm and cols is not None:
                 self._slow_rows(key6, idx, b, g.swap, out, mv, [c[a:z] for c in cols])
             else:
-                self._group(key6, idx, b, g.swap, sackm, mv, out)
+                self._group(key6, idx, b, g.swap, sackm, mv, out, a)
+        self._pack_args, self._packed = (), None  # the batch is done: do not keep it alive
         if len(self._tomb) > 4096:
             horizon = self._now - 60_000_000_000
             self._tomb = {k: v for k, v in self._tomb.items() if v[0] >= horizon}
         return out
 
-    def _group(self, key6: tuple, idx: np.ndarray, b, swap, sackm, mv, out: list) -> None:
+    def _group(self, key6: tuple, idx: np.ndarray, b, swap, sackm, mv, out: list, at: int) -> None:
+        """Rows ``idx`` (``order[at:]`` of the flow grouping) of one connection: bulk
+        runs while they are clean, the per-packet path in between."""
         n = len(idx)
         pos = 0
         while pos < n:
             conn = self._table.get(key6)
             if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
                 w = min(n - pos, FAST_WINDOW)
-                k = self._fast(conn, idx[pos : pos + w], b, swap, sackm, mv, out)
+                k = self._fast(conn, idx[pos : pos + w], b, swap, sackm, mv, out, at + pos)
                 pos += k
                 if k == w:
                     continue

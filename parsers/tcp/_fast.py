@@ -1,4 +1,4 @@
-"""Bulk (numpy) path for clean runs of a connection's segments.
+"""Bulk path for clean runs of a connection's segments: numpy, or one C pass.
 
 A run is *clean* when, for every row: no SYN/FIN/RST, ACK set, not cut by the
 snaplen, no SACK option, window non-zero; data of each direction is exactly
@@ -12,6 +12,12 @@ delivery in order, ACK progress where the running ACK advances, data->ACK RTT sa
 each TSval), window-full checks against the forward-filled ACK and window of the far
 end. The first row that breaks a rule ends the run; the per-packet path takes over
 there, so both paths give the same result.
+
+With the C extension, ``_speedups.fast_run`` does the checks and computes the same
+results in one loop over the run's rows (read as records laid out in flow order by
+``_speedups.pack_rows``); :meth:`BulkPath._fast_c` applies them to the connection in
+the numpy code's order. The numpy code stays the fallback (pure-Python mode, and
+window scales above 14).
 """
 
 from __future__ import annotations
@@ -24,8 +30,8 @@ from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
 from parsers.tcp._analysis import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
-# Optional C fold of the smoothed RTT (parsers/tcp/_speedups.c); without it, or with
-# TAILTAP_PURE_PYTHON=1, the Python loop gives the same value.
+# Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
+# with TAILTAP_PURE_PYTHON=1, the numpy code and the Python loop give the same results.
 _speedups = None
 if not os.environ.get("TAILTAP_PURE_PYTHON"):
     try:
@@ -37,6 +43,13 @@ _SFR = SYN | FIN | RST
 _M32 = np.int64(0xFFFFFFFF)
 _H31 = np.int64(0x80000000)
 _BIG = np.int64(1 << 62)
+# RFC 7323's largest window scale: windows shifted by more (a bogus option) take the
+# numpy path, whose Python ints do not overflow; the C path keeps values in int64.
+_MAX_WS = 14
+_RECORD_BYTES = 64  # one row as _speedups.pack_rows lays it out
+# Column dtypes of _speedups.pack_rows, in its order (see _pack).
+_C_TYPES = (np.uint8, np.int32, np.int32, np.uint16, np.bool_, np.bool_, np.uint32, np.uint32,
+            np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64)  # fmt: skip
 
 
 def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
@@ -49,16 +62,44 @@ def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
     return ref + np.cumsum(d)
 
 
+def _i64(raw: bytearray) -> np.ndarray:
+    return np.frombuffer(raw, dtype=np.int64)
+
+
+def _c_state(D: Dir) -> tuple:
+    """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None)."""
+    st, en, t = D.segs.arrays()
+    tv, tt, ts = D.tsq.arrays()
+    return (
+        D.base is not None, D.base or 0, D.seq_ref, D.hi, D.ack_ref, D.acked,
+        -1 if D.last_ack32 is None else D.last_ack32, -1 if D.last_win is None else D.last_win,
+        D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
+        int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
+        D.tsq.last_echo, D.srtt,
+    )  # fmt: skip
+
+
 class BulkPath:
     """Mixin for :class:`TcpAnalyzer`."""
 
     _events: list
     _rtts: list
     stats: dict
+    # the batch being fed: (segments, SACK mask, swap, flow order), and its rows as
+    # fast_run records once a C run needs them
+    _pack_args: tuple
+    _packed: bytearray | None
+    _pack_buf: bytearray
 
     def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
-              mv, out: list) -> int:  # fmt: skip
-        """Process the longest clean prefix of rows ``idx``; returns its length."""
+              mv, out: list, at: int) -> int:  # fmt: skip
+        """Process the longest clean prefix of rows ``idx`` (``order[at:]`` of the batch's
+        flow grouping); returns its length."""
+        c, s = conn.dirs
+        if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
+            k = self._fast_c(conn, idx, b, out, at)
+            if k is not None:
+                return k
         n = len(idx)
         fl = b.flags[idx]
         wl = b.payload_wire_len[idx].astype(np.int64)
@@ -211,7 +252,7 @@ class BulkPath:
                 edge = int((x["a_rel"] + ((x["wd"] << D.ws) << (0 if D.ws_known else 14))).max())
                 if edge > R.max_edge:
                     R.max_edge = edge
-            self._fast_sigs(D, rows, b, x, dts)
+            self._sigs(D, rows[-SIG_KEEP:], b)
             hist = conn.hist
             if not hist.has("A" if d == 0 else "a") and not isdata.all():
                 hist.add_side("A", d)
@@ -323,6 +364,138 @@ class BulkPath:
         self.stats["fast_rows"] += k
         return k
 
+    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int | None:
+        """:meth:`_fast` through ``_speedups.fast_run``: the same checks and results,
+        computed in one C pass; this applies them in the numpy code's order. None when
+        the C pass declines (a segment log out of end order)."""
+        assert _speedups is not None
+        if self._packed is None:
+            self._packed = self._pack()
+        ran = _speedups.fast_run(
+            self._packed, at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
+            _c_state(conn.dirs[1]), SIG_KEEP,
+        )  # fmt: skip
+        if ran is None:
+            return None
+        k, chunks, *res = ran
+        if k == 0:
+            return 0
+        key = conn.key
+        hist = conn.hist
+        for d in (0, 1):  # sender side: sequence space, header memory
+            x = res[d]
+            if not x["kd"]:
+                continue
+            D, R = conn.dirs[d], conn.dirs[1 - d]
+            D.pkts += x["kd"]
+            if x["s_abs"] > D.seq_ref:
+                D.seq_ref = x["s_abs"]
+            nd = x["nd"]
+            if nd:
+                D.hi = D.nxt = x["hi"]
+                D.hi_ts = x["hi_ts"]
+                D.hi_ipid = x["hi_ipid"]
+            if x["any_ts"]:
+                mx = x["tsv_max"]
+                if D.tsv_u is None or mx > D.tsv_u:
+                    D.tsv_u = mx
+                if nd:
+                    D.hi_tsv = x["hi_tsv"] if x["hi_tsv_known"] else None
+            elif nd:
+                D.hi_tsv = None
+            if x["ipid_on"]:
+                D.ipid_good += x["ipid_good"]
+                D.ipid_bad += x["ipid_bad"]
+                D.ipid_last = x["ipid_last"]
+            if x["any_a32"]:
+                D.last_ack32 = x["last_a32"]
+                D.last_win = x["last_wd"]
+                R.rwnd = D.last_win << D.ws
+                R.rwnd_known = D.ws_known
+                if x["max_edge"] > R.max_edge:
+                    R.max_edge = x["max_edge"]
+            sigd, sigq = D.sigd, D.sigq  # as _sigs: the run's last packets' signatures
+            for sig, t in x["sigs"]:
+                sigd[sig] = t
+                sigq.append(sig)
+                if len(sigq) > SIG_KEEP:
+                    sigd.pop(sigq.popleft(), None)
+            if x["pure_ack"] and not hist.has("A" if d == 0 else "a"):
+                hist.add_side("A", d)
+            if nd and not hist.has("D" if d == 0 else "d"):
+                hist.add_side("D", d)
+        for d in (0, 1):  # window full: data reaching the far end's advertised window
+            x = res[d]
+            if x["nd"] and conn.dirs[d].rwnd_known and len(x["wf_pos"]):
+                for pos, s, nb in zip(_i64(x["wf_pos"]).tolist(), _i64(x["wf_s"]).tolist(),
+                                      _i64(x["wf_n"]).tolist(), strict=True):  # fmt: skip
+                    row = int(idx[pos])
+                    self._events.append(TcpEvent(int(b.ts_ns[row]), key, d, "window_full", s, nb,
+                                                 int(b.frame_no[row])))  # fmt: skip
+        for d in (0, 1):  # far-end side: ACK progress, RTT samples, TSecr samples
+            x = res[d]
+            X = conn.dirs[d]
+            A = _i64(x["A"])
+            new_tsv = x["new_tv"] > 0
+            if not x["far_rows"] or not len(A):
+                if x["nd"]:
+                    X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
+                if new_tsv:
+                    X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
+                continue
+            TA = _i64(x["TA"])
+            X.acks.extend(TA, A)
+            if x["far_a_abs"] > X.ack_ref:
+                X.ack_ref = x["far_a_abs"]
+            X.acked = int(A[-1])
+            X.progress_ts = int(TA[-1])
+            X.dupacks = 0
+            if X.sack_hi and X.acked >= X.sack_hi:
+                X.sack_hi = 0
+                X.sacks = []
+            X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
+            X.segs.sampled_end = x["sampled_end"]
+            if len(x["smp_t"]):
+                rtt = _i64(x["smp_v"]) / 1e6
+                self._rtts.append(RttRun(key, X.idx, _i64(x["smp_t"]), rtt, "data_ack"))
+            if x["e_on"] or new_tsv:
+                X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
+            if len(x["tsmp_t"]):
+                rtt = _i64(x["tsmp_v"]) / 1e6
+                self._rtts.append(RttRun(key, X.idx, _i64(x["tsmp_t"]), rtt, "tsecr"))
+            if len(x["smp_t"]) or len(x["tsmp_t"]):  # smoothed/min RTT, as _fast_srtt
+                X.srtt = x["srtt"]
+                if X.min_rtt is None or x["min_rtt"] < X.min_rtt:
+                    X.min_rtt = x["min_rtt"]
+            if X.burst_id is not None and X.acked >= X.burst_end:
+                self._close_burst(X)
+        if len(chunks):
+            out.append(ChunkRun(key, _i64(chunks).reshape(-1, 6), b.buf))
+        last = int(b.ts_ns[idx[k - 1]])
+        if last > conn.last_ns:
+            conn.last_ns = last
+        if last > self._now:
+            self._now = last
+        self.stats["fast_rows"] += k
+        return k
+
+    def _pack(self) -> bytearray:
+        """The batch's rows in flow order as ``fast_run`` records (see _speedups.c), in
+        a buffer kept from batch to batch (fresh memory costs a page fault per page)."""
+        assert _speedups is not None
+        b, sackm, swap, order = self._pack_args
+        size = len(order) * _RECORD_BYTES
+        if len(self._pack_buf) < size:
+            self._pack_buf = bytearray(size)
+        cols = tuple(
+            None if a is None else np.ascontiguousarray(a, dtype=t)
+            for a, t in zip((b.flags, b.payload_wire_len, b.payload_len, b.window, sackm, swap,
+                             b.seq, b.ack, b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr,
+                             b.ip_id, b.payload_off, order), _C_TYPES, strict=True)
+        )  # fmt: skip
+        _speedups.pack_rows(cols, self._pack_buf)
+        return self._pack_buf
+
     # ------------------------------------------------------------------ helpers
 
     @staticmethod
@@ -415,10 +588,11 @@ class BulkPath:
         q.set_arrays(tv[keep], tt[keep], ts_[keep], last_echo)
         return out
 
-    def _fast_sigs(self, D: Dir, rows: np.ndarray, b, x: dict, dts: np.ndarray) -> None:
-        """Remember the last packets' signatures for capture-duplicate detection."""
-        m = min(SIG_KEEP, len(rows))
-        r = rows[-m:]
+    @staticmethod
+    def _sigs(D: Dir, r: np.ndarray, b) -> None:
+        """Remember the signatures of rows ``r`` (a direction's last packets, at most
+        SIG_KEEP) for capture-duplicate detection."""
+        m = len(r)
         ipid = b.ip_id[r].tolist()
         seq = b.seq[r].tolist()
         ack = b.ack[r].tolist()
@@ -427,7 +601,7 @@ class BulkPath:
         win = b.window[r].tolist()
         hts = b.has_ts[r].tolist()
         tsv = b.ts_val[r].tolist()
-        tl = dts[-m:].tolist()
+        tl = b.ts_ns[r].tolist()
         sigd, sigq = D.sigd, D.sigq
         for i in range(m):
             if ipid[i] > 0 or wl[i] or hts[i]:

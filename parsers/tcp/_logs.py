@@ -225,14 +225,24 @@ class TsLog:
 
 
 class AckLog:
-    """(ts_ns, acked offset) pairs, both non-decreasing."""
+    """(ts_ns, acked offset) pairs, both non-decreasing.
 
-    __slots__ = ("_chunks", "_tts", "_toff")
+    Kept in one growing pair of buffers (entries ``[h, n)`` are live): the pipeline asks
+    for the whole progress after every batch, and views of the buffers answer that
+    without concatenating. Written entries are never overwritten (growth copies to new
+    buffers), so arrays handed out stay valid.
+    """
+
+    __slots__ = ("_ts", "_off", "_h", "_n", "_tts", "_toff", "_view")
 
     def __init__(self) -> None:
-        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
-        self._tts: list[int] = []
+        self._ts = _EMPTY_I64
+        self._off = _EMPTY_I64
+        self._h = 0
+        self._n = 0
+        self._tts: list[int] = []  # per-packet appends, moved to the buffers when read
         self._toff: list[int] = []
+        self._view = (_EMPTY_I64, _EMPTY_I64)  # the live entries, as handed out
 
     def append(self, ts: int, off: int) -> None:
         self._tts.append(ts)
@@ -241,28 +251,37 @@ class AckLog:
     def extend(self, ts: np.ndarray, off: np.ndarray) -> None:
         if len(ts):
             self._flush_tail()
-            self._chunks.append((ts, off))
+            self._put(ts, off)
 
     def _flush_tail(self) -> None:
         if self._tts:
-            self._chunks.append(
-                (np.array(self._tts, dtype=np.int64), np.array(self._toff, dtype=np.int64))
-            )
+            self._put(np.array(self._tts, dtype=np.int64), np.array(self._toff, dtype=np.int64))
             self._tts = []
             self._toff = []
 
+    def _put(self, ts: np.ndarray, off: np.ndarray) -> None:
+        m = len(ts)
+        if self._n + m > len(self._ts):
+            live = self._n - self._h
+            cap = max(2 * (live + m), 256)
+            grown_ts = np.empty(cap, dtype=np.int64)
+            grown_off = np.empty(cap, dtype=np.int64)
+            grown_ts[:live] = self._ts[self._h : self._n]
+            grown_off[:live] = self._off[self._h : self._n]
+            self._ts, self._off, self._h, self._n = grown_ts, grown_off, 0, live
+        self._ts[self._n : self._n + m] = ts
+        self._off[self._n : self._n + m] = off
+        self._n += m
+        self._view = (self._ts[self._h : self._n], self._off[self._h : self._n])
+
     def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        self._flush_tail()
-        if not self._chunks:
-            return _EMPTY_I64, _EMPTY_I64
-        if len(self._chunks) > 1:
-            ts = np.concatenate([c[0] for c in self._chunks])
-            off = np.concatenate([c[1] for c in self._chunks])
-            self._chunks = [(ts, off)]
-        return self._chunks[0]
+        if self._tts:
+            self._flush_tail()
+        return self._view
 
     def prune(self, below: int) -> None:
-        ts, off = self.arrays()
-        k = int(np.searchsorted(off, below, side="left"))
+        """Forget the entries below offset ``below``."""
+        k = int(np.searchsorted(self.arrays()[1], below, side="left"))
         if k:
-            self._chunks = [(ts[k:].copy(), off[k:].copy())] if k < len(off) else []
+            self._h += k
+            self._view = (self._ts[self._h : self._n], self._off[self._h : self._n])

@@ -1,12 +1,18 @@
-/* Optional C helper for parsers/tcp/_fast.py.
+/* Optional C helpers for the TCP layer's bulk path (parsers/tcp/_fast.py, _flows.py).
  *
  * ewma(srtt, values): the smoothed RTT after folding int64 samples in order,
  * srtt = srtt * 0.875 + r * 0.125 (the first sample when srtt is None), with the same
  * double operations, in the same order, as the Python loop it replaces: built with
  * -ffp-contract=off so no multiply-add is fused (that would round differently).
+ * fast_run folds its runs' samples the same way.
+ *
+ * pack_rows / fast_run: one connection's clean run checked and applied in C (see below);
+ * group_flows: a batch's rows grouped by connection. Without this module the numpy code
+ * gives the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdint.h>
 #include <string.h>
 
 static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -47,9 +53,715 @@ static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     return PyFloat_FromDouble(s);
 }
 
+/* ---- fast_run: the bulk path of parsers/tcp/_fast.py as two loops over the rows ----
+ *
+ * BulkPath._fast checks a connection's rows for a clean run and applies it with numpy,
+ * some 150 array operations per call. fast_run does the same in C: the first loop walks
+ * the rows in capture order, stops at the first row that breaks a rule and gathers what
+ * the run changes (sequence space, ACK progress, TSvals, IP IDs, in-order chunks,
+ * window-full rows); then each direction's advancing ACKs are matched against its
+ * segment and TSval logs (data->ACK and TSecr RTT samples). _fast.py applies the results
+ * to the connection state in the numpy path's order, so both paths agree exactly. The
+ * numpy semantics are kept where they differ from a per-packet view: the logs searched
+ * hold every segment of the run, as np.searchsorted over them does. Windows are shifted
+ * by at most 14 bits (the caller checks), so no value leaves int64.
+ */
+
+#define M32 0xFFFFFFFFLL
+#define H31 0x80000000LL
+
+typedef struct {
+    int64_t *v;
+    Py_ssize_t n, cap;
+} vec_t;
+
+static int vpush(vec_t *a, int64_t x) {
+    if (a->n == a->cap) {
+        Py_ssize_t cap = a->cap ? a->cap * 2 : 256;
+        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return 0;
+}
+
+/* Room for cap values up front (the per-row vectors of a run hold at most one value per
+ * row): no reallocation and copy while the rows are walked. */
+static int vreserve(vec_t *a, Py_ssize_t cap) {
+    if (cap <= a->cap) return 0;
+    int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
+    if (v == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    a->v = v;
+    a->cap = cap;
+    return 0;
+}
+
+static int vextend(vec_t *a, const int64_t *src, Py_ssize_t n) {
+    if (n <= 0) return 0;
+    if (vreserve(a, a->n + n) < 0) return -1;
+    memcpy(a->v + a->n, src, (size_t)n * sizeof(int64_t));
+    a->n += n;
+    return 0;
+}
+
+/* The vector as a bytearray of int64 values (for np.frombuffer). */
+static PyObject *vbytes(const vec_t *a) {
+    return PyByteArray_FromStringAndSize((const char *)a->v, a->n * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* One step of _fast._unwrap: from the previous unwrapped value to the next 32-bit one. */
+static inline int64_t unwrap_step(int64_t prev, int64_t v) {
+    int64_t d = v - (prev & M32);
+    d = ((d + H31) & M32) - H31;
+    return prev + d;
+}
+
+typedef struct {
+    /* state in (Dir fields; -1 stands for None where noted in _fast.py) */
+    int base_known, tsv_known, ws_known, rwnd_known, ws;
+    long long base, seq_ref, hi, ack_ref, acked, last_ack32, last_win, tsv_u, ipid_last, rwnd, sampled_end,
+        last_echo;
+    Py_buffer log[6]; /* SegLog st, en, ts; TsLog tv, t, s (outstanding part, int64) */
+    int nlog;
+    /* what this direction's own rows of the run tell */
+    Py_ssize_t kd, nd;
+    int64_t s_run, a_run, hi_run, ts_cur, tsv_max, hi_tsv, ipid_prev, ipid_good, ipid_bad, last_a32,
+        last_wd, max_edge, arel_prev, a32_prev, wd_prev;
+    int any_ts, hi_tsv_known, pure_ack, ipid_on, any_a32;
+    int64_t hi_ts, hi_ipid;
+    vec_t new_st, new_en, new_t, new_tv, new_tt, new_ts, wf_pos, wf_s, wf_n, tail;
+    /* the far end's ACKs of this direction's data */
+    vec_t A, TA, E, EA, ET; /* advancing ACKs; raw TSecr, ACK and time of those with one */
+    int64_t far_acked, far_rw, far_a_abs;
+    int far_rows;
+    /* results of the log matching */
+    vec_t st, en, t, smp_t, smp_v, tv, tt, ts, tsmp_t, tsmp_v;
+    int64_t sampled_out, last_echo_out;
+    int e_on; /* echoes matched: the far end's advancing ACKs carry TSecr and TSvals are known */
+    PyObject *srtt_in; /* Dir.srtt: a float or None */
+    double srtt;
+    int have_srtt;
+    int64_t min_rtt;
+} dir_t;
+
+#define DIR_VECS(D)                                                                                           \
+    { &(D)->new_st, &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,       \
+      &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
+      &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v }
+
+static void dir_free(dir_t *D) {
+    vec_t *vs[] = DIR_VECS(D);
+    for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) PyMem_Free(vs[i]->v);
+    for (int i = 0; i < D->nlog; i++) PyBuffer_Release(&D->log[i]);
+}
+
+/* Reads a direction's state; 1 when its segment log is not in end order (fast_run then
+ * declines the run), -1 on error. */
+static int parse_dir(PyObject *t, dir_t *D) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+                          &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
+                          &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
+                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in))
+        return -1;
+    D->have_srtt = D->srtt_in != Py_None;
+    if (D->have_srtt) {
+        D->srtt = PyFloat_AsDouble(D->srtt_in);
+        if (D->srtt == -1.0 && PyErr_Occurred()) return -1;
+    }
+    if (D->ws < 0 || D->ws > 14) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: window scale out of range");
+        return -1;
+    }
+    for (; D->nlog < 6; D->nlog++) {
+        if (PyObject_GetBuffer(o[D->nlog], &D->log[D->nlog], PyBUF_C_CONTIGUOUS) < 0) return -1;
+        if (D->log[D->nlog].len % 8 || D->log[D->nlog].len != D->log[D->nlog - D->nlog % 3].len) {
+            D->nlog++;
+            PyErr_SetString(PyExc_ValueError, "fast_run: log arrays must be int64 of one length");
+            return -1;
+        }
+    }
+    /* seg_match walks the segment ends in order, as np.searchsorted assumes them sorted */
+    const int64_t *en = D->log[1].buf;
+    for (Py_ssize_t i = 1; i < D->log[1].len / 8; i++)
+        if (en[i] < en[i - 1]) return 1;
+    return 0;
+}
+
+static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s); }
+
+/* Data->ACK samples (BulkPath._seg_ack): the log is the outstanding segments plus this
+ * run's; the segment holding byte ack-1, once per segment, sent before the ACK. */
+static int seg_match(dir_t *D) {
+    Py_ssize_t n0 = D->log[0].len / 8;
+    if (vextend(&D->st, D->log[0].buf, n0) < 0 || vextend(&D->en, D->log[1].buf, n0) < 0 ||
+        vextend(&D->t, D->log[2].buf, n0) < 0 || vextend(&D->st, D->new_st.v, D->new_st.n) < 0 ||
+        vextend(&D->en, D->new_en.v, D->new_en.n) < 0 || vextend(&D->t, D->new_t.v, D->new_t.n) < 0)
+        return -1;
+    D->sampled_out = D->sampled_end;
+    Py_ssize_t n = D->en.n;
+    if (n == 0 || D->A.n == 0) return 0;
+    const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v;
+    Py_ssize_t j = 0, prev_jj = -1;
+    for (Py_ssize_t i = 0; i < D->A.n; i++) {
+        int64_t a = D->A.v[i], ta = D->TA.v[i];
+        while (j < n && en[j] < a) j++; /* searchsorted(en, a, "left"); ACKs increase */
+        Py_ssize_t jj = j < n ? j : n - 1;
+        int ok = j < n && st[jj] < a && t[jj] <= ta && en[jj] > D->sampled_end && (i == 0 || jj != prev_jj);
+        prev_jj = jj;
+        if (ok) {
+            if (vpush(&D->smp_t, ta) < 0 || vpush(&D->smp_v, ta - t[jj]) < 0) return -1;
+            D->sampled_out = en[jj];
+        }
+    }
+    int64_t acked = D->A.v[D->A.n - 1]; /* keep what the cumulative ACK has not covered */
+    Py_ssize_t w = 0;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (en[i] > acked) {
+            D->st.v[w] = st[i];
+            D->en.v[w] = en[i];
+            D->t.v[w] = t[i];
+            w++;
+        }
+    D->st.n = D->en.n = D->t.n = w;
+    return 0;
+}
+
+/* TSvals and TSecr samples (BulkPath._tsq_extend): add the run's first-seen TSvals, then
+ * match the first occurrence of each echo (when e_on), unwrapped from tsv_ref. */
+static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
+    const int64_t *otv = D->log[3].buf;
+    Py_ssize_t n0 = D->log[3].len / 8;
+    if (vextend(&D->tv, otv, n0) < 0 || vextend(&D->tt, D->log[4].buf, n0) < 0 ||
+        vextend(&D->ts, D->log[5].buf, n0) < 0 || vreserve(&D->tv, n0 + D->new_tv.n) < 0 ||
+        vreserve(&D->tt, n0 + D->new_tv.n) < 0 || vreserve(&D->ts, n0 + D->new_tv.n) < 0)
+        return -1;
+    int64_t last_echo = D->last_echo, run = n0 ? otv[n0 - 1] : -1;
+    for (Py_ssize_t i = 0; i < D->new_tv.n; i++) {
+        int64_t v = D->new_tv.v[i];
+        if (v > run && v > last_echo)
+            if (vpush(&D->tv, v) < 0 || vpush(&D->tt, D->new_tt.v[i]) < 0 || vpush(&D->ts, D->new_ts.v[i]) < 0)
+                return -1;
+        if (v > run) run = v;
+    }
+    if (e_on && D->E.n) {
+        Py_ssize_t n = D->tv.n;
+        const int64_t *tv = D->tv.v, *tt = D->tt.v, *ts = D->ts.v;
+        int64_t erun = last_echo, e = tsv_ref;
+        Py_ssize_t lo = 0;
+        for (Py_ssize_t i = 0; i < D->E.n; i++) {
+            e = unwrap_step(e, D->E.v[i]);
+            if (e <= erun) continue; /* not the first echo of this value */
+            erun = e;
+            if (n == 0) continue;
+            while (lo < n && tv[lo] < e) lo++; /* searchsorted(tv, e, "left"); first echoes increase */
+            Py_ssize_t kc = lo < n ? lo : n - 1, nx = kc + 1 < n ? kc + 1 : n - 1;
+            int64_t et = D->ET.v[i];
+            /* nothing first sent with a newer TSval below the ACK (see TsLog) */
+            int later_ok = kc + 1 >= n || ts[nx] >= D->EA.v[i];
+            if (lo < n && tv[kc] == e && tt[kc] <= et && later_ok)
+                if (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0) return -1;
+        }
+        if (erun > last_echo) last_echo = erun;
+    }
+    Py_ssize_t w = 0; /* keep the TSvals not echoed yet */
+    for (Py_ssize_t i = 0; i < D->tv.n; i++)
+        if (D->tv.v[i] > last_echo) {
+            D->tv.v[w] = D->tv.v[i];
+            D->tt.v[w] = D->tt.v[i];
+            D->ts.v[w] = D->ts.v[i];
+            w++;
+        }
+    D->tv.n = D->tt.n = D->ts.n = w;
+    D->last_echo_out = last_echo;
+    return 0;
+}
+
+/* Smoothed and minimum RTT after this run's samples (BulkPath._fast_srtt): data->ACK and
+ * TSecr samples merged by time, data->ACK first on a tie, folded as ewma() does. */
+static void fold_srtt(dir_t *D) {
+    Py_ssize_t i = 0, j = 0, n1 = D->smp_t.n, n2 = D->tsmp_t.n;
+    while (i < n1 || j < n2) {
+        int64_t r;
+        if (j >= n2 || (i < n1 && D->smp_t.v[i] <= D->tsmp_t.v[j])) r = D->smp_v.v[i++];
+        else r = D->tsmp_v.v[j++];
+        double x = (double)r;
+        if (!D->have_srtt) {
+            D->srtt = x;
+            D->have_srtt = 1;
+        } else {
+            double a = D->srtt * 0.875;
+            double b = x * 0.125;
+            D->srtt = a + b;
+        }
+        if ((i + j == 1) || r < D->min_rtt) D->min_rtt = r;
+    }
+}
+
+/* One row as fast_run reads it: pack_rows lays a batch's rows out in flow order, so a
+ * connection's run is one sequential read (its rows are scattered over the batch's
+ * columns, a cache miss per column and row when read in place). */
+typedef struct {
+    int64_t ts, frame, poff;
+    uint32_t seq, ack, tsv, tse;
+    int32_t wl, pl, ipid, row;
+    uint16_t win;
+    uint8_t flags, bits; /* bits: ROW_SWAP | ROW_HAS_TS | ROW_SACK */
+    uint8_t pad[4];
+} rec_t;
+_Static_assert(sizeof(rec_t) == 64, "one cache line per row");
+enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4 };
+
+/* Columns of the SegmentBatch, in pack_rows' argument order: item size each. */
+enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, F_HAS_TS, F_TSV, F_TSE, F_IPID,
+       F_POFF, F_ORDER, F_COUNT };
+static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
+
+/* The first loop: check each row, stop at the first that breaks a rule; returns k. */
+static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks) {
+    Py_ssize_t r;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d], *R = &dirs[1 - d];
+        D->s_run = D->seq_ref;
+        D->hi_run = D->hi;
+        D->a_run = R->ack_ref;
+        D->arel_prev = R->acked;
+        D->a32_prev = D->last_ack32;
+        D->wd_prev = D->last_win;
+        D->ipid_prev = D->ipid_last;
+        D->far_acked = D->acked;
+        D->far_rw = D->rwnd;
+        D->max_edge = INT64_MIN;
+    }
+    for (r = 0; r < n; r++) {
+        const rec_t *x = &rec[r];
+        uint8_t fl = x->flags;
+        int64_t w = x->wl, wd = x->win;
+        if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0 || (x->bits & ROW_SACK)) break;
+        int d = (x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
+        dir_t *D = &dirs[d], *R = &dirs[1 - d];
+        if (!D->base_known) break; /* first packet of this direction: per-packet path */
+        int64_t s_abs = unwrap_step(D->s_run, x->seq), rel = s_abs - D->base;
+        if (rel != D->hi_run) break;
+        int64_t a32 = x->ack, a_rel = 0;
+        if (R->base_known) {
+            int64_t a_abs = unwrap_step(D->a_run, a32);
+            a_rel = a_abs - R->base;
+            if (a_rel < D->arel_prev) break;
+            if (w == 0 && a32 == D->a32_prev && wd == D->wd_prev) break; /* dup ACK */
+            if (a_rel > R->hi_run) break; /* ACKs bytes the capture has not seen */
+            D->a_run = a_abs;
+        }
+        /* the row is clean: apply it */
+        D->s_run = s_abs;
+        D->kd++;
+        int64_t t = x->ts;
+        int64_t tv_u = 0;
+        int row_ts = (x->bits & ROW_HAS_TS) != 0;
+        if (row_ts) {
+            tv_u = unwrap_step(D->any_ts ? D->ts_cur : (D->tsv_known ? D->tsv_u : x->tsv), x->tsv);
+            if (!D->any_ts || tv_u > D->tsv_max) D->tsv_max = tv_u;
+            D->ts_cur = tv_u;
+            D->any_ts = 1;
+        }
+        if (w > 0) {
+            int64_t end = rel + w;
+            if (vpush(&D->new_st, rel) < 0 || vpush(&D->new_en, end) < 0 || vpush(&D->new_t, t) < 0) return -1;
+            if (row_ts && (vpush(&D->new_tv, tv_u) < 0 || vpush(&D->new_tt, t) < 0 || vpush(&D->new_ts, rel) < 0))
+                return -1;
+            D->nd++;
+            D->hi_run = end;
+            D->hi_ts = t;
+            D->hi_ipid = x->ipid;
+            D->hi_tsv_known = row_ts;
+            D->hi_tsv = tv_u;
+            int64_t ch[6] = {d, t, x->frame, rel, x->poff, x->poff + x->pl};
+            for (int i = 0; i < 6; i++)
+                if (vpush(chunks, ch[i]) < 0) return -1;
+            /* window full: data reaching the far end's advertised window (filtered later) */
+            if (end >= D->far_acked + D->far_rw)
+                if (vpush(&D->wf_pos, r) < 0 || vpush(&D->wf_s, rel) < 0 || vpush(&D->wf_n, w) < 0) return -1;
+        } else {
+            D->pure_ack = 1;
+        }
+        int64_t id = x->ipid;
+        if (D->kd == 1) D->ipid_on = id >= 0;
+        if (D->ipid_on) {
+            if (D->ipid_prev >= 0) {
+                int64_t delta = (id - D->ipid_prev) & 0xFFFF;
+                if (delta > 0 && delta <= 64) D->ipid_good++;
+                else D->ipid_bad++;
+            }
+            D->ipid_prev = id;
+        }
+        if (R->base_known) {
+            D->any_a32 = 1;
+            D->last_a32 = a32;
+            D->last_wd = wd;
+            int64_t edge = a_rel + shl(shl(wd, D->ws), D->ws_known ? 0 : 14);
+            if (edge > D->max_edge) D->max_edge = edge;
+            D->arel_prev = a_rel;
+            D->a32_prev = a32;
+            D->wd_prev = wd;
+            /* far end (R's data): ACK progress, and what the window-full check uses */
+            R->far_rows = 1;
+            R->far_a_abs = D->a_run;
+            if (a_rel > R->far_acked) {
+                if (vpush(&R->A, a_rel) < 0 || vpush(&R->TA, t) < 0) return -1;
+                if (row_ts && (vpush(&R->E, x->tse) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0))
+                    return -1;
+            }
+            R->far_acked = a_rel;
+            R->far_rw = shl(wd, D->ws);
+        }
+    }
+    return r;
+}
+
+/* The last `keep` records of each direction in [0, k), oldest first (their packet
+ * signatures are remembered for capture-duplicate detection). */
+static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, int keep) {
+    for (Py_ssize_t r = k - 1; r >= 0 && (dirs[0].tail.n < keep || dirs[1].tail.n < keep); r--) {
+        int d = (rec[r].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
+        if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, r) < 0) return -1;
+    }
+    for (int d = 0; d < 2; d++) {
+        int64_t *v = dirs[d].tail.v;
+        for (Py_ssize_t i = 0, j = dirs[d].tail.n - 1; i < j; i++, j--) {
+            int64_t x = v[i];
+            v[i] = v[j];
+            v[j] = x;
+        }
+    }
+    return 0;
+}
+
+/* [(signature, ts_ns)] of the tail records as BulkPath._sigs builds them: (IP ID, seq,
+ * ack, flags, wire payload length, window, TSval or -1, ()), for the packets that have
+ * an IP ID, payload or a TSval. */
+static PyObject *sig_list(const dir_t *D, const rec_t *rec) {
+    PyObject *out = PyList_New(0);
+    for (Py_ssize_t i = 0; out != NULL && i < D->tail.n; i++) {
+        const rec_t *x = &rec[D->tail.v[i]];
+        int has_ts = (x->bits & ROW_HAS_TS) != 0;
+        if (!(x->ipid > 0 || x->wl || has_ts)) continue;
+        PyObject *item = Py_BuildValue("((ikkiiiL())L)", (int)x->ipid, (unsigned long)x->seq,
+                                       (unsigned long)x->ack, (int)x->flags, (int)x->wl, (int)x->win,
+                                       has_ts ? (long long)x->tsv : -1LL, (long long)x->ts);
+        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
+        Py_XDECREF(item);
+    }
+    return out;
+}
+
+static PyObject *dir_result(dir_t *D, const rec_t *rec) {
+    return Py_BuildValue(
+        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
+        "sN sN sN sL sN sN sn si sN sL}",
+        "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
+        (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
+        (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
+        D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
+        (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "sigs",
+        sig_list(D, rec), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
+        "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
+        (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
+        vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
+        "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
+        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
+}
+
+/* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
+ * that order, as rec_t records to the start of the writable buffer out (at least 64 bytes
+ * per row). columns: the F_* buffers (the SACK one may be None). */
+static PyObject *pack_rows(PyObject *self, PyObject *args) {
+    PyObject *cols;
+    Py_buffer ob;
+    if (!PyArg_ParseTuple(args, "O!w*", &PyTuple_Type, &cols, &ob)) return NULL;
+    Py_buffer c[F_COUNT];
+    int got[F_COUNT] = {0};
+    int32_t *pos = NULL;
+    if (PyTuple_GET_SIZE(cols) != F_COUNT) {
+        PyErr_SetString(PyExc_TypeError, "pack_rows: wrong number of columns");
+        goto done;
+    }
+    Py_ssize_t nb = -1;
+    for (int i = 0; i < F_COUNT; i++) {
+        PyObject *o = PyTuple_GET_ITEM(cols, i);
+        if (i == F_SACK && o == Py_None) continue;
+        if (PyObject_GetBuffer(o, &c[i], PyBUF_C_CONTIGUOUS) < 0) goto done;
+        got[i] = 1;
+        if (c[i].len % col_size[i]) goto bad;
+        if (nb < 0) nb = c[i].len / col_size[i];
+        if (c[i].len / col_size[i] != nb) goto bad;
+    }
+    if (nb > INT32_MAX || ob.len / (Py_ssize_t)sizeof(rec_t) < nb) goto bad;
+    const uint8_t *flags = c[F_FLAGS].buf, *sack = got[F_SACK] ? c[F_SACK].buf : NULL, *swap = c[F_SWAP].buf,
+                  *has_ts = c[F_HAS_TS].buf;
+    const int32_t *wl = c[F_WL].buf, *pl = c[F_PL].buf, *ipid = c[F_IPID].buf;
+    const uint16_t *win = c[F_WIN].buf;
+    const uint32_t *seq = c[F_SEQ].buf, *ack = c[F_ACK].buf, *tsv = c[F_TSV].buf, *tse = c[F_TSE].buf;
+    const int64_t *ts = c[F_TS].buf, *frame = c[F_FRAME].buf, *poff = c[F_POFF].buf, *order = c[F_ORDER].buf;
+    /* where each row goes; rows not named stay out (a permutation names them all) */
+    pos = PyMem_Malloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
+    if (pos == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    memset(pos, 0xFF, (size_t)nb * sizeof(int32_t));
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        if (order[j] < 0 || order[j] >= nb || pos[order[j]] >= 0) goto bad;
+        pos[order[j]] = (int32_t)j;
+    }
+    rec_t *out = (rec_t *)ob.buf;
+    for (Py_ssize_t i = 0; i < nb; i++) { /* read the columns in order, write records anywhere */
+        rec_t *x = &out[pos[i]];
+        x->ts = ts[i];
+        x->frame = frame[i];
+        x->poff = poff[i];
+        x->seq = seq[i];
+        x->ack = ack[i];
+        x->tsv = tsv[i];
+        x->tse = tse[i];
+        x->wl = wl[i];
+        x->pl = pl[i];
+        x->ipid = ipid[i];
+        x->row = (int32_t)i;
+        x->win = win[i];
+        x->flags = flags[i];
+        x->bits = (uint8_t)((swap[i] ? ROW_SWAP : 0) | (has_ts[i] ? ROW_HAS_TS : 0) | (sack && sack[i] ? ROW_SACK : 0));
+        memset(x->pad, 0, sizeof(x->pad));
+    }
+    goto done;
+bad:
+    PyErr_SetString(PyExc_ValueError, "pack_rows: bad column length, row order or output size");
+done:
+    for (int i = 0; i < F_COUNT; i++)
+        if (got[i]) PyBuffer_Release(&c[i]);
+    PyBuffer_Release(&ob);
+    PyMem_Free(pos);
+    if (PyErr_Occurred()) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
+ * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
+ * parse_dir reads. None when a segment log is out of end order (the numpy path runs). */
+static PyObject *fast_run(PyObject *self, PyObject *args) {
+    Py_buffer pk;
+    Py_ssize_t at, count;
+    PyObject *t0, *t1;
+    int client_is_lo, keep;
+    if (!PyArg_ParseTuple(args, "y*nnpO!O!i", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
+                          &t1, &keep))
+        return NULL;
+    dir_t dirs[2];
+    memset(dirs, 0, sizeof(dirs));
+    vec_t chunks = {NULL, 0, 0};
+    PyObject *res = NULL;
+    if (pk.len % (Py_ssize_t)sizeof(rec_t) || at < 0 || count < 0 || at + count > pk.len / (Py_ssize_t)sizeof(rec_t)) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: records out of range");
+        goto done;
+    }
+    const rec_t *rec = (const rec_t *)pk.buf + at;
+    int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
+    if (p0 < 0 || p1 < 0) goto done;
+    if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
+        res = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (vreserve(&chunks, 6 * count) < 0) goto done;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d];
+        vec_t *per_row[] = {&D->new_st, &D->new_en, &D->new_t, &D->new_tv, &D->new_tt, &D->new_ts,
+                            &D->A, &D->TA, &D->E, &D->EA, &D->ET};
+        for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
+            if (vreserve(per_row[i], count) < 0) goto done;
+    }
+    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks);
+    if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
+    for (int d = 0; d < 2; d++) {
+        dir_t *D = &dirs[d];
+        /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
+        int tsv_known = D->tsv_known || D->any_ts;
+        int64_t tsv_ref = D->tsv_known ? D->tsv_u : D->tsv_max;
+        if (D->any_ts && D->tsv_known && D->tsv_max > D->tsv_u) tsv_ref = D->tsv_max;
+        D->e_on = tsv_known && D->E.n > 0;
+        if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
+        fold_srtt(D);
+    }
+    PyObject *r0 = dir_result(&dirs[0], rec), *r1 = r0 ? dir_result(&dirs[1], rec) : NULL;
+    if (r0 == NULL || r1 == NULL) {
+        Py_XDECREF(r0);
+        goto done;
+    }
+    res = Py_BuildValue("(nNNN)", k, vbytes(&chunks), r0, r1);
+done:
+    PyBuffer_Release(&pk);
+    dir_free(&dirs[0]);
+    dir_free(&dirs[1]);
+    PyMem_Free(chunks.v);
+    return res;
+}
+
+/* ---- group_flows: rows grouped by connection (see _flows.group_flows) ----
+ *
+ * One hash-table pass instead of numpy hashing and a stable argsort: each row's two
+ * endpoints in canonical order ("lo" first, by address then port), flows numbered by
+ * their first row, then a counting sort keeps capture order inside each flow. */
+
+static inline uint64_t mix64(uint64_t x) {
+    x ^= x >> 30;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 27;
+    x *= 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+typedef struct {
+    uint64_t a[4];
+    uint32_t ports;
+} flow_key_t;
+
+/* group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport)
+ *   -> (order int64, starts int64, stops int64, swap bool) as bytes; flows in order of
+ * their first row. Columns: four uint64, two uint16, all of one length. */
+static PyObject *group_flows(PyObject *self, PyObject *args) {
+    PyObject *o[6];
+    if (!PyArg_ParseTuple(args, "OOOOOO", &o[0], &o[1], &o[2], &o[3], &o[4], &o[5])) return NULL;
+    Py_buffer c[6];
+    int got = 0;
+    PyObject *res = NULL, *order = NULL, *starts = NULL, *stops = NULL, *swap = NULL;
+    int32_t *table = NULL, *flow = NULL, *rep = NULL;
+    int64_t *count = NULL;
+    uint64_t *fhash = NULL; /* hash of each flow's key */
+    for (; got < 6; got++)
+        if (PyObject_GetBuffer(o[got], &c[got], PyBUF_C_CONTIGUOUS) < 0) goto done;
+    Py_ssize_t n = c[0].len / 8;
+    for (int i = 0; i < 6; i++)
+        if (c[i].len != n * (i < 4 ? 8 : 2)) {
+            PyErr_SetString(PyExc_ValueError, "group_flows: columns must be 4 x uint64, 2 x uint16 of one length");
+            goto done;
+        }
+    if (n > INT32_MAX / 4) {
+        PyErr_SetString(PyExc_ValueError, "group_flows: too many rows");
+        goto done;
+    }
+    const uint64_t *sh = c[0].buf, *sl = c[1].buf, *dh = c[2].buf, *dl = c[3].buf;
+    const uint16_t *sp = c[4].buf, *dp = c[5].buf;
+    /* open addressing, at most half full: starts small (a batch has few flows as a
+     * rule) and doubles as flows appear */
+    Py_ssize_t size = 1024;
+    table = PyMem_Malloc((size_t)size * sizeof(int32_t));
+    flow = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    rep = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
+    fhash = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(uint64_t));
+    swap = PyByteArray_FromStringAndSize(NULL, n);
+    if (!table || !flow || !rep || !fhash || !swap) {
+        if (!PyErr_Occurred()) PyErr_NoMemory();
+        goto done;
+    }
+    memset(table, 0xFF, (size_t)size * sizeof(int32_t));
+    uint8_t *sw = (uint8_t *)PyByteArray_AS_STRING(swap);
+    Py_ssize_t nflows = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int src_first = sh[i] < dh[i] || (sh[i] == dh[i] && (sl[i] < dl[i] || (sl[i] == dl[i] && sp[i] <= dp[i])));
+        sw[i] = !src_first;
+        flow_key_t k = src_first ? (flow_key_t){{sh[i], sl[i], dh[i], dl[i]}, ((uint32_t)sp[i] << 16) | dp[i]}
+                                 : (flow_key_t){{dh[i], dl[i], sh[i], sl[i]}, ((uint32_t)dp[i] << 16) | sp[i]};
+        uint64_t h = mix64(k.a[0] ^ (k.a[1] * 0x9E3779B97F4A7C15ULL) ^ (k.a[2] * 0xC2B2AE3D27D4EB4FULL) ^
+                           (k.a[3] * 0x165667B19E3779F9ULL) ^ ((uint64_t)k.ports << 1));
+        Py_ssize_t slot = (Py_ssize_t)(h & (uint64_t)(size - 1));
+        for (;;) {
+            int32_t f = table[slot];
+            if (f < 0) { /* a new flow */
+                table[slot] = (int32_t)nflows;
+                rep[nflows] = (int32_t)i;
+                fhash[nflows] = h;
+                flow[i] = (int32_t)nflows++;
+                break;
+            }
+            Py_ssize_t r = rep[f];
+            if (fhash[f] == h) {
+                int rs = sw[r];
+                flow_key_t q = !rs ? (flow_key_t){{sh[r], sl[r], dh[r], dl[r]}, ((uint32_t)sp[r] << 16) | dp[r]}
+                                   : (flow_key_t){{dh[r], dl[r], sh[r], sl[r]}, ((uint32_t)dp[r] << 16) | sp[r]};
+                if (q.ports == k.ports && q.a[0] == k.a[0] && q.a[1] == k.a[1] && q.a[2] == k.a[2] &&
+                    q.a[3] == k.a[3]) {
+                    flow[i] = f;
+                    break;
+                }
+            }
+            slot = (slot + 1) & (size - 1);
+        }
+        if (2 * nflows > size) { /* grow and re-insert every flow */
+            int32_t *grown = PyMem_Malloc((size_t)size * 2 * sizeof(int32_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            PyMem_Free(table);
+            table = grown;
+            size *= 2;
+            memset(table, 0xFF, (size_t)size * sizeof(int32_t));
+            for (Py_ssize_t f = 0; f < nflows; f++) {
+                Py_ssize_t sl2 = (Py_ssize_t)(fhash[f] & (uint64_t)(size - 1));
+                while (table[sl2] >= 0) sl2 = (sl2 + 1) & (size - 1);
+                table[sl2] = (int32_t)f;
+            }
+        }
+    }
+    count = PyMem_Calloc((size_t)nflows + 1, sizeof(int64_t));
+    if (count == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) count[flow[i] + 1]++;
+    order = PyByteArray_FromStringAndSize(NULL, n * 8);
+    starts = PyByteArray_FromStringAndSize(NULL, nflows * 8);
+    stops = PyByteArray_FromStringAndSize(NULL, nflows * 8);
+    if (!order || !starts || !stops) goto done;
+    int64_t *ov = (int64_t *)PyByteArray_AS_STRING(order), *st = (int64_t *)PyByteArray_AS_STRING(starts),
+            *sp_ = (int64_t *)PyByteArray_AS_STRING(stops);
+    for (Py_ssize_t f = 0; f < nflows; f++) count[f + 1] += count[f];
+    for (Py_ssize_t f = 0; f < nflows; f++) {
+        st[f] = count[f];
+        sp_[f] = count[f + 1];
+    }
+    for (Py_ssize_t i = 0; i < n; i++) ov[count[flow[i]]++] = i;
+    res = Py_BuildValue("(OOOO)", order, starts, stops, swap);
+done:
+    for (int i = 0; i < got; i++) PyBuffer_Release(&c[i]);
+    PyMem_Free(table);
+    PyMem_Free(flow);
+    PyMem_Free(rep);
+    PyMem_Free(fhash);
+    PyMem_Free(count);
+    Py_XDECREF(order);
+    Py_XDECREF(starts);
+    Py_XDECREF(stops);
+    Py_XDECREF(swap);
+    return res;
+}
+
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
+    {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns, out): the rows in flow order as fast_run records."},
+    {"fast_run", fast_run, METH_VARARGS,
+     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
+    {"group_flows", group_flows, METH_VARARGS,
+     "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {NULL, NULL, 0, NULL},
 };
 
