@@ -15,12 +15,14 @@ from h2_builders import (
     GRPC_RESPONSE,
     Conv,
     Hpack,
+    continuation,
     data,
     frame,
     grpc_msg,
     grpc_request_headers,
     headers,
     read_capture,
+    rst,
     settings,
     window_update,
 )
@@ -83,15 +85,21 @@ def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False
                 else:
                     reqs, msgs, evs = s.take_rows()
                 rows.append((reqs, msgs, [vars_of(e) for e in evs]))
-        h2 = s._h2
-        state = None
-        if h2 is not None:
-            state = (
-                [(D.base, D.frames, D.plain) for D in h2.dirs],
-                [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
-            )
+        state = _state(s)
         r = s.finish(chunks[-1].ts_ns)
         return rows, r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
+
+
+def _state(s: AppSession) -> tuple | None:
+    """What the C fast paths change besides records: framing, flow control, stream ids."""
+    h2 = s._h2
+    if h2 is None:
+        return None
+    return (
+        [(D.base, D.frames, D.plain) for D in h2.dirs],
+        [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
+        (list(h2.closed), list(h2.streams), h2.first_opened, h2.last_opened, h2._frame_no),
+    )
 
 
 def vars_of(obj) -> tuple:
@@ -225,13 +233,7 @@ def _run_whole(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool) 
             m.setattr(_conn, "_speedups", None)
         s = AppSession(chunks[0].conn_key, 40000, 50051)
         _feed_group(s, chunks, runs)
-        h2 = s._h2
-        state = None
-        if h2 is not None:
-            state = (
-                [(D.base, D.frames, D.plain) for D in h2.dirs],
-                [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
-            )
+        state = _state(s)
         r = s.finish(chunks[-1].ts_ns)
         return r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
 
@@ -283,3 +285,104 @@ def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):
     for conn in read_capture(path, 50051):
         if conn.chunks:
             _assert_same_whole(conn.chunks, monkeypatch)
+
+
+def _request_mix(seed: int, max_streams: int | None = None) -> list[PayloadChunk]:
+    """Requests of many shapes, so the C HEADERS path meets each of its exits: unary gRPC
+    (HEADERS + DATA in one chunk), GETs ending on HEADERS, trailers-only answers, 1xx,
+    SSE, grpc-web, plain HTTP, two trailer blocks, CONTINUATION, padded and prioritised
+    HEADERS, RST_STREAM, HEADERS on a closed stream, a stream id jump, odd frames after
+    HEADERS in one chunk; header blocks repeat (decoded from the cache) and change."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    peer = {3: max_streams} if max_streams else {}
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings(), t)
+    cv.send(1, settings(peer) + settings(ack=True), t + 0.1)
+    sid = 1
+    for k in range(60):
+        t += 1
+        shape = rnd.randrange(14)
+        path = f"/pkg.Svc/M{rnd.randrange(2)}"
+        req = grpc_request_headers(path)
+        if shape == 0:  # GET ending on its HEADERS, plain HTTP answer
+            cv.send(0, headers(sid, hc.block([(":method", "GET"), (":scheme", "http"), (":path", "/x"),
+                                              (":authority", "h")]), end_stream=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "text/plain")])), t + 0.1)
+            cv.send(1, data(sid, b"hello", end=True), t + 0.2)
+        elif shape == 1:  # trailers-only answer
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE + [("grpc-status", "5")]), end_stream=True), t + 0.1)
+        elif shape == 2:  # 100 Continue first
+            cv.send(0, headers(sid, hc.block(req)), t)
+            cv.send(1, headers(sid, hs.block([(":status", "100")])), t + 0.1)
+            cv.send(0, data(sid, grpc_msg(b"body"), end=True), t + 0.2)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r")), t + 0.3)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.4)
+        elif shape == 3:  # server-sent events
+            cv.send(0, headers(sid, hc.block([(":method", "GET"), (":scheme", "http"), (":path", "/ev"),
+                                              (":authority", "h")]), end_stream=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "text/event-stream")])), t + 0.1)
+            cv.send(1, data(sid, b"data: a\n\ndata: b\n\n", end=True), t + 0.2)
+        elif shape == 4:  # grpc-web
+            web = [(n, "application/grpc-web+proto" if n == "content-type" else v) for n, v in req]
+            cv.send(0, headers(sid, hc.block(web)) + data(sid, grpc_msg(b"w"), end=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "application/grpc-web+proto")])), t + 0.1)
+            cv.send(1, data(sid, grpc_msg(b"r") + b"\x80" + (17).to_bytes(4, "big") + b"grpc-status: 0\r\n"
+                                    + b"", end=True), t + 0.2)
+        elif shape == 5:  # two trailer blocks
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r")), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("x-more", "1")])), t + 0.2)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.3)
+        elif shape == 6:  # CONTINUATION, padding, priority
+            blk = hc.block(req)
+            cv.send(0, headers(sid, blk[:3], end_headers=False) + continuation(sid, blk[3:]), t)
+            cv.send(0, data(sid, grpc_msg(b"q"), end=True), t + 0.05)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE), pad=2), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True, priority=(0, 3)), t + 0.2)
+        elif shape == 7:  # reset by the server, then its late trailers
+            cv.send(0, headers(sid, hc.block(req)), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + rst(sid, 8), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "1")]), end_stream=True), t + 0.2)
+        elif shape == 8:  # HEADERS then an unknown frame and a PING in one chunk
+            cv.send(0, headers(sid, hc.block(req)) + frame(0x0B, 0, 0, b"odd") + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"a")) + data(sid, grpc_msg(b"b")), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+        elif shape == 9:  # a stream id far ahead (ignored), then a normal request
+            cv.send(0, headers(sid + 400, hc.block(req), end_stream=True), t)
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t + 0.05)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r"))
+                    + headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.1)
+        elif shape == 10:  # new header values: blocks insert into the dynamic table
+            extra = [("x-req", str(k))]
+            cv.send(0, headers(sid, hc.block(req + extra)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE + extra)), t + 0.1)
+            cv.send(1, data(sid, grpc_msg(b"r"), end=True), t + 0.2)
+        elif shape == 11:  # two requests open at once, answered out of order
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True)
+                    + headers(sid + 2, hc.block(req)) + data(sid + 2, grpc_msg(b"q"), end=True), t)
+            for s2 in (sid + 2, sid):
+                cv.send(1, headers(s2, hs.block(GRPC_RESPONSE)), t + 0.1)
+                cv.send(1, data(s2, grpc_msg(b"r")), t + 0.15)
+                cv.send(1, headers(s2, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+            sid += 2
+        else:  # plain unary gRPC, the common case
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q" * 20), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.1)
+            for j in range(rnd.randrange(4)):
+                cv.send(1, data(sid, grpc_msg(b"tok%d" % j)), t + 0.2 + j / 100)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.5)
+        if rnd.random() < 0.1:  # HEADERS on a stream closed before (ignored)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.6)
+        sid += 2
+    return cv.chunks
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("max_streams", [None, 1, 100])
+def test_request_shapes_same_with_and_without_c(monkeypatch, seed, max_streams):
+    chunks = _request_mix(seed, max_streams)
+    _assert_same(chunks, monkeypatch)
+    _assert_same_whole(chunks, monkeypatch)

@@ -140,7 +140,7 @@ if not os.environ.get("TAILTAP_PURE_PYTHON"):
     except ImportError:
         pass
     else:
-        _speedups.init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk)
+        _speedups.init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock)
 # {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, for the
 # pipeline's flow_rates counting; None without the extension
 sent_runs = _speedups.sent_runs if _speedups is not None else None
