@@ -386,3 +386,59 @@ def test_request_shapes_same_with_and_without_c(monkeypatch, seed, max_streams):
     chunks = _request_mix(seed, max_streams)
     _assert_same(chunks, monkeypatch)
     _assert_same_whole(chunks, monkeypatch)
+
+
+def _random_stream(rnd: random.Random, sid: int):
+    """A finished Stream with random headers, counters and flags (what to_record reads)."""
+    from parsers.h2._streams import Stream
+
+    st = Stream(sid)
+    pick = rnd.choice
+    for d in (0, 1):
+        st.mode[d] = pick(("grpc", "grpc", "grpc", "http", "sse", "probe"))
+        st.msgs[d] = pick((0, 1, 2, 5))
+        st.data_bytes[d] = rnd.randrange(1000)
+        st.data_frames[d] = pick((0, 1, 3))
+        st.hdr_ts[d] = pick((None, 10 + d))
+        st.end_ts[d] = pick((None, 20 + d))
+        st.end_off[d] = pick((None, 300 + d))
+        st.last_off[d] = pick((None, 400 + d))
+        st.first_msg_ts[d] = pick((None, 30 + d))
+        st.last_msg_ts[d] = pick((None, 40 + d))
+        st.first_msg_off[d] = pick((None, 500 + d))
+        st.first_data_ts[d] = pick((None, 50 + d))
+        st.last_data_ts[d] = pick((None, 60 + d))
+        st.first_data_off[d] = pick((None, 600 + d))
+        st.msg_before_end[d] = pick((False, True))
+        st.msg_after_first[d] = pick((False, True))
+
+    def block(names: dict[str, tuple]) -> dict[str, str] | None:
+        if rnd.random() < 0.1:
+            return None
+        return {k: pick(v) for k, v in names.items() if rnd.random() < 0.8}
+
+    st.hdr[0] = block({":method": ("POST", "GET"), ":path": ("/a", "/b%20c"), ":authority": ("h:1", ""),
+                       "host": ("hh",), ":scheme": ("http", "https"), "content-type": ("application/grpc", ""),
+                       "user-agent": ("ua",), "grpc-encoding": ("gzip", "")})
+    st.hdr[1] = block({":status": ("200", "404", "2x", "", "\u0662\u0660\u0660"),
+                       "content-type": ("application/grpc", "", "text/plain"),
+                       "grpc-status": ("3", " 4 ", "", "x", "\u0661"), "grpc-message": ("oops", "a%20b", ""),
+                       "grpc-encoding": ("identity", "")})
+    st.trailers[1] = block({"grpc-status": ("0", "14", " 2", "", "\u0663"),
+                            "grpc-message": ("fine", "%E2%9C%93", "100%", "")})
+    if rnd.random() < 0.1:
+        st.rst_ts, st.rst_code, st.rst_dir, st.rst_off = 25, 8, pick((0, 1)), 700
+    if rnd.random() < 0.1:
+        st.web_trailers = pick(({}, {"grpc-status": "7"}, {"grpc-message": "w"}))
+    st.trailers_only = pick((False, True))
+    st.headers_known = pick((False, True))
+    return st
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_to_records_same_as_to_record(seed):
+    rnd = random.Random(seed)
+    streams = [_random_stream(rnd, 2 * k + 1) for k in range(400)]
+    for client in (0, 1):
+        want = [vars_of(st.to_record(7, client)) for st in streams]
+        assert [vars_of(r) for r in _conn._speedups.to_records(streams, 7, client)] == want

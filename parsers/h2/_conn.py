@@ -18,7 +18,14 @@ from functools import partial
 import numpy as np
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
-from parsers.records import ChunkRun, DecodeIssue, H2Event, MessageRecord, PayloadChunk
+from parsers.records import (
+    ChunkRun,
+    DecodeIssue,
+    H2Event,
+    MessageRecord,
+    PayloadChunk,
+    RequestRecord,
+)
 
 from ._flow import FlowState
 from ._frames import (
@@ -140,7 +147,9 @@ if not os.environ.get("TAILTAP_PURE_PYTHON"):
     except ImportError:
         pass
     else:
-        _speedups.init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock)
+        _speedups.init(
+            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
+        )
 # {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, for the
 # pipeline's flow_rates counting; None without the extension
 sent_runs = _speedups.sent_runs if _speedups is not None else None
@@ -1064,7 +1073,10 @@ class H2Connection:
         if not self.orient_final and not final:
             return [], _NO_ROWS, []
         c = self.client_dir
-        reqs = [st.to_record(self.conn_key, c) for st in self.done]
+        if _speedups is not None:
+            reqs = _speedups.to_records(self.done, self.conn_key, c)
+        else:
+            reqs = [st.to_record(self.conn_key, c) for st in self.done]
         self.done = []
         buf, self.msg_buf = self.msg_buf, bytearray()
         cols = np.frombuffer(buf, dtype=np.int64).reshape(-1, 7)

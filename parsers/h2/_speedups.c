@@ -27,6 +27,9 @@ static PyObject *s_orient_final, *s_flipped, *s_closed, *s_done, *s_first_opened
 /* header names and values _block looks at */
 static PyObject *h_method, *h_status, *h_content_type, *h_grpc_status, *v_grpc, *v_app_grpc,
     *v_grpc_web_text, *v_grpc_web;
+/* what Stream.to_record reads and writes */
+static PyObject *h_path, *h_authority, *h_host, *h_scheme, *h_user_agent, *h_grpc_message, *h_grpc_encoding,
+    *k_bidi, *k_client_stream, *k_server_stream, *k_unary, *v_h2, *s_to_record;
 static PyObject *zero; /* the int 0: the connection-level key of FlowState.blocked */
 
 
@@ -63,7 +66,7 @@ enum { S_SPLITTER, S_MSGS, S_FIRST_MSG_TS, S_FIRST_MSG_OFF, S_END_TS, S_MSG_BEFO
        S_MSG_AFTER_FIRST, S_LAST_MSG_TS, S_DATA_FRAMES, S_FIRST_DATA_TS, S_FIRST_DATA_OFF,
        S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_HDR, S_HDR_TS, S_TRAILERS, S_END_OFF, S_MODE, S_N };
 /* its other slots */
-enum { X_RST_TS, X_MID, X_TRAILERS_ONLY, X_OPENER, X_N };
+enum { X_RST_TS, X_MID, X_TRAILERS_ONLY, X_OPENER, X_SID, X_WEB_TRAILERS, X_RST_CODE, X_HEADERS_KNOWN, X_N };
 enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_N };
 enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_INITIAL, F_N };
 enum { H_GEN, H_CACHE, H_CACHE_GEN, H_N }; /* TolerantDecoder */
@@ -73,7 +76,21 @@ static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "f
 static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "first_msg_off", "end_ts",
     "msg_before_end", "msg_after_first", "last_msg_ts", "data_frames", "first_data_ts",
     "first_data_off", "last_data_ts", "data_bytes", "last_off", "hdr", "hdr_ts", "trailers", "end_off", "mode"};
-static const char *stream_x_names[X_N] = {"rst_ts", "mid", "trailers_only", "opener"};
+static const char *stream_x_names[X_N] = {"rst_ts", "mid", "trailers_only", "opener", "sid", "web_trailers",
+    "rst_code", "headers_known"};
+/* RequestRecord's fields, in order (to_records fills them all) */
+enum { R_CONN_KEY, R_STREAM_ID, R_METHOD, R_PATH, R_AUTHORITY, R_SCHEME, R_CONTENT_TYPE, R_USER_AGENT, R_KIND,
+       R_REQUEST_START, R_REQUEST_END, R_RESPONSE_HEADERS, R_FIRST_MESSAGE, R_LAST_MESSAGE, R_END, R_HTTP_STATUS,
+       R_GRPC_STATUS, R_GRPC_MESSAGE, R_GRPC_ENCODING, R_REQUEST_MESSAGES, R_RESPONSE_MESSAGES, R_REQUEST_BYTES,
+       R_RESPONSE_BYTES, R_RESET_CODE, R_TRAILERS_ONLY, R_HEADERS_KNOWN, R_FIRST_MESSAGE_END_OFFSET, R_END_OFFSET,
+       R_PROTOCOL, R_N };
+static const char *record_names[R_N] = {"conn_key", "stream_id", "method", "path", "authority", "scheme",
+    "content_type", "user_agent", "kind", "request_start", "request_end", "response_headers", "first_message",
+    "last_message", "end", "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
+    "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only", "headers_known",
+    "first_message_end_offset", "end_offset", "protocol"};
+static PyTypeObject *record_type; /* NULL when RequestRecord is not what record_names says */
+static Py_ssize_t r_off[R_N];
 static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer"};
 static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked", "initial"};
 static const char *decoder_names[H_N] = {"_gen", "_cache", "_cache_gen"};
@@ -985,6 +1002,162 @@ out:
     return ret;
 }
 
+/* h.get(key) for Stream.to_record (h: a dict or NULL for a block not seen): borrowed str
+ * or NULL; -1 when a value is not a str (the record is left to Python) or on an error */
+static int rec_get(PyObject *h, PyObject *key, PyObject **out) {
+    *out = NULL;
+    if (h == NULL) return 0;
+    *out = PyDict_GetItemWithError(h, key);
+    if (*out == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyUnicode_CheckExact(*out) ? 0 : -1;
+}
+
+/* `a or b` on header values (either may be NULL = absent): borrowed or NULL */
+static inline PyObject *or2(PyObject *a, PyObject *b) {
+    return (a != NULL && PyUnicode_GET_LENGTH(a) > 0) ? a : b;
+}
+
+/* a non-empty str of ASCII digits only */
+static int ascii_digits(PyObject *v) {
+    if (!PyUnicode_IS_ASCII(v)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(v);
+    if (n == 0) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+    }
+    return 1;
+}
+
+/* Stream.to_record(conn_key, client) for the common gRPC stream (both directions in grpc
+ * mode, not reset, no grpc-web trailers, plain header values): a new RequestRecord, or
+ * NULL without an error set when the stream is left to Python (or NULL with an error). */
+static PyObject *record_of(PyObject *st, PyObject *conn_key, long long c) {
+    PyObject *lists[S_N];
+    long long s = 1 - c;
+    if (record_type == NULL || Py_TYPE(st) != stream_type) return NULL;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) return NULL;
+    }
+    for (int i = 0; i < X_N; i++) {
+        if (SLOT(st, x_off[i]) == NULL) return NULL;
+    }
+    if (SLOT(st, x_off[X_RST_TS]) != Py_None || SLOT(st, x_off[X_WEB_TRAILERS]) != Py_None) return NULL;
+    if (!is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 0)) || !is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 1)))
+        return NULL;
+    PyObject *req = PyList_GET_ITEM(lists[S_HDR], c), *resp = PyList_GET_ITEM(lists[S_HDR], s);
+    PyObject *trl = PyList_GET_ITEM(lists[S_TRAILERS], s);
+    if (req == Py_None) req = NULL; else if (!PyDict_CheckExact(req)) return NULL;
+    if (resp == Py_None) resp = NULL; else if (!PyDict_CheckExact(resp)) return NULL;
+    if (trl == Py_None) trl = NULL; else if (!PyDict_CheckExact(trl)) return NULL;
+    PyObject *method, *path, *authority, *host, *scheme, *req_ct, *resp_ct, *ua, *status, *trl_gs, *resp_gs,
+        *trl_gm, *resp_gm, *resp_ge, *req_ge;
+    if (rec_get(req, h_method, &method) < 0 || rec_get(req, h_path, &path) < 0 ||
+        rec_get(req, h_authority, &authority) < 0 || rec_get(req, h_host, &host) < 0 ||
+        rec_get(req, h_scheme, &scheme) < 0 || rec_get(req, h_content_type, &req_ct) < 0 ||
+        rec_get(resp, h_content_type, &resp_ct) < 0 || rec_get(req, h_user_agent, &ua) < 0 ||
+        rec_get(resp, h_status, &status) < 0 || rec_get(trl, h_grpc_status, &trl_gs) < 0 ||
+        rec_get(resp, h_grpc_status, &resp_gs) < 0 || rec_get(trl, h_grpc_message, &trl_gm) < 0 ||
+        rec_get(resp, h_grpc_message, &resp_gm) < 0 || rec_get(resp, h_grpc_encoding, &resp_ge) < 0 ||
+        rec_get(req, h_grpc_encoding, &req_ge) < 0)
+        return NULL;
+    /* int(status) when status.isdigit(); int(gs) when gs.strip().isdigit(); unquote(gm):
+     * only the plain forms here */
+    PyObject *gs = or2(trl_gs, resp_gs), *gm = or2(trl_gm, resp_gm);
+    int status_digits = status != NULL && ascii_digits(status);
+    if (status != NULL && !status_digits && !PyUnicode_IS_ASCII(status)) return NULL;
+    if (gs != NULL && !ascii_digits(gs)) return NULL;
+    if (gm != NULL) {
+        Py_ssize_t pct = PyUnicode_FindChar(gm, '%', 0, PyUnicode_GET_LENGTH(gm), 1);
+        if (pct != -1) return NULL; /* %-escapes: unquote in Python (-2: error set) */
+    }
+    /* _grpc_kind */
+    long long nreq, nresp;
+    if (slot_ll_obj(PyList_GET_ITEM(lists[S_MSGS], c), &nreq) < 0 ||
+        slot_ll_obj(PyList_GET_ITEM(lists[S_MSGS], s), &nresp) < 0)
+        return NULL;
+    int after_first = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSG_AFTER_FIRST], c));
+    int before_end = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSG_BEFORE_END], s));
+    if (after_first < 0 || before_end < 0) return NULL;
+    PyObject *end_c = PyList_GET_ITEM(lists[S_END_TS], c);
+    PyObject *kind;
+    if (after_first || (before_end && end_c != Py_None && nresp > 0) || (nreq > 1 && nresp > 1))
+        kind = k_bidi;
+    else if (nreq > 1)
+        kind = k_client_stream;
+    else if (nresp > 1)
+        kind = k_server_stream;
+    else
+        kind = k_unary;
+    PyObject *end_off = PyList_GET_ITEM(lists[S_END_OFF], s);
+    if (end_off == Py_None) end_off = PyList_GET_ITEM(lists[S_LAST_OFF], s); /* not reset */
+
+    PyObject *http_status = NULL, *grpc_status = NULL;
+    if (status_digits && (http_status = PyLong_FromUnicodeObject(status, 10)) == NULL) return NULL;
+    if (gs != NULL && (grpc_status = PyLong_FromUnicodeObject(gs, 10)) == NULL) {
+        Py_XDECREF(http_status);
+        return NULL;
+    }
+    PyObject *vals[R_N] = {
+        conn_key, SLOT(st, x_off[X_SID]), method, path, or2(authority, host), scheme, or2(req_ct, resp_ct), ua,
+        kind, PyList_GET_ITEM(lists[S_HDR_TS], c), end_c, PyList_GET_ITEM(lists[S_HDR_TS], s),
+        PyList_GET_ITEM(lists[S_FIRST_MSG_TS], s), PyList_GET_ITEM(lists[S_LAST_MSG_TS], s),
+        PyList_GET_ITEM(lists[S_END_TS], s), http_status, grpc_status, gm, or2(resp_ge, req_ge),
+        PyList_GET_ITEM(lists[S_MSGS], c), PyList_GET_ITEM(lists[S_MSGS], s),
+        PyList_GET_ITEM(lists[S_DATA_BYTES], c), PyList_GET_ITEM(lists[S_DATA_BYTES], s),
+        SLOT(st, x_off[X_RST_CODE]), SLOT(st, x_off[X_TRAILERS_ONLY]), SLOT(st, x_off[X_HEADERS_KNOWN]),
+        PyList_GET_ITEM(lists[S_FIRST_MSG_OFF], s), end_off, v_h2};
+    PyObject *rec = record_type->tp_alloc(record_type, 0);
+    if (rec != NULL) {
+        for (int i = 0; i < R_N; i++) {
+            PyObject *v = vals[i] != NULL ? vals[i] : Py_None;
+            Py_INCREF(v);
+            SLOT(rec, r_off[i]) = v;
+        }
+    }
+    Py_XDECREF(http_status);
+    Py_XDECREF(grpc_status);
+    return rec;
+}
+
+/* to_records(streams, conn_key, client): [st.to_record(conn_key, client) for st in
+ * streams], the common gRPC streams built here */
+static PyObject *to_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "to_records(list of Stream, conn_key, client)");
+        return NULL;
+    }
+    long long client = PyLong_AsLongLong(args[2]);
+    if (client == -1 && PyErr_Occurred()) return NULL;
+    if (client != 0 && client != 1) {
+        PyErr_SetString(PyExc_ValueError, "client must be 0 or 1");
+        return NULL;
+    }
+    PyObject *streams = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(streams);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *st = PyList_GET_ITEM(streams, i);
+        PyObject *rec = record_of(st, args[1], client);
+        if (rec == NULL) {
+            if (PyErr_Occurred()) goto error;
+            rec = PyObject_CallMethodObjArgs(st, s_to_record, args[1], args[2], NULL);
+            if (rec == NULL) goto error;
+            if (PyList_GET_SIZE(streams) != n) {
+                Py_DECREF(rec);
+                PyErr_SetString(PyExc_RuntimeError, "to_records: the list changed");
+                goto error;
+            }
+        }
+        PyList_SET_ITEM(out, i, rec);
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "feed_chunk(conn, chunk)");
@@ -1001,13 +1174,14 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock) */
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError,
-                        "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock)");
+    /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock,
+     *      RequestRecord) */
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, "
+                                         "TolerantDecoder, DecodedBlock, RequestRecord)");
         return NULL;
     }
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 8; i++) {
         if (!PyType_Check(args[i])) {
             PyErr_SetString(PyExc_TypeError, "init() takes classes");
             return NULL;
@@ -1022,7 +1196,19 @@ static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         slot_offsets(args[5], decoder_names, H_N, h_off) < 0 ||
         slot_offsets(args[6], block_names, B_N, b_off) < 0)
         return NULL;
+    /* to_records fills every field of a RequestRecord: only when these are all of them */
+    PyObject *fields = PyObject_GetAttrString(args[7], "__slots__");
+    if (fields == NULL) return NULL;
+    int all = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == R_N;
+    for (int i = 0; all && i < R_N; i++) {
+        PyObject *f = PyTuple_GET_ITEM(fields, i);
+        all = PyUnicode_Check(f) && PyUnicode_CompareWithASCIIString(f, record_names[i]) == 0;
+    }
+    Py_DECREF(fields);
+    if (all && slot_offsets(args[7], record_names, R_N, r_off) < 0) return NULL;
     for (int i = 0; i < 7; i++) Py_INCREF(args[i]);
+    if (all) Py_INCREF(args[7]);
+    Py_XSETREF(record_type, all ? (PyTypeObject *)args[7] : NULL);
     Py_XSETREF(grpc_splitter_type, args[0]);
     Py_XSETREF(dir_type, (PyTypeObject *)args[1]);
     Py_XSETREF(stream_type, (PyTypeObject *)args[2]);
@@ -1111,6 +1297,8 @@ static PyMethodDef methods[] = {
      "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
     {"feed_run", (PyCFunction)(void (*)(void))feed_run, METH_FASTCALL,
      "feed_run(conn, conn_key, rows, buf, first): feed_chunk over the rows of a ChunkRun."},
+    {"to_records", (PyCFunction)(void (*)(void))to_records, METH_FASTCALL,
+     "to_records(streams, conn_key, client): Stream.to_record over a list of streams."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
@@ -1131,6 +1319,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(h_method, ":method"); INTERN(h_status, ":status"); INTERN(h_content_type, "content-type");
     INTERN(h_grpc_status, "grpc-status"); INTERN(v_grpc, "grpc"); INTERN(v_app_grpc, "application/grpc");
     INTERN(v_grpc_web_text, "grpc-web-text"); INTERN(v_grpc_web, "grpc-web");
+    INTERN(h_path, ":path"); INTERN(h_authority, ":authority"); INTERN(h_host, "host"); INTERN(h_scheme, ":scheme");
+    INTERN(h_user_agent, "user-agent"); INTERN(h_grpc_message, "grpc-message");
+    INTERN(h_grpc_encoding, "grpc-encoding"); INTERN(k_bidi, "bidi"); INTERN(k_client_stream, "client_stream");
+    INTERN(k_server_stream, "server_stream"); INTERN(k_unary, "unary"); INTERN(v_h2, "h2");
+    INTERN(s_to_record, "to_record");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }
