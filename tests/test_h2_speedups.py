@@ -442,3 +442,13 @@ def test_to_records_same_as_to_record(seed):
     for client in (0, 1):
         want = [vars_of(st.to_record(7, client)) for st in streams]
         assert [vars_of(r) for r in _conn._speedups.to_records(streams, 7, client)] == want
+
+
+def test_c_built_stream_and_splitter_same_as_python():
+    """The C path builds new Streams and GrpcSplitters slot by slot: same as __init__."""
+    from parsers.grpc import GrpcSplitter
+    from parsers.h2._streams import Stream
+
+    assert vars_of(_conn._speedups.stream(7)) == vars_of(Stream(7))
+    for web in (False, True):
+        assert vars_of(_conn._speedups.splitter(web)) == vars_of(GrpcSplitter(keep_trailer=web))

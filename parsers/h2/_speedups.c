@@ -479,6 +479,132 @@ done:
     return ret;
 }
 
+/* Stream(sid) and GrpcSplitter(keep_trailer=web) built here without running their
+ * Python __init__: every slot, in __slots__ order, with the value __init__ gives it.
+ * init() checks that the classes' __slots__ are exactly these names; otherwise (the
+ * classes changed) the classes are called. */
+enum { V_SID, V_NONE, V_FALSE, V_TRUE, V_MINUS1, V_ZERO, V_PAIR_NONE, V_PAIR_ZERO, V_PAIR_FALSE, V_PAIR_HTTP,
+       V_BYTEARRAY, V_LIST, V_WEB };
+typedef struct {
+    const char *name;
+    int kind;
+} tmpl_t;
+static const tmpl_t stream_tmpl[] = {
+    {"sid", V_SID}, {"promised", V_FALSE}, {"mid", V_FALSE}, {"headers_known", V_TRUE},
+    {"hdr", V_PAIR_NONE}, {"hdr_ts", V_PAIR_NONE}, {"trailers", V_PAIR_NONE}, {"end_ts", V_PAIR_NONE},
+    {"end_off", V_PAIR_NONE}, {"last_off", V_PAIR_NONE}, {"rst_ts", V_NONE}, {"rst_code", V_NONE},
+    {"rst_dir", V_MINUS1}, {"rst_off", V_NONE}, {"mode", V_PAIR_HTTP}, {"splitter", V_PAIR_NONE},
+    {"msgs", V_PAIR_ZERO}, {"first_msg_ts", V_PAIR_NONE}, {"last_msg_ts", V_PAIR_NONE},
+    {"first_msg_off", V_PAIR_NONE}, {"data_frames", V_PAIR_ZERO}, {"first_data_ts", V_PAIR_NONE},
+    {"last_data_ts", V_PAIR_NONE}, {"first_data_off", V_PAIR_NONE}, {"data_bytes", V_PAIR_ZERO},
+    {"msg_before_end", V_PAIR_FALSE}, {"msg_after_first", V_PAIR_FALSE}, {"trailers_only", V_FALSE},
+    {"informational", V_FALSE}, {"web_trailers", V_NONE}, {"opener", V_MINUS1}};
+static const tmpl_t splitter_tmpl[] = {
+    {"hdr", V_BYTEARRAY}, {"left", V_MINUS1}, {"_size", V_ZERO}, {"_flag", V_ZERO}, {"probing", V_FALSE},
+    {"confirmed", V_TRUE}, {"_pending", V_LIST}, {"_dead", V_FALSE}, {"keep_trailer", V_WEB},
+    {"trailer", V_BYTEARRAY}};
+#define STREAM_TMPL_N ((int)(sizeof(stream_tmpl) / sizeof(stream_tmpl[0])))
+#define SPLITTER_TMPL_N ((int)(sizeof(splitter_tmpl) / sizeof(splitter_tmpl[0])))
+static Py_ssize_t stream_tmpl_off[STREAM_TMPL_N], splitter_tmpl_off[SPLITTER_TMPL_N];
+static int stream_tmpl_ok, splitter_tmpl_ok;
+static PyObject *v_http;
+
+/* [a, a] */
+static PyObject *pair_of(PyObject *a) {
+    PyObject *l = PyList_New(2);
+    if (l == NULL) return NULL;
+    Py_INCREF(a);
+    Py_INCREF(a);
+    PyList_SET_ITEM(l, 0, a);
+    PyList_SET_ITEM(l, 1, a);
+    return l;
+}
+
+static PyObject *tmpl_value(int kind, PyObject *sid_obj, int web) {
+    switch (kind) {
+    case V_SID: Py_INCREF(sid_obj); return sid_obj;
+    case V_NONE: Py_RETURN_NONE;
+    case V_FALSE: Py_RETURN_FALSE;
+    case V_TRUE: Py_RETURN_TRUE;
+    case V_MINUS1: return PyLong_FromLong(-1);
+    case V_ZERO: Py_INCREF(zero); return zero;
+    case V_PAIR_NONE: return pair_of(Py_None);
+    case V_PAIR_ZERO: return pair_of(zero);
+    case V_PAIR_FALSE: return pair_of(Py_False);
+    case V_PAIR_HTTP: return pair_of(v_http);
+    case V_BYTEARRAY: return PyByteArray_FromStringAndSize(NULL, 0);
+    case V_LIST: return PyList_New(0);
+    case V_WEB: return PyBool_FromLong(web);
+    }
+    PyErr_SetString(PyExc_SystemError, "bad template");
+    return NULL;
+}
+
+static PyObject *tmpl_new(PyTypeObject *type, const tmpl_t *tmpl, const Py_ssize_t *off, int n, PyObject *sid_obj,
+                          int web) {
+    PyObject *o = type->tp_alloc(type, 0);
+    if (o == NULL) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = tmpl_value(tmpl[i].kind, sid_obj, web);
+        if (v == NULL) {
+            Py_DECREF(o);
+            return NULL;
+        }
+        SLOT(o, off[i]) = v;
+    }
+    return o;
+}
+
+/* Stream(sid) */
+static PyObject *new_stream(PyObject *sid_obj) {
+    if (!stream_tmpl_ok) return PyObject_CallOneArg((PyObject *)stream_type, sid_obj);
+    return tmpl_new(stream_type, stream_tmpl, stream_tmpl_off, STREAM_TMPL_N, sid_obj, 0);
+}
+
+/* GrpcSplitter(keep_trailer=web) */
+static PyObject *new_splitter(int web) {
+    if (!splitter_tmpl_ok)
+        return PyObject_CallFunctionObjArgs(grpc_splitter_type, Py_False, web ? Py_True : Py_False, NULL);
+    return tmpl_new((PyTypeObject *)grpc_splitter_type, splitter_tmpl, splitter_tmpl_off, SPLITTER_TMPL_N, NULL, web);
+}
+
+/* init(): whether `type`'s __slots__ are exactly the template's names (offsets into off);
+ * 1 yes, 0 no, -1 error */
+static int tmpl_check(PyObject *type, const tmpl_t *tmpl, int n, Py_ssize_t *off) {
+    PyObject *names = PyObject_GetAttrString(type, "__slots__");
+    if (names == NULL) return -1;
+    int same = PyTuple_Check(names) && PyTuple_GET_SIZE(names) == n &&
+               ((PyTypeObject *)type)->tp_dictoffset == 0 && ((PyTypeObject *)type)->tp_base == &PyBaseObject_Type;
+    for (int i = 0; same && i < n; i++) {
+        PyObject *f = PyTuple_GET_ITEM(names, i);
+        same = PyUnicode_Check(f) && PyUnicode_CompareWithASCIIString(f, tmpl[i].name) == 0;
+    }
+    Py_DECREF(names);
+    if (!same) return 0;
+    const char *list[64];
+    for (int i = 0; i < n; i++) list[i] = tmpl[i].name;
+    return slot_offsets(type, list, n, off) < 0 ? -1 : 1;
+}
+
+/* stream(sid), splitter(web): what the C fast path builds for Stream(sid) and
+ * GrpcSplitter(keep_trailer=web) (for the tests) */
+static PyObject *py_stream(PyObject *self, PyObject *arg) {
+    if (stream_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parsers.h2._speedups.init() was not called");
+        return NULL;
+    }
+    return new_stream(arg);
+}
+
+static PyObject *py_splitter(PyObject *self, PyObject *arg) {
+    if (grpc_splitter_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parsers.h2._speedups.init() was not called");
+        return NULL;
+    }
+    int web = PyObject_IsTrue(arg);
+    return web < 0 ? NULL : new_splitter(web);
+}
+
 /* gRPC content-type: application/grpc* but not grpc-web-text (_streams._is_grpc); sets
  * *web for grpc-web. 1 yes, 0 no, -1 error */
 static int is_grpc_ct(PyObject *ct, int *web) {
@@ -606,7 +732,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
         is_resp = d != client_dir;
         if (ct != NULL && !grpc && is_resp) return 0; /* maybe text/event-stream */
         /* ---- from here on the frame is ours ---- */
-        st = PyObject_CallOneArg((PyObject *)stream_type, sid_obj);
+        st = new_stream(sid_obj);
         if (st == NULL) return -1;
         int ok = Py_TYPE(st) == stream_type && SLOT(st, x_off[X_MID]) == Py_False;
         for (int i = 0; ok && i < S_N; i++) ok = (lists[i] = pair_slot(st, i)) != NULL;
@@ -640,8 +766,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
             for (int k = 0; k < 2; k++) {
                 Py_INCREF(v_grpc);
                 if (list_set(lists[S_MODE], k, v_grpc) < 0) goto new_out;
-                PyObject *sp = PyObject_CallFunctionObjArgs(grpc_splitter_type, Py_False, web ? Py_True : Py_False, NULL);
-                if (list_set(lists[S_SPLITTER], k, sp) < 0) goto new_out;
+                if (list_set(lists[S_SPLITTER], k, new_splitter(web)) < 0) goto new_out;
             }
         }
         if (end && grpc_status && is_resp && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0)
@@ -1219,6 +1344,11 @@ static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     Py_DECREF(fields);
     if (all && slot_offsets(args[7], record_names, R_N, r_off) < 0) return NULL;
+    int stream_ok = tmpl_check(args[2], stream_tmpl, STREAM_TMPL_N, stream_tmpl_off);
+    int splitter_ok = tmpl_check(args[0], splitter_tmpl, SPLITTER_TMPL_N, splitter_tmpl_off);
+    if (stream_ok < 0 || splitter_ok < 0) return NULL;
+    stream_tmpl_ok = stream_ok;
+    splitter_tmpl_ok = splitter_ok;
     for (int i = 0; i < 7; i++) Py_INCREF(args[i]);
     if (all) Py_INCREF(args[7]);
     Py_XSETREF(record_type, all ? (PyTypeObject *)args[7] : NULL);
@@ -1310,6 +1440,9 @@ static PyMethodDef methods[] = {
      "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
     {"feed_run", (PyCFunction)(void (*)(void))feed_run, METH_FASTCALL,
      "feed_run(conn, conn_key, rows, buf, first): feed_chunk over the rows of a ChunkRun."},
+    {"stream", (PyCFunction)py_stream, METH_O, "stream(sid): Stream(sid) as the C fast path builds it."},
+    {"splitter", (PyCFunction)py_splitter, METH_O,
+     "splitter(web): GrpcSplitter(keep_trailer=web) as the C fast path builds it."},
     {"to_records", (PyCFunction)(void (*)(void))to_records, METH_FASTCALL,
      "to_records(streams, conn_key, client): Stream.to_record over a list of streams."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
@@ -1336,7 +1469,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(h_user_agent, "user-agent"); INTERN(h_grpc_message, "grpc-message");
     INTERN(h_grpc_encoding, "grpc-encoding"); INTERN(k_bidi, "bidi"); INTERN(k_client_stream, "client_stream");
     INTERN(k_server_stream, "server_stream"); INTERN(k_unary, "unary"); INTERN(v_h2, "h2");
-    INTERN(s_to_record, "to_record");
+    INTERN(s_to_record, "to_record"); INTERN(v_http, "http");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

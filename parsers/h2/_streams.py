@@ -117,6 +117,8 @@ class Stream:
     )
 
     def __init__(self, sid: int, mid: bool = False) -> None:
+        # parsers/h2/_speedups.c builds Stream(sid) slot by slot (stream_tmpl): a change
+        # here goes there too (test_c_built_stream_and_splitter_same_as_python checks)
         self.sid = sid
         self.promised = False
         self.mid = mid  # first seen without its opening HEADERS
