@@ -187,6 +187,19 @@ static void ctx_clear(ctx_t *c) {
     Py_CLEAR(c->max_conc);
 }
 
+/* one packed message row (MSG_ROW: seven native int64s) onto conn.msg_buf. The buffer
+ * doubles when full: PyByteArray_Resize alone grows it by an eighth, so a batch's rows
+ * were copied over some eight times by realloc. 0 ok, -1 error */
+static int msg_append(PyObject *buf, const long long vals[7]) {
+    const Py_ssize_t row = (Py_ssize_t)(7 * sizeof(long long));
+    Py_ssize_t blen = PyByteArray_GET_SIZE(buf), need = blen + row;
+    if (need >= ((PyByteArrayObject *)buf)->ob_alloc && PyByteArray_Resize(buf, 2 * need) < 0) return -1;
+    /* within the allocation now: only the size changes */
+    if (PyByteArray_Resize(buf, need) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(buf) + blen, vals, (size_t)row);
+    return 0;
+}
+
 /* conn.<name> into *slot unless already there; 0 ok, -1 missing (no error set) */
 static inline int ctx_get(PyObject *conn, PyObject *name, PyObject **slot) {
     if (*slot != NULL) return 0;
@@ -443,9 +456,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     row_vals[5] = gflag == 1;
     row_vals[6] = off_end;
     Py_DECREF(idx); /* only its value was needed */
-    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
-    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) goto done;
-    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
+    if (msg_append(messages, row_vals) < 0) goto done;
     if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
     Py_INCREF(ts);
     if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto done;
@@ -949,10 +960,7 @@ static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char 
     }
     long long off_end = k->base + n;
     long long row_vals[7] = {(long long)sid, d, k->idx, ts, (long long)glen, gflag == 1, off_end};
-    PyObject *messages = ctx->msgs;
-    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
-    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) return -1;
-    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
+    if (msg_append(ctx->msgs, row_vals) < 0) return -1;
     k->idx += 1;
     k->dframes += 1;
     k->base = off_end;
