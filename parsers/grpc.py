@@ -51,6 +51,8 @@ class GrpcSplitter:
     )
 
     def __init__(self, probing: bool = False, keep_trailer: bool = False) -> None:
+        # parsers/h2/_speedups.c builds GrpcSplitter(keep_trailer=...) slot by slot
+        # (splitter_tmpl): a change here goes there too
         self.hdr = bytearray()  # partial 5-byte prefix
         self.left = -1  # payload bytes still missing for the current message; -1: in prefix
         self._size = 0

@@ -150,13 +150,13 @@ class ChunkRun:
     def __len__(self) -> int:
         return int(self.rows.shape[0])
 
-    def chunks(self, first: int = 0) -> list[PayloadChunk]:
-        """The run as PayloadChunks, from row ``first`` on."""
+    def chunks(self, first: int = 0, stop: int | None = None) -> list[PayloadChunk]:
+        """The run as PayloadChunks, rows ``first`` up to ``stop`` (the end)."""
         mv = memoryview(self.buf)
         key = self.conn_key
         return [
             PayloadChunk(key, d, bytes(mv[a:z]), ts, fno, off)
-            for d, ts, fno, off, a, z in self.rows[first:].tolist()
+            for d, ts, fno, off, a, z in self.rows[first:stop].tolist()
         ]
 
 

@@ -237,13 +237,18 @@ class AppSession:
         HTTP/2 steady state the run goes to the HTTP/2 layer as columns."""
         first = 0
         if self.fast_feed is None:
-            chunks = run.chunks()
-            for c in chunks:
-                self.feed(c)
-                first += 1
-                if self.fast_feed is not None:
-                    break
-            if first == len(chunks):
+            # chunk by chunk until the HTTP/2 steady state, often a few rows in; rows
+            # become PayloadChunks in growing slices, so few are made in vain
+            n = len(run)
+            step = 16
+            while first < n and self.fast_feed is None:
+                for c in run.chunks(first, first + step):
+                    self.feed(c)
+                    first += 1
+                    if self.fast_feed is not None:
+                        break
+                step *= 2
+            if first == n:
                 return
         h2 = self._h2
         assert h2 is not None  # fast_feed is set only in the HTTP/2 steady state

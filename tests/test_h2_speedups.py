@@ -15,12 +15,14 @@ from h2_builders import (
     GRPC_RESPONSE,
     Conv,
     Hpack,
+    continuation,
     data,
     frame,
     grpc_msg,
     grpc_request_headers,
     headers,
     read_capture,
+    rst,
     settings,
     window_update,
 )
@@ -83,15 +85,21 @@ def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False
                 else:
                     reqs, msgs, evs = s.take_rows()
                 rows.append((reqs, msgs, [vars_of(e) for e in evs]))
-        h2 = s._h2
-        state = None
-        if h2 is not None:
-            state = (
-                [(D.base, D.frames, D.plain) for D in h2.dirs],
-                [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
-            )
+        state = _state(s)
         r = s.finish(chunks[-1].ts_ns)
         return rows, r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
+
+
+def _state(s: AppSession) -> tuple | None:
+    """What the C fast paths change besides records: framing, flow control, stream ids."""
+    h2 = s._h2
+    if h2 is None:
+        return None
+    return (
+        [(D.base, D.frames, D.plain) for D in h2.dirs],
+        [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
+        (list(h2.closed), list(h2.streams), h2.first_opened, h2.last_opened, h2._frame_no),
+    )
 
 
 def vars_of(obj) -> tuple:
@@ -225,13 +233,7 @@ def _run_whole(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool) 
             m.setattr(_conn, "_speedups", None)
         s = AppSession(chunks[0].conn_key, 40000, 50051)
         _feed_group(s, chunks, runs)
-        h2 = s._h2
-        state = None
-        if h2 is not None:
-            state = (
-                [(D.base, D.frames, D.plain) for D in h2.dirs],
-                [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
-            )
+        state = _state(s)
         r = s.finish(chunks[-1].ts_ns)
         return r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
 
@@ -283,3 +285,187 @@ def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):
     for conn in read_capture(path, 50051):
         if conn.chunks:
             _assert_same_whole(conn.chunks, monkeypatch)
+
+
+def _request_mix(seed: int, max_streams: int | None = None) -> list[PayloadChunk]:
+    """Requests of many shapes, so the C HEADERS path meets each of its exits: unary gRPC
+    (HEADERS + DATA in one chunk), GETs ending on HEADERS, trailers-only answers, 1xx,
+    SSE, grpc-web, plain HTTP, two trailer blocks, CONTINUATION, padded and prioritised
+    HEADERS, RST_STREAM, HEADERS on a closed stream, a stream id jump, odd frames after
+    HEADERS in one chunk; header blocks repeat (decoded from the cache) and change."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    peer = {3: max_streams} if max_streams else {}
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings(), t)
+    cv.send(1, settings(peer) + settings(ack=True), t + 0.1)
+    sid = 1
+    for k in range(60):
+        t += 1
+        shape = rnd.randrange(14)
+        path = f"/pkg.Svc/M{rnd.randrange(2)}"
+        req = grpc_request_headers(path)
+        if shape == 0:  # GET ending on its HEADERS, plain HTTP answer
+            cv.send(0, headers(sid, hc.block([(":method", "GET"), (":scheme", "http"), (":path", "/x"),
+                                              (":authority", "h")]), end_stream=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "text/plain")])), t + 0.1)
+            cv.send(1, data(sid, b"hello", end=True), t + 0.2)
+        elif shape == 1:  # trailers-only answer
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE + [("grpc-status", "5")]), end_stream=True), t + 0.1)
+        elif shape == 2:  # 100 Continue first
+            cv.send(0, headers(sid, hc.block(req)), t)
+            cv.send(1, headers(sid, hs.block([(":status", "100")])), t + 0.1)
+            cv.send(0, data(sid, grpc_msg(b"body"), end=True), t + 0.2)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r")), t + 0.3)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.4)
+        elif shape == 3:  # server-sent events
+            cv.send(0, headers(sid, hc.block([(":method", "GET"), (":scheme", "http"), (":path", "/ev"),
+                                              (":authority", "h")]), end_stream=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "text/event-stream")])), t + 0.1)
+            cv.send(1, data(sid, b"data: a\n\ndata: b\n\n", end=True), t + 0.2)
+        elif shape == 4:  # grpc-web
+            web = [(n, "application/grpc-web+proto" if n == "content-type" else v) for n, v in req]
+            cv.send(0, headers(sid, hc.block(web)) + data(sid, grpc_msg(b"w"), end=True), t)
+            cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", "application/grpc-web+proto")])), t + 0.1)
+            cv.send(1, data(sid, grpc_msg(b"r") + b"\x80" + (17).to_bytes(4, "big") + b"grpc-status: 0\r\n"
+                                    + b"", end=True), t + 0.2)
+        elif shape == 5:  # two trailer blocks
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r")), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("x-more", "1")])), t + 0.2)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.3)
+        elif shape == 6:  # CONTINUATION, padding, priority
+            blk = hc.block(req)
+            cv.send(0, headers(sid, blk[:3], end_headers=False) + continuation(sid, blk[3:]), t)
+            cv.send(0, data(sid, grpc_msg(b"q"), end=True), t + 0.05)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE), pad=2), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True, priority=(0, 3)), t + 0.2)
+        elif shape == 7:  # reset by the server, then its late trailers
+            cv.send(0, headers(sid, hc.block(req)), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + rst(sid, 8), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "1")]), end_stream=True), t + 0.2)
+        elif shape == 8:  # HEADERS then an unknown frame and a PING in one chunk
+            cv.send(0, headers(sid, hc.block(req)) + frame(0x0B, 0, 0, b"odd") + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"a")) + data(sid, grpc_msg(b"b")), t + 0.1)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+        elif shape == 9:  # a stream id far ahead (ignored), then a normal request
+            cv.send(0, headers(sid + 400, hc.block(req), end_stream=True), t)
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True), t + 0.05)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"r"))
+                    + headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.1)
+        elif shape == 10:  # new header values: blocks insert into the dynamic table
+            extra = [("x-req", str(k))]
+            cv.send(0, headers(sid, hc.block(req + extra)) + data(sid, grpc_msg(b"q"), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE + extra)), t + 0.1)
+            cv.send(1, data(sid, grpc_msg(b"r"), end=True), t + 0.2)
+        elif shape == 11:  # two requests open at once, answered out of order
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q"), end=True)
+                    + headers(sid + 2, hc.block(req)) + data(sid + 2, grpc_msg(b"q"), end=True), t)
+            for s2 in (sid + 2, sid):
+                cv.send(1, headers(s2, hs.block(GRPC_RESPONSE)), t + 0.1)
+                cv.send(1, data(s2, grpc_msg(b"r")), t + 0.15)
+                cv.send(1, headers(s2, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+            sid += 2
+        else:  # plain unary gRPC, the common case
+            cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q" * 20), end=True), t)
+            cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.1)
+            for j in range(rnd.randrange(4)):
+                cv.send(1, data(sid, grpc_msg(b"tok%d" % j)), t + 0.2 + j / 100)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.5)
+        if rnd.random() < 0.1:  # HEADERS on a stream closed before (ignored)
+            cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.6)
+        sid += 2
+    return cv.chunks
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+@pytest.mark.parametrize("max_streams", [None, 1, 100])
+def test_request_shapes_same_with_and_without_c(monkeypatch, seed, max_streams):
+    chunks = _request_mix(seed, max_streams)
+    _assert_same(chunks, monkeypatch)
+    _assert_same_whole(chunks, monkeypatch)
+
+
+def _random_stream(rnd: random.Random, sid: int):
+    """A finished Stream with random headers, counters and flags (what to_record reads)."""
+    from parsers.h2._streams import Stream
+
+    st = Stream(sid)
+    pick = rnd.choice
+    for d in (0, 1):
+        st.mode[d] = pick(("grpc", "grpc", "grpc", "http", "sse", "probe"))
+        st.msgs[d] = pick((0, 1, 2, 5))
+        st.data_bytes[d] = rnd.randrange(1000)
+        st.data_frames[d] = pick((0, 1, 3))
+        st.hdr_ts[d] = pick((None, 10 + d))
+        st.end_ts[d] = pick((None, 20 + d))
+        st.end_off[d] = pick((None, 300 + d))
+        st.last_off[d] = pick((None, 400 + d))
+        st.first_msg_ts[d] = pick((None, 30 + d))
+        st.last_msg_ts[d] = pick((None, 40 + d))
+        st.first_msg_off[d] = pick((None, 500 + d))
+        st.first_data_ts[d] = pick((None, 50 + d))
+        st.last_data_ts[d] = pick((None, 60 + d))
+        st.first_data_off[d] = pick((None, 600 + d))
+        st.msg_before_end[d] = pick((False, True))
+        st.msg_after_first[d] = pick((False, True))
+
+    def block(names: dict[str, tuple]) -> dict[str, str] | None:
+        if rnd.random() < 0.1:
+            return None
+        return {k: pick(v) for k, v in names.items() if rnd.random() < 0.8}
+
+    st.hdr[0] = block({":method": ("POST", "GET"), ":path": ("/a", "/b%20c"), ":authority": ("h:1", ""),
+                       "host": ("hh",), ":scheme": ("http", "https"), "content-type": ("application/grpc", ""),
+                       "user-agent": ("ua",), "grpc-encoding": ("gzip", "")})
+    st.hdr[1] = block({":status": ("200", "404", "2x", "", "\u0662\u0660\u0660"),
+                       "content-type": ("application/grpc", "", "text/plain"),
+                       "grpc-status": ("3", " 4 ", "", "x", "\u0661"), "grpc-message": ("oops", "a%20b", ""),
+                       "grpc-encoding": ("identity", "")})
+    st.trailers[1] = block({"grpc-status": ("0", "14", " 2", "", "\u0663"),
+                            "grpc-message": ("fine", "%E2%9C%93", "100%", "")})
+    if rnd.random() < 0.1:
+        st.rst_ts, st.rst_code, st.rst_dir, st.rst_off = 25, 8, pick((0, 1)), 700
+    if rnd.random() < 0.1:
+        st.web_trailers = pick(({}, {"grpc-status": "7"}, {"grpc-message": "w"}))
+    st.trailers_only = pick((False, True))
+    st.headers_known = pick((False, True))
+    return st
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_to_records_same_as_to_record(seed):
+    rnd = random.Random(seed)
+    streams = [_random_stream(rnd, 2 * k + 1) for k in range(400)]
+    for client in (0, 1):
+        want = [vars_of(st.to_record(7, client)) for st in streams]
+        assert [vars_of(r) for r in _conn._speedups.to_records(streams, 7, client)] == want
+
+
+def test_c_built_stream_and_splitter_same_as_python():
+    """The C path builds new Streams and GrpcSplitters slot by slot: same as __init__."""
+    from parsers.grpc import GrpcSplitter
+    from parsers.h2._streams import Stream
+
+    assert vars_of(_conn._speedups.stream(7)) == vars_of(Stream(7))
+    for web in (False, True):
+        assert vars_of(_conn._speedups.splitter(web)) == vars_of(GrpcSplitter(keep_trailer=web))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_mangled_bytes_same_with_and_without_c(monkeypatch, seed):
+    """Random bytes overwritten in a fifth of the chunks: the C path meets frames that are
+    not what they seem (bad lengths, types, flags, stream ids, header blocks) and must
+    agree with Python on all of it, never crash."""
+    rnd = random.Random(seed)
+    chunks = []
+    for c in _request_mix(seed % 5, rnd.choice([None, 100])):
+        b = bytearray(c.data)
+        if b and rnd.random() < 0.2:
+            for _ in range(rnd.randrange(1, 4)):
+                b[rnd.randrange(len(b))] = rnd.randrange(256)
+        chunks.append(PayloadChunk(c.conn_key, c.direction, bytes(b), c.ts_ns, c.frame_no, c.stream_offset))
+    _assert_same_whole(chunks, monkeypatch)
+    assert _run(chunks, False, monkeypatch, runs=True) == _run(chunks, True, monkeypatch)

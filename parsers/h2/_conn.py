@@ -18,7 +18,14 @@ from functools import partial
 import numpy as np
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
-from parsers.records import ChunkRun, DecodeIssue, H2Event, MessageRecord, PayloadChunk
+from parsers.records import (
+    ChunkRun,
+    DecodeIssue,
+    H2Event,
+    MessageRecord,
+    PayloadChunk,
+    RequestRecord,
+)
 
 from ._flow import FlowState
 from ._frames import (
@@ -56,6 +63,10 @@ MessageRow = tuple[int, int, int, int, int, bool, int]
 # (compressed as 0/1), so the C fast path appends bytes and the pipeline reads columns.
 MSG_ROW = struct.Struct("=7q")
 _FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
+
+# HEADERS flags that change the payload layout (padding, priority) or need
+# CONTINUATION frames: only FLAG_END_HEADERS set means the payload is the whole block
+_HEADERS_LAYOUT = FLAG_END_HEADERS | FLAG_PADDED | FLAG_PRIORITY
 
 _CLOSED_KEEP = 4096  # recently closed stream ids remembered to ignore late frames
 _HOLD_LIMIT = 20000  # records held while the orientation is unknown
@@ -136,7 +147,9 @@ if not os.environ.get("TAILTAP_PURE_PYTHON"):
     except ImportError:
         pass
     else:
-        _speedups.init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk)
+        _speedups.init(
+            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
+        )
 # {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, for the
 # pipeline's flow_rates counting; None without the extension
 sent_runs = _speedups.sent_runs if _speedups is not None else None
@@ -640,6 +653,22 @@ class H2Connection:
                 D.pad_left = pad
                 continue
 
+            if (
+                ftype == HEADERS
+                and flags & _HEADERS_LAYOUT == FLAG_END_HEADERS
+                and sid
+                and not sid & 0x80000000
+                and length <= limit
+                and D.block is None
+            ):
+                # -- a whole header block in one HEADERS frame: the common case ----------
+                e = i + 9 + length
+                if e > n:
+                    return i
+                D.frames += 1
+                self._block(D, d, HEADERS, flags, sid, b[i + 9 : e], ts, base + e, 0)
+                i = e
+                continue
             if not frame_ok_in_sync(length, ftype, flags, sid, limit):
                 self._issue(
                     "h2_bad_frame",
@@ -853,13 +882,14 @@ class H2Connection:
         promised: int,
     ) -> None:
         blk: DecodedBlock = D.hpack.decode(frag)
-        if blk.error:
-            self._issue("hpack_error", f"stream {sid}: {blk.error}")
-        if blk.unknown:
-            idx = ",".join(str(x) for x in blk.unknown_indexes[:16])
-            self._event(ts, sid, d, "headers_unknown", blk.unknown, f"indexes={idx}")
-        h = blk.as_dict()
+        h = blk.as_dict()  # shared with the decoder's cache: stored, never changed
         unknown = bool(blk.unknown or blk.error)
+        if unknown:
+            if blk.error:
+                self._issue("hpack_error", f"stream {sid}: {blk.error}")
+            if blk.unknown:
+                idx = ",".join(str(x) for x in blk.unknown_indexes[:16])
+                self._event(ts, sid, d, "headers_unknown", blk.unknown, f"indexes={idx}")
         if ftype == PUSH_PROMISE:
             self._orient(1 - d)
             self._event(ts, sid, d, "push_promise", promised, h.get(":path"))
@@ -877,39 +907,40 @@ class H2Connection:
             self.streams[promised] = st
             self.flows[d].open_stream(promised)
             return
+        method = ":method" in h
+        status = h.get(":status")
         st = self.streams.get(sid)
         if st is None:
             if sid in self.closed:
                 return
-            if not self._may_open(sid, ":method" in h):
+            if not self._may_open(sid, method):
                 self._issue("h2_bad_stream_id", f"HEADERS cannot open stream {sid} here; ignored")
                 return
             st = Stream(sid)
             st.opener = d
-            if ":method" in h:
+            if method:
                 if not self.first_opened[sid & 1]:
                     self.first_opened[sid & 1] = sid
                 self.last_opened[sid & 1] = sid
-            if ":method" not in h and (":status" in h or "grpc-status" in h):
+            elif status is not None or "grpc-status" in h:
                 # we missed the request's HEADERS: mid-connection
                 st.mid = True
                 st.headers_known = False
                 st.opener = 1 - d
-            elif unknown and ":method" not in h:
+            elif unknown:
                 st.headers_known = False
             self.streams[sid] = st
             self.flows[0].open_stream(sid)
             self.flows[1].open_stream(sid)
-            self._check_concurrency(d, ts, sid)
+            if self.max_conc[1 - d] is not None:
+                self._check_concurrency(d, ts, sid)
         if unknown:
             st.headers_known = False
-        if ":method" in h:
-            self._orient(d)
-        elif ":status" in h:
-            self._orient(1 - d)
-        status = h.get(":status")
-        first = st.hdr[d] is None and (":status" in h or ":method" in h or st.data_frames[d] == 0)
-        if first:
+        # the side that sent :method is the client; :status, the server
+        client = d if method else (1 - d if status is not None else -1)
+        if client >= 0 and (not self.orient_final or (client == 1) != self.flipped):
+            self._orient(client)
+        if st.hdr[d] is None and (status is not None or method or st.data_frames[d] == 0):
             if status is not None and status[:1] == "1":
                 st.informational = True  # 1xx: the final response headers follow
             else:
@@ -927,10 +958,9 @@ class H2Connection:
                 if flags & FLAG_END_STREAM and "grpc-status" in h and is_resp:
                     st.trailers_only = True
         else:
-            if st.trailers[d] is None:
-                st.trailers[d] = h
-            else:
-                st.trailers[d].update(h)
+            trl = st.trailers[d]
+            # a second trailer block: merged into a new dict (h is shared)
+            st.trailers[d] = h if trl is None else {**trl, **h}
         st.last_off[d] = end_off
         if flags & FLAG_END_STREAM:
             self._end_stream(st, d, ts, end_off)
@@ -1043,7 +1073,10 @@ class H2Connection:
         if not self.orient_final and not final:
             return [], _NO_ROWS, []
         c = self.client_dir
-        reqs = [st.to_record(self.conn_key, c) for st in self.done]
+        if _speedups is not None:
+            reqs = _speedups.to_records(self.done, self.conn_key, c)
+        else:
+            reqs = [st.to_record(self.conn_key, c) for st in self.done]
         self.done = []
         buf, self.msg_buf = self.msg_buf, bytearray()
         cols = np.frombuffer(buf, dtype=np.int64).reshape(-1, 7)

@@ -27,27 +27,31 @@ _CACHE_BLOCK = 2048  # longer blocks are not cached
 
 
 class DecodedBlock:
-    """One decoded header block: names/values as str; None where unknown."""
+    """One decoded header block: names/values as str; None where unknown. Read-only once
+    decoded: the decoder hands the same block out again for the same bytes (its cache)."""
 
-    __slots__ = ("fields", "unknown", "unknown_indexes", "error")
+    __slots__ = ("fields", "unknown", "unknown_indexes", "error", "_dict")
 
-    def __init__(self) -> None:
-        self.fields: list[tuple[str | None, str | None]] = []
-        self.unknown = 0  # fields whose name (or name and value) could not be known
-        self.unknown_indexes: list[int] = []
-        self.error: str | None = None  # set when the block itself was malformed
-
-    def copy(self) -> DecodedBlock:
-        out = DecodedBlock()
-        out.fields = list(self.fields)
-        out.unknown = self.unknown
-        out.unknown_indexes = list(self.unknown_indexes)
-        out.error = self.error
-        return out
+    def __init__(
+        self,
+        fields: list[tuple[str | None, str | None]],
+        unknown: int,
+        unknown_indexes: list[int],
+        error: str | None,
+    ) -> None:
+        self.fields = fields
+        self.unknown = unknown  # fields whose name (or name and value) could not be known
+        self.unknown_indexes = unknown_indexes
+        self.error = error  # set when the block itself was malformed
+        self._dict: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, str]:
-        """Known fields; repeated names are joined with ', ' (cookie with '; ')."""
-        out: dict[str, str] = {}
+        """Known fields; repeated names are joined with ', ' (cookie with '; '). Built
+        once per block and shared: callers must not change it."""
+        out = self._dict
+        if out is not None:
+            return out
+        out = {}
         for name, value in self.fields:
             if name is None or value is None:
                 continue
@@ -56,6 +60,7 @@ class DecodedBlock:
                 out[name] = out[name] + sep + value
             else:
                 out[name] = value
+        self._dict = out
         return out
 
 
@@ -90,7 +95,7 @@ class TolerantDecoder:
         self.size_exact = True
         # Decoded blocks that changed nothing, by their bytes: valid while the dynamic
         # table is unchanged (_gen counts its changes). Steady-state streams repeat the
-        # same all-indexed blocks, which then decode once.
+        # same all-indexed blocks, which then decode once (and share one DecodedBlock).
         self._gen = 0
         self._cache: dict[bytes, DecodedBlock] = {}
         self._cache_gen = 0
@@ -151,15 +156,17 @@ class TolerantDecoder:
             self._cache_gen = self._gen
         hit = self._cache.get(key)
         if hit is not None:
-            return hit.copy()
+            return hit
         gen = self._gen
         out = self._decode(data)
         if self._gen == gen and out.error is None and len(key) <= _CACHE_BLOCK and len(self._cache) < _CACHE_BLOCKS:
-            self._cache[key] = out.copy()
+            self._cache[key] = out
         return out
 
     def _decode(self, data: bytes | bytearray | memoryview) -> DecodedBlock:
-        out = DecodedBlock()
+        fields: list[tuple[str | None, str | None]] = []
+        unknown_indexes: list[int] = []
+        error = None
         mv = memoryview(data)
         n = len(mv)
         i = 0
@@ -177,9 +184,8 @@ class TolerantDecoder:
                         raise HPACKDecodingError("index 0")
                     name, value = self._lookup(index)
                     if name is None:
-                        out.unknown += 1
-                        out.unknown_indexes.append(index)
-                    out.fields.append((name, value))
+                        unknown_indexes.append(index)
+                    fields.append((name, value))
                 elif b & 0xE0 == 0x20:  # dynamic table size update
                     size, used = decode_integer(mv[i:], 5)
                     i += used
@@ -200,8 +206,7 @@ class TolerantDecoder:
                         name, _ = self._lookup(index)
                         nlen = -1 if name is None else len(name)
                         if name is None:
-                            out.unknown += 1
-                            out.unknown_indexes.append(index)
+                            unknown_indexes.append(index)
                     else:
                         raw, i = self._string(mv, i, n)
                         name = _text(raw)
@@ -215,11 +220,11 @@ class TolerantDecoder:
                             self.size_exact = False
                             nlen = 0
                         self._insert(name, value, nlen, len(raw))
-                    out.fields.append((name, value))
+                    fields.append((name, value))
         except (HPACKDecodingError, IndexError, ValueError) as exc:
-            out.error = f"{type(exc).__name__}: {exc}"
+            error = f"{type(exc).__name__}: {exc}"
             self.lose_context()
-        return out
+        return DecodedBlock(fields, len(unknown_indexes), unknown_indexes, error)
 
     @staticmethod
     def _string(mv: memoryview, i: int, n: int) -> tuple[bytes, int]:

@@ -1,13 +1,17 @@
-/* Optional C fast path for H2Connection.feed_chunk (parsers/h2/_conn.py).
+/* Optional C fast path for H2Connection.feed_chunk / feed_run (parsers/h2/_conn.py).
  *
  * feed_chunk(conn, chunk) handles the steady-state case of a gRPC token stream, a
  * chunk that is exactly one unpadded DATA frame carrying one whole gRPC message on a
- * known stream, with nothing buffered, without END_STREAM and without exhausting a
- * flow-control window, by doing what the Python fast path in H2Connection.feed_chunk
- * does, on the same Python objects. Everything else (and any surprise in the objects'
- * types) goes to conn.feed_chunk(chunk), the pure-Python code, so results are identical
- * with or without this module. All checks happen before the first change: a chunk is
- * either handled completely here or not touched.
+ * known stream, with nothing buffered and without exhausting a flow-control window, by
+ * doing what the Python fast path in H2Connection.feed_chunk does, on the same Python
+ * objects. feed_run(...) does the same over the rows of a ChunkRun, and also walks rows
+ * made of several such frames and of whole HEADERS frames whose header block the
+ * direction's HPACK decoder already holds decoded (what H2Connection._block does with
+ * them in the common cases: open a request stream, response headers, trailers, END_STREAM
+ * and the stream's end). Everything else (and any surprise in the objects' types) goes
+ * to the pure-Python code, so results are identical with or without this module. All
+ * checks for a frame happen before the first change: a frame is either handled
+ * completely here or not touched.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -18,6 +22,14 @@ static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init()
 
 /* interned attribute names of H2Connection (a plain class: read through getattr) */
 static PyObject *s_dirs, *s_streams, *s_flows, *s_messages, *s_frame_no_attr, *s_feed_chunk;
+static PyObject *s_orient_final, *s_flipped, *s_closed, *s_done, *s_first_opened, *s_last_opened,
+    *s_lossy, *s_max_conc;
+/* header names and values _block looks at */
+static PyObject *h_method, *h_status, *h_content_type, *h_grpc_status, *v_grpc, *v_app_grpc,
+    *v_grpc_web_text, *v_grpc_web;
+/* what Stream.to_record reads and writes */
+static PyObject *h_path, *h_authority, *h_host, *h_scheme, *h_user_agent, *h_grpc_message, *h_grpc_encoding,
+    *k_bidi, *k_client_stream, *k_server_stream, *k_unary, *v_h2, *s_to_record;
 static PyObject *zero; /* the int 0: the connection-level key of FlowState.blocked */
 
 
@@ -48,21 +60,43 @@ static inline unsigned long be32(const unsigned char *p) {
  * checked to be of exactly that class before its slots are read. */
 #define SLOT(o, off) (*(PyObject **)((char *)(o) + (off)))
 enum { C_DIRECTION, C_DATA, C_TS_NS, C_FRAME_NO, C_STREAM_OFFSET, C_GAP_BEFORE, C_CONN_KEY, C_N };
-enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_N };
+enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_BLOCK, D_HPACK, D_N };
+/* Stream slots that hold a list of two (per TCP direction) */
 enum { S_SPLITTER, S_MSGS, S_FIRST_MSG_TS, S_FIRST_MSG_OFF, S_END_TS, S_MSG_BEFORE_END,
        S_MSG_AFTER_FIRST, S_LAST_MSG_TS, S_DATA_FRAMES, S_FIRST_DATA_TS, S_FIRST_DATA_OFF,
-       S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_N };
+       S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_HDR, S_HDR_TS, S_TRAILERS, S_END_OFF, S_MODE, S_N };
+/* its other slots */
+enum { X_RST_TS, X_MID, X_TRAILERS_ONLY, X_OPENER, X_SID, X_WEB_TRAILERS, X_RST_CODE, X_HEADERS_KNOWN, X_N };
 enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_N };
-enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_N };
+enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_INITIAL, F_N };
+enum { H_GEN, H_CACHE, H_CACHE_GEN, H_N }; /* TolerantDecoder */
+enum { B_UNKNOWN, B_ERROR, B_DICT, B_N };   /* DecodedBlock */
 static const char *chunk_names[C_N] = {"direction", "data", "ts_ns", "frame_no", "stream_offset", "gap_before", "conn_key"};
-static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames"};
+static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames", "block", "hpack"};
 static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "first_msg_off", "end_ts",
     "msg_before_end", "msg_after_first", "last_msg_ts", "data_frames", "first_data_ts",
-    "first_data_off", "last_data_ts", "data_bytes", "last_off"};
+    "first_data_off", "last_data_ts", "data_bytes", "last_off", "hdr", "hdr_ts", "trailers", "end_off", "mode"};
+static const char *stream_x_names[X_N] = {"rst_ts", "mid", "trailers_only", "opener", "sid", "web_trailers",
+    "rst_code", "headers_known"};
+/* RequestRecord's fields, in order (to_records fills them all) */
+enum { R_CONN_KEY, R_STREAM_ID, R_METHOD, R_PATH, R_AUTHORITY, R_SCHEME, R_CONTENT_TYPE, R_USER_AGENT, R_KIND,
+       R_REQUEST_START, R_REQUEST_END, R_RESPONSE_HEADERS, R_FIRST_MESSAGE, R_LAST_MESSAGE, R_END, R_HTTP_STATUS,
+       R_GRPC_STATUS, R_GRPC_MESSAGE, R_GRPC_ENCODING, R_REQUEST_MESSAGES, R_RESPONSE_MESSAGES, R_REQUEST_BYTES,
+       R_RESPONSE_BYTES, R_RESET_CODE, R_TRAILERS_ONLY, R_HEADERS_KNOWN, R_FIRST_MESSAGE_END_OFFSET, R_END_OFFSET,
+       R_PROTOCOL, R_N };
+static const char *record_names[R_N] = {"conn_key", "stream_id", "method", "path", "authority", "scheme",
+    "content_type", "user_agent", "kind", "request_start", "request_end", "response_headers", "first_message",
+    "last_message", "end", "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
+    "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only", "headers_known",
+    "first_message_end_offset", "end_offset", "protocol"};
+static PyTypeObject *record_type; /* NULL when RequestRecord is not what record_names says */
+static Py_ssize_t r_off[R_N];
 static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer"};
-static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked"};
-static PyTypeObject *chunk_type, *dir_type, *stream_type, *flow_type;
-static Py_ssize_t c_off[C_N], d_off[D_N], s_off[S_N], g_off[G_N], f_off[F_N];
+static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked", "initial"};
+static const char *decoder_names[H_N] = {"_gen", "_cache", "_cache_gen"};
+static const char *block_names[B_N] = {"unknown", "error", "_dict"};
+static PyTypeObject *chunk_type, *dir_type, *stream_type, *flow_type, *decoder_type, *block_type;
+static Py_ssize_t c_off[C_N], d_off[D_N], s_off[S_N], x_off[X_N], g_off[G_N], f_off[F_N], h_off[H_N], b_off[B_N];
 
 static int slot_offsets(PyObject *type, const char **names, int n, Py_ssize_t *out) {
     for (int i = 0; i < n; i++) {
@@ -83,6 +117,19 @@ static int slot_offsets(PyObject *type, const char **names, int n, Py_ssize_t *o
 /* a slot holding an int that fits a long long: 0 on success, -1 otherwise (no error set) */
 static inline int slot_ll(PyObject *o, Py_ssize_t off, long long *out) {
     PyObject *v = SLOT(o, off);
+    if (v == NULL || !PyLong_CheckExact(v)) return -1;
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+/* an int object that fits a long long: 0 on success, -1 otherwise (no error set) */
+static inline int slot_ll_obj(PyObject *v, long long *out) {
     if (v == NULL || !PyLong_CheckExact(v)) return -1;
     int overflow = 0;
     long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
@@ -115,7 +162,13 @@ static inline PyObject *pair_slot(PyObject *st, int i) {
 typedef struct {
     PyObject *dirs, *streams, *flows, *msgs, *sid_obj;
     unsigned long sid;
+    /* for HEADERS and END_STREAM: conn.orient_final, flipped, closed, done,
+     * first_opened, last_opened, lossy, max_conc (conn_ok: fetched and checked) */
+    int conn_ok;
+    PyObject *orient_final, *flipped, *closed, *done, *first_opened, *last_opened, *lossy, *max_conc;
 } ctx_t;
+
+#define CTX_INIT {NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL}
 
 static void ctx_clear(ctx_t *c) {
     Py_CLEAR(c->dirs);
@@ -123,6 +176,28 @@ static void ctx_clear(ctx_t *c) {
     Py_CLEAR(c->flows);
     Py_CLEAR(c->msgs);
     Py_CLEAR(c->sid_obj);
+    c->conn_ok = 0;
+    Py_CLEAR(c->orient_final);
+    Py_CLEAR(c->flipped);
+    Py_CLEAR(c->closed);
+    Py_CLEAR(c->done);
+    Py_CLEAR(c->first_opened);
+    Py_CLEAR(c->last_opened);
+    Py_CLEAR(c->lossy);
+    Py_CLEAR(c->max_conc);
+}
+
+/* one packed message row (MSG_ROW: seven native int64s) onto conn.msg_buf. The buffer
+ * doubles when full: PyByteArray_Resize alone grows it by an eighth, so a batch's rows
+ * were copied over some eight times by realloc. 0 ok, -1 error */
+static int msg_append(PyObject *buf, const long long vals[7]) {
+    const Py_ssize_t row = (Py_ssize_t)(7 * sizeof(long long));
+    Py_ssize_t blen = PyByteArray_GET_SIZE(buf), need = blen + row;
+    if (need >= ((PyByteArrayObject *)buf)->ob_alloc && PyByteArray_Resize(buf, 2 * need) < 0) return -1;
+    /* within the allocation now: only the size changes */
+    if (PyByteArray_Resize(buf, need) < 0) return -1;
+    memcpy(PyByteArray_AS_STRING(buf) + blen, vals, (size_t)row);
+    return 0;
 }
 
 /* conn.<name> into *slot unless already there; 0 ok, -1 missing (no error set) */
@@ -134,6 +209,120 @@ static inline int ctx_get(PyObject *conn, PyObject *name, PyObject **slot) {
         return -1;
     }
     return 0;
+}
+
+/* The connection attributes HEADERS and END_STREAM need, into ctx (once per stretch of
+ * C work): 0 usable (orientation final; every attribute of the expected type), -1 not
+ * (no error set). */
+static int ctx_conn(PyObject *conn, ctx_t *ctx) {
+    if (ctx->conn_ok) return 0;
+    if (ctx_get(conn, s_orient_final, &ctx->orient_final) < 0 || ctx_get(conn, s_flipped, &ctx->flipped) < 0 ||
+        ctx_get(conn, s_closed, &ctx->closed) < 0 || ctx_get(conn, s_done, &ctx->done) < 0 ||
+        ctx_get(conn, s_first_opened, &ctx->first_opened) < 0 ||
+        ctx_get(conn, s_last_opened, &ctx->last_opened) < 0 || ctx_get(conn, s_lossy, &ctx->lossy) < 0 ||
+        ctx_get(conn, s_max_conc, &ctx->max_conc) < 0)
+        return -1;
+    /* not final yet: records may be held and settled by the Python code */
+    if (ctx->orient_final != Py_True) return -1;
+    if (ctx->flipped != Py_True && ctx->flipped != Py_False) return -1;
+    if (ctx->lossy != Py_True && ctx->lossy != Py_False) return -1;
+    if (!PyDict_CheckExact(ctx->closed) || !PyList_CheckExact(ctx->done)) return -1;
+    PyObject *lists[3] = {ctx->first_opened, ctx->last_opened, ctx->max_conc};
+    for (int i = 0; i < 3; i++) {
+        if (!PyList_CheckExact(lists[i]) || PyList_GET_SIZE(lists[i]) != 2) return -1;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (!PyLong_CheckExact(PyList_GET_ITEM(ctx->first_opened, i)) ||
+            !PyLong_CheckExact(PyList_GET_ITEM(ctx->last_opened, i)))
+            return -1;
+    }
+    ctx->conn_ok = 1;
+    return 0;
+}
+
+/* del d[key] when present: 0 ok, -1 error */
+static int dict_discard(PyObject *d, PyObject *key) {
+    if (PyDict_DelItem(d, key) == 0) return 0;
+    if (!PyErr_ExceptionMatches(PyExc_KeyError)) return -1;
+    PyErr_Clear();
+    return 0;
+}
+
+/* FlowState.close_stream(sid) (its dicts were checked by the caller's ctx checks) */
+static int flow_close(PyObject *fs, PyObject *sid_obj) {
+    if (dict_discard(SLOT(fs, f_off[F_STREAMS]), sid_obj) < 0) return -1;
+    return dict_discard(SLOT(fs, f_off[F_BLOCKED]), sid_obj);
+}
+
+/* both FlowStates of ctx->flows are usable by flow_close / flow_open */
+static int flows_ok(ctx_t *ctx) {
+    PyObject *flows = ctx->flows;
+    if (flows == NULL || !PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) return 0;
+    for (int i = 0; i < 2; i++) {
+        PyObject *fs = PyTuple_GET_ITEM(flows, i);
+        if (Py_TYPE(fs) != flow_type) return 0;
+        PyObject *a = SLOT(fs, f_off[F_STREAMS]), *b = SLOT(fs, f_off[F_BLOCKED]);
+        if (a == NULL || b == NULL || !PyDict_CheckExact(a) || !PyDict_CheckExact(b)) return 0;
+        if (SLOT(fs, f_off[F_INITIAL]) == NULL) return 0;
+    }
+    return 1;
+}
+
+/* H2Connection._finalize(st) (the stream is conn.streams[sid]) */
+static int do_finalize(ctx_t *ctx, PyObject *st, PyObject *sid_obj) {
+    int ret = -1;
+    Py_INCREF(st); /* conn.streams held it */
+    int had = PyDict_Contains(ctx->streams, sid_obj);
+    if (had < 0) goto out;
+    if (!had) { ret = 0; goto out; }
+    if (PyDict_DelItem(ctx->streams, sid_obj) < 0) goto out;
+    PyObject *closed = ctx->closed;
+    if (PyDict_SetItem(closed, sid_obj, Py_True) < 0) goto out;
+    if (PyDict_GET_SIZE(closed) > 4096) { /* _CLOSED_KEEP: forget the oldest */
+        Py_ssize_t pos = 0;
+        PyObject *k, *v;
+        if (PyDict_Next(closed, &pos, &k, &v)) {
+            Py_INCREF(k);
+            int r = PyDict_DelItem(closed, k);
+            Py_DECREF(k);
+            if (r < 0) goto out;
+        }
+    }
+    if (flow_close(PyTuple_GET_ITEM(ctx->flows, 0), sid_obj) < 0 ||
+        flow_close(PyTuple_GET_ITEM(ctx->flows, 1), sid_obj) < 0)
+        goto out;
+    if (PyList_Append(ctx->done, st) < 0) goto out;
+    ret = 0;
+out:
+    Py_DECREF(st);
+    return ret;
+}
+
+/* H2Connection._end_stream(st, d, ts, end_off), checked by end_stream_ok (lists: st's
+ * pair slots). st may be gone afterwards. */
+static int do_end_stream(ctx_t *ctx, PyObject *st, PyObject **lists, long long d, PyObject *ts,
+                         long long end_off, PyObject *sid_obj) {
+    if (PyList_GET_ITEM(lists[S_END_TS], d) == Py_None) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_END_TS], d, ts) < 0) return -1;
+        if (list_set(lists[S_END_OFF], d, PyLong_FromLongLong(end_off)) < 0) return -1;
+    }
+    if (flow_close(PyTuple_GET_ITEM(ctx->flows, d), sid_obj) < 0) return -1;
+    int done = SLOT(st, x_off[X_RST_TS]) != Py_None ||
+               (PyList_GET_ITEM(lists[S_END_TS], 0) != Py_None && PyList_GET_ITEM(lists[S_END_TS], 1) != Py_None);
+    /* a mid-connection stream whose request we never saw: the response end ends it */
+    long long client_dir = ctx->flipped == Py_True;
+    if (!done && SLOT(st, x_off[X_MID]) == Py_True && PyList_GET_ITEM(lists[S_HDR_TS], 1 - d) == Py_None &&
+        d != client_dir)
+        done = 1;
+    return done ? do_finalize(ctx, st, sid_obj) : 0;
+}
+
+/* whether do_end_stream can run for st (ctx->conn_ok and ctx->streams, flows fetched) */
+static int end_stream_ok(ctx_t *ctx, PyObject *st) {
+    PyObject *mid = SLOT(st, x_off[X_MID]);
+    return ctx->conn_ok && flows_ok(ctx) && SLOT(st, x_off[X_RST_TS]) != NULL &&
+           (mid == Py_True || mid == Py_False);
 }
 
 /* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
@@ -156,7 +345,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     unsigned int gflag = b[9];
     unsigned long glen = be32(b + 10);
     if (lt != ((unsigned long)length << 8) || (flags & 0x08) || (sid & 0x80000000UL)) return 0;
-    if (flags & 0x01) return 0; /* END_STREAM: the Python path ends the stream */
+    int end = flags & 0x01; /* END_STREAM: the stream's direction ends (do_end_stream) */
     if (gflag >= 0x80 || (long long)glen + 5 != length) return 0;
 
     if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) goto done;
@@ -200,6 +389,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) goto done;
     PyObject *fs = PyTuple_GET_ITEM(flows, d);
     if (Py_TYPE(fs) != flow_type) goto done;
+    if (end && (ctx_conn(conn, ctx) < 0 || !end_stream_ok(ctx, st))) goto done;
     PyObject *known = SLOT(fs, f_off[F_KNOWN]);
     PyObject *fs_streams = NULL;
     if (known == Py_True) {
@@ -208,7 +398,8 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
         if (blocked == NULL || !PyDict_CheckExact(blocked)) goto done;
         if (fs_streams == NULL || !PyDict_CheckExact(fs_streams)) goto done;
         if (slot_ll(fs, f_off[F_CONN], &fs_conn) < 0) goto done;
-        if (fs_conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); goto done; }
+        /* a window reaching zero opens a block unless the stream ends here */
+        if (!end && fs_conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); goto done; }
         PyObject *w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
         if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); goto done; }
         if (w_obj != NULL) {
@@ -216,7 +407,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
             int overflow = 0;
             w = PyLong_AsLongLongAndOverflow(w_obj, &overflow);
             if (overflow || (w == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
-            if (w - length <= 0 && PyDict_Contains(blocked, sid_obj) != 1) { PyErr_Clear(); goto done; }
+            if (!end && w - length <= 0 && PyDict_Contains(blocked, sid_obj) != 1) { PyErr_Clear(); goto done; }
             has_w = 1;
         }
     } else if (known != Py_False) {
@@ -265,9 +456,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     row_vals[5] = gflag == 1;
     row_vals[6] = off_end;
     Py_DECREF(idx); /* only its value was needed */
-    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
-    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) goto done;
-    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
+    if (msg_append(messages, row_vals) < 0) goto done;
     if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
     Py_INCREF(ts);
     if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto done;
@@ -291,12 +480,361 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
             if (r < 0) goto done;
         }
     }
+    if (end && do_end_stream(ctx, st, lists, d, ts, off_end, sid_obj) < 0) goto done;
     ret = 1;
     goto done;
 
 fail_idx:
     Py_DECREF(idx);
 done:
+    return ret;
+}
+
+/* Stream(sid) and GrpcSplitter(keep_trailer=web) built here without running their
+ * Python __init__: every slot, in __slots__ order, with the value __init__ gives it.
+ * init() checks that the classes' __slots__ are exactly these names; otherwise (the
+ * classes changed) the classes are called. */
+enum { V_SID, V_NONE, V_FALSE, V_TRUE, V_MINUS1, V_ZERO, V_PAIR_NONE, V_PAIR_ZERO, V_PAIR_FALSE, V_PAIR_HTTP,
+       V_BYTEARRAY, V_LIST, V_WEB };
+typedef struct {
+    const char *name;
+    int kind;
+} tmpl_t;
+static const tmpl_t stream_tmpl[] = {
+    {"sid", V_SID}, {"promised", V_FALSE}, {"mid", V_FALSE}, {"headers_known", V_TRUE},
+    {"hdr", V_PAIR_NONE}, {"hdr_ts", V_PAIR_NONE}, {"trailers", V_PAIR_NONE}, {"end_ts", V_PAIR_NONE},
+    {"end_off", V_PAIR_NONE}, {"last_off", V_PAIR_NONE}, {"rst_ts", V_NONE}, {"rst_code", V_NONE},
+    {"rst_dir", V_MINUS1}, {"rst_off", V_NONE}, {"mode", V_PAIR_HTTP}, {"splitter", V_PAIR_NONE},
+    {"msgs", V_PAIR_ZERO}, {"first_msg_ts", V_PAIR_NONE}, {"last_msg_ts", V_PAIR_NONE},
+    {"first_msg_off", V_PAIR_NONE}, {"data_frames", V_PAIR_ZERO}, {"first_data_ts", V_PAIR_NONE},
+    {"last_data_ts", V_PAIR_NONE}, {"first_data_off", V_PAIR_NONE}, {"data_bytes", V_PAIR_ZERO},
+    {"msg_before_end", V_PAIR_FALSE}, {"msg_after_first", V_PAIR_FALSE}, {"trailers_only", V_FALSE},
+    {"informational", V_FALSE}, {"web_trailers", V_NONE}, {"opener", V_MINUS1}};
+static const tmpl_t splitter_tmpl[] = {
+    {"hdr", V_BYTEARRAY}, {"left", V_MINUS1}, {"_size", V_ZERO}, {"_flag", V_ZERO}, {"probing", V_FALSE},
+    {"confirmed", V_TRUE}, {"_pending", V_LIST}, {"_dead", V_FALSE}, {"keep_trailer", V_WEB},
+    {"trailer", V_BYTEARRAY}};
+#define STREAM_TMPL_N ((int)(sizeof(stream_tmpl) / sizeof(stream_tmpl[0])))
+#define SPLITTER_TMPL_N ((int)(sizeof(splitter_tmpl) / sizeof(splitter_tmpl[0])))
+static Py_ssize_t stream_tmpl_off[STREAM_TMPL_N], splitter_tmpl_off[SPLITTER_TMPL_N];
+static int stream_tmpl_ok, splitter_tmpl_ok;
+static PyObject *v_http;
+
+/* [a, a] */
+static PyObject *pair_of(PyObject *a) {
+    PyObject *l = PyList_New(2);
+    if (l == NULL) return NULL;
+    Py_INCREF(a);
+    Py_INCREF(a);
+    PyList_SET_ITEM(l, 0, a);
+    PyList_SET_ITEM(l, 1, a);
+    return l;
+}
+
+static PyObject *tmpl_value(int kind, PyObject *sid_obj, int web) {
+    switch (kind) {
+    case V_SID: Py_INCREF(sid_obj); return sid_obj;
+    case V_NONE: Py_RETURN_NONE;
+    case V_FALSE: Py_RETURN_FALSE;
+    case V_TRUE: Py_RETURN_TRUE;
+    case V_MINUS1: return PyLong_FromLong(-1);
+    case V_ZERO: Py_INCREF(zero); return zero;
+    case V_PAIR_NONE: return pair_of(Py_None);
+    case V_PAIR_ZERO: return pair_of(zero);
+    case V_PAIR_FALSE: return pair_of(Py_False);
+    case V_PAIR_HTTP: return pair_of(v_http);
+    case V_BYTEARRAY: return PyByteArray_FromStringAndSize(NULL, 0);
+    case V_LIST: return PyList_New(0);
+    case V_WEB: return PyBool_FromLong(web);
+    }
+    PyErr_SetString(PyExc_SystemError, "bad template");
+    return NULL;
+}
+
+static PyObject *tmpl_new(PyTypeObject *type, const tmpl_t *tmpl, const Py_ssize_t *off, int n, PyObject *sid_obj,
+                          int web) {
+    PyObject *o = type->tp_alloc(type, 0);
+    if (o == NULL) return NULL;
+    for (int i = 0; i < n; i++) {
+        PyObject *v = tmpl_value(tmpl[i].kind, sid_obj, web);
+        if (v == NULL) {
+            Py_DECREF(o);
+            return NULL;
+        }
+        SLOT(o, off[i]) = v;
+    }
+    return o;
+}
+
+/* Stream(sid) */
+static PyObject *new_stream(PyObject *sid_obj) {
+    if (!stream_tmpl_ok) return PyObject_CallOneArg((PyObject *)stream_type, sid_obj);
+    return tmpl_new(stream_type, stream_tmpl, stream_tmpl_off, STREAM_TMPL_N, sid_obj, 0);
+}
+
+/* GrpcSplitter(keep_trailer=web) */
+static PyObject *new_splitter(int web) {
+    if (!splitter_tmpl_ok)
+        return PyObject_CallFunctionObjArgs(grpc_splitter_type, Py_False, web ? Py_True : Py_False, NULL);
+    return tmpl_new((PyTypeObject *)grpc_splitter_type, splitter_tmpl, splitter_tmpl_off, SPLITTER_TMPL_N, NULL, web);
+}
+
+/* init(): whether `type`'s __slots__ are exactly the template's names (offsets into off);
+ * 1 yes, 0 no, -1 error */
+static int tmpl_check(PyObject *type, const tmpl_t *tmpl, int n, Py_ssize_t *off) {
+    PyObject *names = PyObject_GetAttrString(type, "__slots__");
+    if (names == NULL) return -1;
+    int same = PyTuple_Check(names) && PyTuple_GET_SIZE(names) == n &&
+               ((PyTypeObject *)type)->tp_dictoffset == 0 && ((PyTypeObject *)type)->tp_base == &PyBaseObject_Type;
+    for (int i = 0; same && i < n; i++) {
+        PyObject *f = PyTuple_GET_ITEM(names, i);
+        same = PyUnicode_Check(f) && PyUnicode_CompareWithASCIIString(f, tmpl[i].name) == 0;
+    }
+    Py_DECREF(names);
+    if (!same) return 0;
+    const char *list[64];
+    for (int i = 0; i < n; i++) list[i] = tmpl[i].name;
+    return slot_offsets(type, list, n, off) < 0 ? -1 : 1;
+}
+
+/* stream(sid), splitter(web): what the C fast path builds for Stream(sid) and
+ * GrpcSplitter(keep_trailer=web) (for the tests) */
+static PyObject *py_stream(PyObject *self, PyObject *arg) {
+    if (stream_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parsers.h2._speedups.init() was not called");
+        return NULL;
+    }
+    return new_stream(arg);
+}
+
+static PyObject *py_splitter(PyObject *self, PyObject *arg) {
+    if (grpc_splitter_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "parsers.h2._speedups.init() was not called");
+        return NULL;
+    }
+    int web = PyObject_IsTrue(arg);
+    return web < 0 ? NULL : new_splitter(web);
+}
+
+/* gRPC content-type: application/grpc* but not grpc-web-text (_streams._is_grpc); sets
+ * *web for grpc-web. 1 yes, 0 no, -1 error */
+static int is_grpc_ct(PyObject *ct, int *web) {
+    Py_ssize_t m = PyUnicode_Tailmatch(ct, v_app_grpc, 0, PY_SSIZE_T_MAX, -1);
+    if (m <= 0) return (int)m;
+    int text = PyUnicode_Contains(ct, v_grpc_web_text);
+    if (text != 0) return text < 0 ? -1 : 0;
+    *web = PyUnicode_Contains(ct, v_grpc_web);
+    return *web < 0 ? -1 : 1;
+}
+
+/* a mode slot value equal to "grpc" */
+static inline int is_grpc_mode(PyObject *v) {
+    return PyUnicode_CheckExact(v) && PyUnicode_Compare(v, v_grpc) == 0;
+}
+
+/* FlowState.open_stream(sid) */
+static int flow_open(PyObject *fs, PyObject *sid_obj) {
+    PyObject *streams = SLOT(fs, f_off[F_STREAMS]);
+    int has = PyDict_Contains(streams, sid_obj);
+    if (has < 0) return -1;
+    return has ? 0 : PyDict_SetItem(streams, sid_obj, SLOT(fs, f_off[F_INITIAL]));
+}
+
+/* h[key] as a str, or NULL when absent; -1 error, -2 not a str */
+static int header(PyObject *h, PyObject *key, PyObject **out) {
+    *out = PyDict_GetItemWithError(h, key);
+    if (*out == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyUnicode_CheckExact(*out) ? 0 : -2;
+}
+
+/* A whole HEADERS frame b[0:n] of direction d at direction offset `offset`, with
+ * END_HEADERS and without padding or priority, whose header block the direction's
+ * TolerantDecoder holds in its cache (decoded without unknowns or errors): what
+ * H2Connection._parse + _block (+ _end_stream, _finalize) do with it when it opens a
+ * request stream or brings a stream's response headers or trailers, the orientation
+ * being final and in agreement. 1 handled; 0 not this case, nothing changed; -1 error */
+static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                       long long offset, PyObject *ts) {
+    PyObject *lists[S_N];
+    if ((d != 0 && d != 1) || n < 9) return 0;
+    long long length = n - 9;
+    if ((long long)(((unsigned long)b[0] << 16) | ((unsigned long)b[1] << 8) | b[2]) != length || b[3] != 1) return 0;
+    unsigned int flags = b[4];
+    if ((flags & ~0x2Du) || (flags & 0x2C) != 0x04) return 0; /* END_HEADERS [END_STREAM] only */
+    int end = flags & 0x01;
+    unsigned long sid = be32(b + 5);
+    if (sid == 0 || (sid & 0x80000000UL)) return 0;
+
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || SLOT(D, d_off[D_BLOCK]) != Py_None) return 0;
+    long long base, dframes, max_len;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || offset != base) return 0;
+    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) return 0;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    if (max_known == Py_True) {
+        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return 0;
+    } else if (max_known != Py_False) {
+        return 0;
+    }
+    /* the decoded block, from the decoder's cache (TolerantDecoder.decode on a hit) */
+    PyObject *dec = SLOT(D, d_off[D_HPACK]);
+    long long gen, cache_gen;
+    if (dec == NULL || Py_TYPE(dec) != decoder_type) return 0;
+    if (slot_ll(dec, h_off[H_GEN], &gen) < 0 || slot_ll(dec, h_off[H_CACHE_GEN], &cache_gen) < 0 || gen != cache_gen)
+        return 0;
+    PyObject *cache = SLOT(dec, h_off[H_CACHE]);
+    if (cache == NULL || !PyDict_CheckExact(cache)) return 0;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)b + 9, (Py_ssize_t)length);
+    if (key == NULL) return -1;
+    PyObject *blk = PyDict_GetItemWithError(cache, key); /* borrowed: the cache keeps it */
+    Py_DECREF(key);
+    if (blk == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (Py_TYPE(blk) != block_type) return 0;
+    long long unknown;
+    if (slot_ll(blk, b_off[B_UNKNOWN], &unknown) < 0 || unknown != 0 || SLOT(blk, b_off[B_ERROR]) != Py_None) return 0;
+    PyObject *h = SLOT(blk, b_off[B_DICT]);
+    if (h == NULL || !PyDict_CheckExact(h)) return 0;
+
+    if (ctx_conn(conn, ctx) < 0) return 0;
+    PyObject *method, *status, *ct;
+    int r;
+    if ((r = header(h, h_method, &method)) < 0 || (r = header(h, h_status, &status)) < 0 ||
+        (r = header(h, h_content_type, &ct)) < 0)
+        return r == -1 ? -1 : 0;
+    int grpc_status = PyDict_Contains(h, h_grpc_status);
+    if (grpc_status < 0) return -1;
+    long long client_dir = ctx->flipped == Py_True;
+    /* _orient: the side that sent :method is the client, :status the server */
+    long long client = method != NULL ? d : (status != NULL ? 1 - d : -1);
+    if (client >= 0 && client != client_dir) return 0;
+    if (status != NULL && PyUnicode_GET_LENGTH(status) > 0 && PyUnicode_READ_CHAR(status, 0) == '1') return 0; /* 1xx */
+    int web = 0, grpc = 0;
+    if (ct != NULL && (grpc = is_grpc_ct(ct, &web)) < 0) return -1;
+    if (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams)) return 0;
+    if (ctx_get(conn, s_flows, &ctx->flows) < 0 || !flows_ok(ctx)) return 0;
+    if (ctx->sid_obj == NULL || ctx->sid != sid) {
+        Py_CLEAR(ctx->sid_obj);
+        ctx->sid_obj = PyLong_FromUnsignedLong(sid);
+        if (ctx->sid_obj == NULL) return -1;
+        ctx->sid = sid;
+    }
+    PyObject *sid_obj = ctx->sid_obj;
+    long long end_off = base + n;
+    PyObject *st = PyDict_GetItemWithError(ctx->streams, sid_obj);
+    if (st == NULL && PyErr_Occurred()) return -1;
+    int is_resp, first;
+
+    if (st == NULL) {
+        /* a new request stream (a stream opened otherwise is left to Python) */
+        if (method == NULL || status != NULL) return 0;
+        int closed = PyDict_Contains(ctx->closed, sid_obj);
+        if (closed != 0) return closed < 0 ? -1 : 0;
+        /* _may_open */
+        long long last;
+        if (slot_ll_obj(PyList_GET_ITEM(ctx->last_opened, sid & 1), &last) < 0) return 0;
+        if (last) {
+            long long jump = (long long)sid - last;
+            if (!(jump > 0 && jump <= (ctx->lossy == Py_True ? 2 * 1000000 : 2 * 64))) return 0;
+        }
+        if (PyList_GET_ITEM(ctx->max_conc, 1 - d) != Py_None) return 0; /* _check_concurrency */
+        is_resp = d != client_dir;
+        if (ct != NULL && !grpc && is_resp) return 0; /* maybe text/event-stream */
+        /* ---- from here on the frame is ours ---- */
+        st = new_stream(sid_obj);
+        if (st == NULL) return -1;
+        int ok = Py_TYPE(st) == stream_type && SLOT(st, x_off[X_MID]) == Py_False;
+        for (int i = 0; ok && i < S_N; i++) ok = (lists[i] = pair_slot(st, i)) != NULL;
+        if (!ok) {
+            Py_DECREF(st);
+            PyErr_SetString(PyExc_RuntimeError, "Stream() is not what _speedups expects");
+            return -1;
+        }
+        int ret = -1;
+        long long first_opened;
+        if (slot_put(st, x_off[X_OPENER], PyLong_FromLongLong(d)) < 0) goto new_out;
+        if (slot_ll_obj(PyList_GET_ITEM(ctx->first_opened, sid & 1), &first_opened) < 0) {
+            PyErr_SetString(PyExc_RuntimeError, "first_opened changed type");
+            goto new_out;
+        }
+        if (!first_opened) {
+            Py_INCREF(sid_obj);
+            if (list_set(ctx->first_opened, sid & 1, sid_obj) < 0) goto new_out;
+        }
+        Py_INCREF(sid_obj);
+        if (list_set(ctx->last_opened, sid & 1, sid_obj) < 0) goto new_out;
+        if (PyDict_SetItem(ctx->streams, sid_obj, st) < 0) goto new_out;
+        if (flow_open(PyTuple_GET_ITEM(ctx->flows, 0), sid_obj) < 0 ||
+            flow_open(PyTuple_GET_ITEM(ctx->flows, 1), sid_obj) < 0)
+            goto new_out;
+        Py_INCREF(h);
+        if (list_set(lists[S_HDR], d, h) < 0) goto new_out;
+        Py_INCREF(ts);
+        if (list_set(lists[S_HDR_TS], d, ts) < 0) goto new_out;
+        if (grpc) { /* Stream.set_content_type on a fresh stream */
+            for (int k = 0; k < 2; k++) {
+                Py_INCREF(v_grpc);
+                if (list_set(lists[S_MODE], k, v_grpc) < 0) goto new_out;
+                if (list_set(lists[S_SPLITTER], k, new_splitter(web)) < 0) goto new_out;
+            }
+        }
+        if (end && grpc_status && is_resp && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0)
+            goto new_out;
+        if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto new_out;
+        if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto new_out;
+        if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) goto new_out;
+        if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) goto new_out;
+        ret = 1;
+    new_out:
+        Py_DECREF(st);
+        return ret;
+    }
+
+    /* response headers or trailers of a known stream */
+    if (Py_TYPE(st) != stream_type) return 0;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) return 0;
+    }
+    if (end && !end_stream_ok(ctx, st)) return 0;
+    PyObject *nframes = PyList_GET_ITEM(lists[S_DATA_FRAMES], d);
+    if (!PyLong_CheckExact(nframes)) return 0;
+    first = PyList_GET_ITEM(lists[S_HDR], d) == Py_None &&
+            (status != NULL || method != NULL || PyLong_AsLongLong(nframes) == 0);
+    int trailers_only = 0;
+    if (first) {
+        is_resp = status != NULL || d != client_dir;
+        /* Stream.set_content_type must have nothing to do */
+        if (ct != NULL) {
+            if (grpc) {
+                if (!is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 0)) || !is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 1)))
+                    return 0;
+            } else if (is_resp) {
+                return 0; /* maybe text/event-stream */
+            }
+        }
+        trailers_only = end && grpc_status && is_resp;
+    } else if (PyList_GET_ITEM(lists[S_TRAILERS], d) != Py_None) {
+        return 0; /* more trailers: merged by Python */
+    }
+    /* ---- from here on the frame is ours ---- */
+    Py_INCREF(st); /* do_end_stream may drop conn.streams' reference */
+    int ret = -1;
+    Py_INCREF(h);
+    if (list_set(lists[first ? S_HDR : S_TRAILERS], d, h) < 0) goto old_out;
+    if (first) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_HDR_TS], d, ts) < 0) goto old_out;
+        if (trailers_only && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0) goto old_out;
+    }
+    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto old_out;
+    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto old_out;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) goto old_out;
+    if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) goto old_out;
+    ret = 1;
+old_out:
+    Py_DECREF(st);
     return ret;
 }
 
@@ -312,7 +850,7 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     PyObject *ts = SLOT(chunk, c_off[C_TS_NS]);
     PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
     if (ts == NULL || frame_no == NULL) return 0;
-    ctx_t ctx = {NULL, NULL, NULL, NULL, NULL, 0};
+    ctx_t ctx = CTX_INIT;
     int r = try_fast_raw(conn, &ctx, d, (const unsigned char *)PyBytes_AS_STRING(data),
                          PyBytes_GET_SIZE(data), offset, ts, frame_no);
     ctx_clear(&ctx);
@@ -422,10 +960,7 @@ static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char 
     }
     long long off_end = k->base + n;
     long long row_vals[7] = {(long long)sid, d, k->idx, ts, (long long)glen, gflag == 1, off_end};
-    PyObject *messages = ctx->msgs;
-    Py_ssize_t blen = PyByteArray_GET_SIZE(messages);
-    if (PyByteArray_Resize(messages, blen + (Py_ssize_t)sizeof(row_vals)) < 0) return -1;
-    memcpy(PyByteArray_AS_STRING(messages) + blen, row_vals, sizeof(row_vals));
+    if (msg_append(ctx->msgs, row_vals) < 0) return -1;
     k->idx += 1;
     k->dframes += 1;
     k->base = off_end;
@@ -473,6 +1008,18 @@ static int streak_flush(streak_t *k, ctx_t *ctx) {
     return 0;
 }
 
+/* A run's payloads lie scattered over the capture batch's buffer (other connections'
+ * packets in between), so reading a row's frame header is mostly a cache miss: ask for
+ * the payload of a row a few rows ahead while this one is handled. */
+#define PREFETCH_ROWS 8
+static inline void prefetch_payload(const unsigned char *buf, Py_ssize_t len, const long long *row) {
+#if defined(__GNUC__) || defined(__clang__)
+    if (row[4] >= 0 && row[4] < len) __builtin_prefetch(buf + row[4]);
+#else
+    (void)buf; (void)len; (void)row;
+#endif
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, 6) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows in the
@@ -506,7 +1053,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     const unsigned char *buf = (const unsigned char *)bv.buf;
     Py_ssize_t n = rv.shape[0];
     PyObject *ret = NULL;
-    ctx_t ctx = {NULL, NULL, NULL, NULL, NULL, 0};
+    ctx_t ctx = CTX_INIT;
     streak_t streak;
     streak.active = streak.dirty = 0;
     /* conn._frame_no of the last row handled in C, set once at the end (no Python code
@@ -515,6 +1062,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     int fno_pending = 0;
     for (Py_ssize_t i = first < 0 ? 0 : first; i < n; i++) {
         const long long *row = r + 6 * i;
+        if (i + PREFETCH_ROWS < n) prefetch_payload(buf, bv.len, r + 6 * (i + PREFETCH_ROWS));
         long long a = row[4], z = row[5];
         if (a < 0 || z < a || z > bv.len || (row[0] != 0 && row[0] != 1)) {
             PyErr_SetString(PyExc_ValueError, "feed_run: bad row");
@@ -532,12 +1080,29 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         }
         PyObject *ts = PyLong_FromLongLong(row[1]);
         if (ts == NULL) goto out;
-        int fast = try_fast_raw(conn, &ctx, row[0], buf + a, (Py_ssize_t)(z - a), row[3], ts, NULL);
+        /* the row's whole frames, one by one, as long as C takes them */
+        const unsigned char *b = buf + a;
+        Py_ssize_t len = (Py_ssize_t)(z - a), pos = 0, flen = 0;
+        int fast = len > 0;
+        while (fast == 1 && pos < len) {
+            Py_ssize_t left = len - pos;
+            if (left < 9) { fast = 0; break; }
+            flen = 9 + (Py_ssize_t)(((unsigned long)b[pos] << 16) | ((unsigned long)b[pos + 1] << 8) | b[pos + 2]);
+            if (flen > left) { fast = 0; break; }
+            if (b[pos + 3] == 0)
+                fast = try_fast_raw(conn, &ctx, row[0], b + pos, flen, row[3] + pos, ts, NULL);
+            else if (b[pos + 3] == 1)
+                fast = try_headers(conn, &ctx, row[0], b + pos, flen, row[3] + pos, ts);
+            else
+                fast = 0;
+            if (fast == 1) pos += flen;
+        }
         PyObject *fno = NULL;
         if (fast == 1) {
             last_fno = row[2];
             fno_pending = 1;
-            streak_start(&streak, &ctx, row[0], be32(buf + a + 5));
+            /* one DATA frame that does not end the stream: later rows may continue it */
+            if (flen == len && b[3] == 0 && !(b[4] & 0x01)) streak_start(&streak, &ctx, row[0], be32(b + 5));
         } else if (fast == 0) {
             fno_pending = 0;
             ctx_clear(&ctx); /* Python code runs: it may rebind what ctx holds */
@@ -546,17 +1111,20 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 Py_DECREF(ts);
                 goto out;
             }
-            PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, row[0],
-                                                    (const char *)(buf + a), (Py_ssize_t)(z - a), ts, fno,
-                                                    row[3], 0);
-            if (chunk == NULL) {
-                fast = -1;
+            PyObject *res;
+            if (pos == 0) {
+                PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, row[0],
+                                                        (const char *)b, len, ts, fno, row[3], 0);
+                res = chunk == NULL ? NULL : PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
+                Py_XDECREF(chunk);
             } else {
-                PyObject *res = PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
-                Py_DECREF(chunk);
-                if (res == NULL) fast = -1;
-                Py_XDECREF(res);
+                /* the frames before were handled: the rest as the chunk that follows them
+                 * (at a frame boundary, with nothing buffered, that is the same) */
+                res = PyObject_CallMethod(conn, "feed", "Ly#OOLi", row[0], (const char *)(b + pos), len - pos, ts,
+                                          fno, row[3] + pos, 0);
             }
+            if (res == NULL) fast = -1;
+            Py_XDECREF(res);
         }
         Py_DECREF(ts);
         Py_XDECREF(fno);
@@ -580,6 +1148,162 @@ out:
     return ret;
 }
 
+/* h.get(key) for Stream.to_record (h: a dict or NULL for a block not seen): borrowed str
+ * or NULL; -1 when a value is not a str (the record is left to Python) or on an error */
+static int rec_get(PyObject *h, PyObject *key, PyObject **out) {
+    *out = NULL;
+    if (h == NULL) return 0;
+    *out = PyDict_GetItemWithError(h, key);
+    if (*out == NULL) return PyErr_Occurred() ? -1 : 0;
+    return PyUnicode_CheckExact(*out) ? 0 : -1;
+}
+
+/* `a or b` on header values (either may be NULL = absent): borrowed or NULL */
+static inline PyObject *or2(PyObject *a, PyObject *b) {
+    return (a != NULL && PyUnicode_GET_LENGTH(a) > 0) ? a : b;
+}
+
+/* a non-empty str of ASCII digits only */
+static int ascii_digits(PyObject *v) {
+    if (!PyUnicode_IS_ASCII(v)) return 0;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(v);
+    const char *p = (const char *)PyUnicode_1BYTE_DATA(v);
+    if (n == 0) return 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+    }
+    return 1;
+}
+
+/* Stream.to_record(conn_key, client) for the common gRPC stream (both directions in grpc
+ * mode, not reset, no grpc-web trailers, plain header values): a new RequestRecord, or
+ * NULL without an error set when the stream is left to Python (or NULL with an error). */
+static PyObject *record_of(PyObject *st, PyObject *conn_key, long long c) {
+    PyObject *lists[S_N];
+    long long s = 1 - c;
+    if (record_type == NULL || Py_TYPE(st) != stream_type) return NULL;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) return NULL;
+    }
+    for (int i = 0; i < X_N; i++) {
+        if (SLOT(st, x_off[i]) == NULL) return NULL;
+    }
+    if (SLOT(st, x_off[X_RST_TS]) != Py_None || SLOT(st, x_off[X_WEB_TRAILERS]) != Py_None) return NULL;
+    if (!is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 0)) || !is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 1)))
+        return NULL;
+    PyObject *req = PyList_GET_ITEM(lists[S_HDR], c), *resp = PyList_GET_ITEM(lists[S_HDR], s);
+    PyObject *trl = PyList_GET_ITEM(lists[S_TRAILERS], s);
+    if (req == Py_None) req = NULL; else if (!PyDict_CheckExact(req)) return NULL;
+    if (resp == Py_None) resp = NULL; else if (!PyDict_CheckExact(resp)) return NULL;
+    if (trl == Py_None) trl = NULL; else if (!PyDict_CheckExact(trl)) return NULL;
+    PyObject *method, *path, *authority, *host, *scheme, *req_ct, *resp_ct, *ua, *status, *trl_gs, *resp_gs,
+        *trl_gm, *resp_gm, *resp_ge, *req_ge;
+    if (rec_get(req, h_method, &method) < 0 || rec_get(req, h_path, &path) < 0 ||
+        rec_get(req, h_authority, &authority) < 0 || rec_get(req, h_host, &host) < 0 ||
+        rec_get(req, h_scheme, &scheme) < 0 || rec_get(req, h_content_type, &req_ct) < 0 ||
+        rec_get(resp, h_content_type, &resp_ct) < 0 || rec_get(req, h_user_agent, &ua) < 0 ||
+        rec_get(resp, h_status, &status) < 0 || rec_get(trl, h_grpc_status, &trl_gs) < 0 ||
+        rec_get(resp, h_grpc_status, &resp_gs) < 0 || rec_get(trl, h_grpc_message, &trl_gm) < 0 ||
+        rec_get(resp, h_grpc_message, &resp_gm) < 0 || rec_get(resp, h_grpc_encoding, &resp_ge) < 0 ||
+        rec_get(req, h_grpc_encoding, &req_ge) < 0)
+        return NULL;
+    /* int(status) when status.isdigit(); int(gs) when gs.strip().isdigit(); unquote(gm):
+     * only the plain forms here */
+    PyObject *gs = or2(trl_gs, resp_gs), *gm = or2(trl_gm, resp_gm);
+    int status_digits = status != NULL && ascii_digits(status);
+    if (status != NULL && !status_digits && !PyUnicode_IS_ASCII(status)) return NULL;
+    if (gs != NULL && !ascii_digits(gs)) return NULL;
+    if (gm != NULL) {
+        Py_ssize_t pct = PyUnicode_FindChar(gm, '%', 0, PyUnicode_GET_LENGTH(gm), 1);
+        if (pct != -1) return NULL; /* %-escapes: unquote in Python (-2: error set) */
+    }
+    /* _grpc_kind */
+    long long nreq, nresp;
+    if (slot_ll_obj(PyList_GET_ITEM(lists[S_MSGS], c), &nreq) < 0 ||
+        slot_ll_obj(PyList_GET_ITEM(lists[S_MSGS], s), &nresp) < 0)
+        return NULL;
+    int after_first = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSG_AFTER_FIRST], c));
+    int before_end = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSG_BEFORE_END], s));
+    if (after_first < 0 || before_end < 0) return NULL;
+    PyObject *end_c = PyList_GET_ITEM(lists[S_END_TS], c);
+    PyObject *kind;
+    if (after_first || (before_end && end_c != Py_None && nresp > 0) || (nreq > 1 && nresp > 1))
+        kind = k_bidi;
+    else if (nreq > 1)
+        kind = k_client_stream;
+    else if (nresp > 1)
+        kind = k_server_stream;
+    else
+        kind = k_unary;
+    PyObject *end_off = PyList_GET_ITEM(lists[S_END_OFF], s);
+    if (end_off == Py_None) end_off = PyList_GET_ITEM(lists[S_LAST_OFF], s); /* not reset */
+
+    PyObject *http_status = NULL, *grpc_status = NULL;
+    if (status_digits && (http_status = PyLong_FromUnicodeObject(status, 10)) == NULL) return NULL;
+    if (gs != NULL && (grpc_status = PyLong_FromUnicodeObject(gs, 10)) == NULL) {
+        Py_XDECREF(http_status);
+        return NULL;
+    }
+    PyObject *vals[R_N] = {
+        conn_key, SLOT(st, x_off[X_SID]), method, path, or2(authority, host), scheme, or2(req_ct, resp_ct), ua,
+        kind, PyList_GET_ITEM(lists[S_HDR_TS], c), end_c, PyList_GET_ITEM(lists[S_HDR_TS], s),
+        PyList_GET_ITEM(lists[S_FIRST_MSG_TS], s), PyList_GET_ITEM(lists[S_LAST_MSG_TS], s),
+        PyList_GET_ITEM(lists[S_END_TS], s), http_status, grpc_status, gm, or2(resp_ge, req_ge),
+        PyList_GET_ITEM(lists[S_MSGS], c), PyList_GET_ITEM(lists[S_MSGS], s),
+        PyList_GET_ITEM(lists[S_DATA_BYTES], c), PyList_GET_ITEM(lists[S_DATA_BYTES], s),
+        SLOT(st, x_off[X_RST_CODE]), SLOT(st, x_off[X_TRAILERS_ONLY]), SLOT(st, x_off[X_HEADERS_KNOWN]),
+        PyList_GET_ITEM(lists[S_FIRST_MSG_OFF], s), end_off, v_h2};
+    PyObject *rec = record_type->tp_alloc(record_type, 0);
+    if (rec != NULL) {
+        for (int i = 0; i < R_N; i++) {
+            PyObject *v = vals[i] != NULL ? vals[i] : Py_None;
+            Py_INCREF(v);
+            SLOT(rec, r_off[i]) = v;
+        }
+    }
+    Py_XDECREF(http_status);
+    Py_XDECREF(grpc_status);
+    return rec;
+}
+
+/* to_records(streams, conn_key, client): [st.to_record(conn_key, client) for st in
+ * streams], the common gRPC streams built here */
+static PyObject *to_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "to_records(list of Stream, conn_key, client)");
+        return NULL;
+    }
+    long long client = PyLong_AsLongLong(args[2]);
+    if (client == -1 && PyErr_Occurred()) return NULL;
+    if (client != 0 && client != 1) {
+        PyErr_SetString(PyExc_ValueError, "client must be 0 or 1");
+        return NULL;
+    }
+    PyObject *streams = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(streams);
+    PyObject *out = PyList_New(n);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *st = PyList_GET_ITEM(streams, i);
+        PyObject *rec = record_of(st, args[1], client);
+        if (rec == NULL) {
+            if (PyErr_Occurred()) goto error;
+            rec = PyObject_CallMethodObjArgs(st, s_to_record, args[1], args[2], NULL);
+            if (rec == NULL) goto error;
+            if (PyList_GET_SIZE(streams) != n) {
+                Py_DECREF(rec);
+                PyErr_SetString(PyExc_RuntimeError, "to_records: the list changed");
+                goto error;
+            }
+        }
+        PyList_SET_ITEM(out, i, rec);
+    }
+    return out;
+error:
+    Py_DECREF(out);
+    return NULL;
+}
+
 static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "feed_chunk(conn, chunk)");
@@ -596,12 +1320,14 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
 }
 
 static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk) */
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk)");
+    /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock,
+     *      RequestRecord) */
+    if (nargs != 8) {
+        PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, "
+                                         "TolerantDecoder, DecodedBlock, RequestRecord)");
         return NULL;
     }
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 8; i++) {
         if (!PyType_Check(args[i])) {
             PyErr_SetString(PyExc_TypeError, "init() takes classes");
             return NULL;
@@ -611,14 +1337,36 @@ static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         slot_offsets(args[1], dir_names, D_N, d_off) < 0 ||
         slot_offsets(args[2], stream_names, S_N, s_off) < 0 ||
         slot_offsets(args[3], flow_names, F_N, f_off) < 0 ||
-        slot_offsets(args[4], chunk_names, C_N, c_off) < 0)
+        slot_offsets(args[4], chunk_names, C_N, c_off) < 0 ||
+        slot_offsets(args[2], stream_x_names, X_N, x_off) < 0 ||
+        slot_offsets(args[5], decoder_names, H_N, h_off) < 0 ||
+        slot_offsets(args[6], block_names, B_N, b_off) < 0)
         return NULL;
-    for (int i = 0; i < 5; i++) Py_INCREF(args[i]);
+    /* to_records fills every field of a RequestRecord: only when these are all of them */
+    PyObject *fields = PyObject_GetAttrString(args[7], "__slots__");
+    if (fields == NULL) return NULL;
+    int all = PyTuple_Check(fields) && PyTuple_GET_SIZE(fields) == R_N;
+    for (int i = 0; all && i < R_N; i++) {
+        PyObject *f = PyTuple_GET_ITEM(fields, i);
+        all = PyUnicode_Check(f) && PyUnicode_CompareWithASCIIString(f, record_names[i]) == 0;
+    }
+    Py_DECREF(fields);
+    if (all && slot_offsets(args[7], record_names, R_N, r_off) < 0) return NULL;
+    int stream_ok = tmpl_check(args[2], stream_tmpl, STREAM_TMPL_N, stream_tmpl_off);
+    int splitter_ok = tmpl_check(args[0], splitter_tmpl, SPLITTER_TMPL_N, splitter_tmpl_off);
+    if (stream_ok < 0 || splitter_ok < 0) return NULL;
+    stream_tmpl_ok = stream_ok;
+    splitter_tmpl_ok = splitter_ok;
+    for (int i = 0; i < 7; i++) Py_INCREF(args[i]);
+    if (all) Py_INCREF(args[7]);
+    Py_XSETREF(record_type, all ? (PyTypeObject *)args[7] : NULL);
     Py_XSETREF(grpc_splitter_type, args[0]);
     Py_XSETREF(dir_type, (PyTypeObject *)args[1]);
     Py_XSETREF(stream_type, (PyTypeObject *)args[2]);
     Py_XSETREF(flow_type, (PyTypeObject *)args[3]);
     Py_XSETREF(chunk_type, (PyTypeObject *)args[4]);
+    Py_XSETREF(decoder_type, (PyTypeObject *)args[5]);
+    Py_XSETREF(block_type, (PyTypeObject *)args[6]);
     Py_RETURN_NONE;
 }
 
@@ -700,6 +1448,11 @@ static PyMethodDef methods[] = {
      "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
     {"feed_run", (PyCFunction)(void (*)(void))feed_run, METH_FASTCALL,
      "feed_run(conn, conn_key, rows, buf, first): feed_chunk over the rows of a ChunkRun."},
+    {"stream", (PyCFunction)py_stream, METH_O, "stream(sid): Stream(sid) as the C fast path builds it."},
+    {"splitter", (PyCFunction)py_splitter, METH_O,
+     "splitter(web): GrpcSplitter(keep_trailer=web) as the C fast path builds it."},
+    {"to_records", (PyCFunction)(void (*)(void))to_records, METH_FASTCALL,
+     "to_records(streams, conn_key, client): Stream.to_record over a list of streams."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
@@ -714,6 +1467,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1
 PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(s_dirs, "dirs"); INTERN(s_streams, "streams"); INTERN(s_flows, "flows");
     INTERN(s_messages, "msg_buf"); INTERN(s_frame_no_attr, "_frame_no"); INTERN(s_feed_chunk, "feed_chunk");
+    INTERN(s_orient_final, "orient_final"); INTERN(s_flipped, "flipped");
+    INTERN(s_closed, "closed"); INTERN(s_done, "done"); INTERN(s_first_opened, "first_opened");
+    INTERN(s_last_opened, "last_opened"); INTERN(s_lossy, "lossy"); INTERN(s_max_conc, "max_conc");
+    INTERN(h_method, ":method"); INTERN(h_status, ":status"); INTERN(h_content_type, "content-type");
+    INTERN(h_grpc_status, "grpc-status"); INTERN(v_grpc, "grpc"); INTERN(v_app_grpc, "application/grpc");
+    INTERN(v_grpc_web_text, "grpc-web-text"); INTERN(v_grpc_web, "grpc-web");
+    INTERN(h_path, ":path"); INTERN(h_authority, ":authority"); INTERN(h_host, "host"); INTERN(h_scheme, ":scheme");
+    INTERN(h_user_agent, "user-agent"); INTERN(h_grpc_message, "grpc-message");
+    INTERN(h_grpc_encoding, "grpc-encoding"); INTERN(k_bidi, "bidi"); INTERN(k_client_stream, "client_stream");
+    INTERN(k_server_stream, "server_stream"); INTERN(k_unary, "unary"); INTERN(v_h2, "h2");
+    INTERN(s_to_record, "to_record"); INTERN(v_http, "http");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }

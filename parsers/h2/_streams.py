@@ -24,6 +24,8 @@ def _is_grpc(ct: str | None) -> bool:
     return ct is not None and ct.startswith("application/grpc") and "grpc-web-text" not in ct
 
 
+_NO_HEADERS: dict[str, str] = {}  # read-only stand-in for a block not seen
+
 _NL = re.compile(rb"\r\n|\r|\n")
 
 
@@ -115,6 +117,8 @@ class Stream:
     )
 
     def __init__(self, sid: int, mid: bool = False) -> None:
+        # parsers/h2/_speedups.c builds Stream(sid) slot by slot (stream_tmpl): a change
+        # here goes there too (test_c_built_stream_and_splitter_same_as_python checks)
         self.sid = sid
         self.promised = False
         self.mid = mid  # first seen without its opening HEADERS
@@ -192,68 +196,73 @@ class Stream:
 
     def to_record(self, conn_key: int, client: int) -> RequestRecord:
         c, s = client, 1 - client
-        req = self.hdr[c] or {}
-        resp = self.hdr[s] or {}
-        trl = self.trailers[s] or {}
-        r = RequestRecord(conn_key=conn_key, stream_id=self.sid)
-        r.method = req.get(":method")
-        r.path = req.get(":path")
-        r.authority = req.get(":authority") or req.get("host")
-        r.scheme = req.get(":scheme")
-        r.content_type = req.get("content-type") or resp.get("content-type")
-        r.user_agent = req.get("user-agent")
-        r.request_start = self.hdr_ts[c]
-        r.request_end = self.end_ts[c]
-        r.response_headers = self.hdr_ts[s]
+        req = self.hdr[c] or _NO_HEADERS
+        resp = self.hdr[s] or _NO_HEADERS
+        trl = self.trailers[s] or _NO_HEADERS
         status = resp.get(":status")
-        if status is not None and status.isdigit():
-            r.http_status = int(status)
+        http_status = int(status) if status is not None and status.isdigit() else None
         gs = trl.get("grpc-status") or resp.get("grpc-status")
         gm = trl.get("grpc-message") or resp.get("grpc-message")
-        if self.web_trailers:
-            gs = gs or self.web_trailers.get("grpc-status")
-            gm = gm or self.web_trailers.get("grpc-message")
-        if gs is not None and gs.strip().isdigit():
-            r.grpc_status = int(gs)
-        if gm is not None:
-            r.grpc_message = unquote(gm)
-        r.grpc_encoding = resp.get("grpc-encoding") or req.get("grpc-encoding")
-        r.request_bytes = self.data_bytes[c]
-        r.response_bytes = self.data_bytes[s]
-        r.end = self.end_ts[s] if self.end_ts[s] is not None else self.rst_ts
-        if self.rst_ts is not None and (r.end is None or self.rst_ts < r.end):
-            r.end = self.rst_ts
-        r.reset_code = self.rst_code
-        r.trailers_only = self.trailers_only
-        r.headers_known = self.headers_known
+        web = self.web_trailers
+        if web:
+            gs = gs or web.get("grpc-status")
+            gm = gm or web.get("grpc-message")
+        grpc_status = int(gs) if gs is not None and gs.strip().isdigit() else None
+        rst_ts = self.rst_ts
+        end_ts = self.end_ts
+        end = end_ts[s] if end_ts[s] is not None else rst_ts
+        if rst_ts is not None and (end is None or rst_ts < end):
+            end = rst_ts
         if self.end_off[s] is not None:
-            r.end_offset = self.end_off[s]
-        elif self.rst_ts is not None and self.rst_dir == s:
-            r.end_offset = self.rst_off
+            end_offset = self.end_off[s]
+        elif rst_ts is not None and self.rst_dir == s:
+            end_offset = self.rst_off
         else:
-            r.end_offset = self.last_off[s]
+            end_offset = self.last_off[s]
         if self.grpc:
-            r.request_messages = self.msgs[c]
-            r.response_messages = self.msgs[s]
-            r.first_message = self.first_msg_ts[s]
-            r.last_message = self.last_msg_ts[s]
-            r.first_message_end_offset = self.first_msg_off[s]
-            r.kind = self._grpc_kind(c, s)
+            nreq, nresp = self.msgs[c], self.msgs[s]
+            first, last, first_off = self.first_msg_ts[s], self.last_msg_ts[s], self.first_msg_off[s]
+            kind = self._grpc_kind(c, s)
         elif self.mode[s] == "sse":
-            r.request_messages = self.data_frames[c]
-            r.response_messages = self.msgs[s]
-            r.first_message = self.first_msg_ts[s]
-            r.last_message = self.last_msg_ts[s]
-            r.first_message_end_offset = self.first_msg_off[s]
-            r.kind = "sse"
+            nreq, nresp = self.data_frames[c], self.msgs[s]
+            first, last, first_off = self.first_msg_ts[s], self.last_msg_ts[s], self.first_msg_off[s]
+            kind = "sse"
         else:
-            r.request_messages = self.data_frames[c]
-            r.response_messages = self.data_frames[s]
-            r.first_message = self.first_data_ts[s]
-            r.last_message = self.last_data_ts[s]
-            r.first_message_end_offset = self.first_data_off[s]
-            r.kind = "http"
-        return r
+            nreq, nresp = self.data_frames[c], self.data_frames[s]
+            first, last = self.first_data_ts[s], self.last_data_ts[s]
+            first_off = self.first_data_off[s]
+            kind = "http"
+        # one constructor call (positional, in RequestRecord's field order)
+        return RequestRecord(
+            conn_key,
+            self.sid,
+            req.get(":method"),
+            req.get(":path"),
+            req.get(":authority") or req.get("host"),
+            req.get(":scheme"),
+            req.get("content-type") or resp.get("content-type"),
+            req.get("user-agent"),
+            kind,
+            self.hdr_ts[c],
+            end_ts[c],
+            self.hdr_ts[s],
+            first,
+            last,
+            end,
+            http_status,
+            grpc_status,
+            unquote(gm) if gm is not None else None,
+            resp.get("grpc-encoding") or req.get("grpc-encoding"),
+            nreq,
+            nresp,
+            self.data_bytes[c],
+            self.data_bytes[s],
+            self.rst_code,
+            self.trailers_only,
+            self.headers_known,
+            first_off,
+            end_offset,
+        )
 
     def _grpc_kind(self, c: int, s: int) -> str:
         nreq, nresp = self.msgs[c], self.msgs[s]
