@@ -514,3 +514,19 @@ def test_sniff_resumes_the_frame_scan_of_a_growing_prefix():
             assert kind == _sniff(buf), (trial, len(buf))
             if kind is not None:
                 break
+
+
+def test_status_digits_that_int_refuses_are_no_status() -> None:
+    """':status: ²' or 'grpc-status: ³' (str.isdigit() accepts them, int() does not) is a
+    garbage value, not a crash: the request is kept without a status."""
+    conv = Conv()
+    ch, sh = Hpack(), Hpack()
+    conv.send(0, PREFACE + settings(), 0)
+    conv.send(1, settings() + settings(ack=True), 0.1)
+    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
+    conv.send(1, headers(1, sh.block([(":status", "²"), ("content-type", "application/grpc")])), 2)
+    conv.send(1, headers(1, sh.block([("grpc-status", "³")]), end_stream=True), 3)
+    s, r = run_session(conv.chunks)
+    (req,) = r.requests
+    assert req.http_status is None and req.grpc_status is None
+    assert req.end == conv.ts(3)

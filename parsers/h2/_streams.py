@@ -79,6 +79,12 @@ class SseSplitter:
         self._event_start = self._pos
 
 
+
+def _number(text: str | None) -> int | None:
+    """A status header's value as a number; None unless it is ASCII digits (str.isdigit()
+    also accepts '²', which int() refuses: a garbage value must not stop the parser)."""
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
+
 class Stream:
     """One HTTP/2 stream. Lists of two are indexed by TCP direction."""
 
@@ -200,14 +206,14 @@ class Stream:
         resp = self.hdr[s] or _NO_HEADERS
         trl = self.trailers[s] or _NO_HEADERS
         status = resp.get(":status")
-        http_status = int(status) if status is not None and status.isdigit() else None
+        http_status = _number(status)
         gs = trl.get("grpc-status") or resp.get("grpc-status")
         gm = trl.get("grpc-message") or resp.get("grpc-message")
         web = self.web_trailers
         if web:
             gs = gs or web.get("grpc-status")
             gm = gm or web.get("grpc-message")
-        grpc_status = int(gs) if gs is not None and gs.strip().isdigit() else None
+        grpc_status = _number(gs.strip() if gs is not None else None)
         rst_ts = self.rst_ts
         end_ts = self.end_ts
         end = end_ts[s] if end_ts[s] is not None else rst_ts
