@@ -134,41 +134,46 @@ class SendLog:
         self._peer = peer
         self._paths: dict[int, tuple[str, str] | None] = {}
         self._batches: list[_Batch] = []
-        self._incoming: list | None = None  # the batch's chunks, logged at note_events
+        self._incoming: list | None = None  # with a peer: the batch's chunks, until note_events
         self._gates: dict[tuple, _Gate] = {}
         self._logged_ns: dict[int, int] = {}  # cd -> time of the last new-bytes row logged
         self._rows: dict[int, _Rows] = {}
 
     # -- inputs ---------------------------------------------------------------------
     def note_chunks(self, chunks: list) -> None:
-        """In-order chunks of one batch (PayloadChunks and ChunkRuns), before
-        :meth:`note_events` of the batch, which logs them."""
-        if chunks:
+        """In-order chunks of one batch (PayloadChunks and ChunkRuns; call before
+        :meth:`note_events` of the batch). With a peer they are logged at that call, once
+        the peer's batch is known."""
+        if not chunks:
+            return
+        if self._peer is None:
+            self._add_batch(chunks, _last_ns(chunks))
+        else:
             self._incoming = chunks
 
     def note_events(self, events: list) -> None:
         """TCP events (after the batch's :meth:`note_chunks`, or of connections closing):
-        the batch's chunks are logged in the open gates, then retransmissions open gates
-        and are logged.
+        retransmissions open gates and are logged.
 
         With a peer (the other process of a capture split by connection), both processes
         call this at the same points and exchange what the gates need, so the gates and
         the rows are those of one process reading every connection: whether the batch
-        had chunks and its last chunk time (gate expiry), and the gate openings."""
-        incoming, self._incoming = self._incoming, None
+        had chunks and its last chunk time (retention, gate expiry), and the gate
+        openings. The batch's chunks are logged first, as :meth:`note_chunks` does alone."""
         resends = [e for e in events if e.kind in _RESEND_KINDS]
         openings = [
             (self._gate_key(ev.conn_key, ev.direction), ev.ts_ns) for ev in resends if ev.kind in _LOSS_KINDS
         ]
-        last = _last_ns(incoming) if incoming else None
         if self._peer is not None:
+            incoming, self._incoming = self._incoming, None
+            last = _last_ns(incoming) if incoming else None
             # per-connection gates (path unknown) are the process's own: not exchanged
             theirs_last, theirs_openings = self._peer.exchange((last, [o for o in openings if o[0][0] != "conn"]))
             if theirs_last is not None:
                 last = theirs_last if last is None else max(last, theirs_last)
+            if last is not None:
+                self._add_batch(incoming or [], last)
             openings += theirs_openings
-        if last is not None:
-            self._add_batch(incoming or [], last)
         if not resends and not openings:
             return
         opened: dict[tuple, _Gate] = {}

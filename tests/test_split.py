@@ -15,13 +15,13 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from shared_paths import CAPTURES
 
 from telemetry import ingest
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.lockstep import PeerGone, fork_pair
 from telemetry.schema import TABLES
 from telemetry.store import Store
-from shared_paths import CAPTURES
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
