@@ -14,6 +14,9 @@ $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	@# bytecode, as a regular install has it: where PYTHONDONTWRITEBYTECODE is set, an
+	@# editable install would compile every module at every start (~0.1 s)
+	$(BIN)/python -m compileall -q parsers telemetry
 	@touch $@
 
 venv: $(BIN)/tailtap

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from telemetry import ingest  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
 from telemetry.schema import TABLES  # noqa: E402
 from telemetry.store import Store  # noqa: E402
@@ -25,12 +26,12 @@ from telemetry.store import Store  # noqa: E402
 VOLATILE = {"ingest_time", "path"}
 
 
-def dump(captures: list[str]) -> dict[str, dict[str, object]]:
+def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for cap in captures:
         with tempfile.TemporaryDirectory() as tmp:
             store = Store(tmp)
-            res = ingest_file(cap, store, IngestOptions(force=True))
+            res = ingest_file(cap, store, IngestOptions(force=True, processes=processes))
             tables: dict[str, object] = {"error": res.error, "issues": sorted(i.kind for i in res.issues)}
             for table in TABLES:
                 files = store.table_files(table)
@@ -47,7 +48,7 @@ def dump(captures: list[str]) -> dict[str, dict[str, object]]:
                 rows.sort()
                 digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
                 tables[table] = {"rows": len(rows), "sha": digest, "sample": rows[:3]}
-            out[Path(cap).name] = tables
+            out[f"{Path(cap).parent.name}/{Path(cap).name}"] = tables  # samples share a file name
     return out
 
 
@@ -56,6 +57,7 @@ def main() -> None:
     ap.add_argument("out")
     ap.add_argument("captures", nargs="*")
     ap.add_argument("--compare", nargs=2)
+    ap.add_argument("--split", action="store_true", help="split every capture between two processes, however small")
     args = ap.parse_args()
     if args.compare:
         a, b = (json.loads(Path(p).read_text()) for p in args.compare)
@@ -68,7 +70,9 @@ def main() -> None:
                     print(f"DIFF {cap} {table}: {json.dumps(x)[:300]} != {json.dumps(y)[:300]}")
         print("identical" if not bad else f"{bad} differences")
         sys.exit(1 if bad else 0)
-    Path(args.out).write_text(json.dumps(dump(args.captures), indent=1))
+    if args.split:
+        ingest.SPLIT_MIN_BYTES = 0
+    Path(args.out).write_text(json.dumps(dump(args.captures, 2 if args.split else 1), indent=1))
 
 
 if __name__ == "__main__":

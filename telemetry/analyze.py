@@ -7,6 +7,7 @@ big capture every tenth of a second of start-up is a few percent of the run.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,16 +65,18 @@ def run_analyze(
     h2_port: list[int] | None = None,
     capture_side: CaptureSide = CaptureSide.auto,
     force: bool = False,
-    jobs: int = 1,
+    jobs: int | None = None,
     report: bool = True,
     window: str | None = None,
 ) -> int:
     """Ingest ``captures`` into the store ``out``, print what was read and (``report``)
-    the per-method report; returns the exit code. ``window`` must already be valid
-    (see :func:`telemetry.args.parse_duration_ms`)."""
+    the per-method report; returns the exit code. ``jobs``: processes (None: one per
+    usable core); files are ingested in parallel, a single big one is split by
+    connection. ``window`` must already be valid (see :func:`telemetry.args.parse_duration_ms`)."""
     from telemetry.capture_id import prefetch
 
     status = StatusLines()
+    jobs = jobs or len(os.sched_getaffinity(0))
     if jobs == 1 or len(captures) == 1:
         prefetch(captures)  # the files' hashes run while the pipeline's modules import
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
@@ -91,7 +94,7 @@ def run_analyze(
                 args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
                 results = list(pool.map(_ingest_one, args))
         else:
-            options = IngestOptions(frozenset(ports), capture_side.value, force)
+            options = IngestOptions(frozenset(ports), capture_side.value, force, processes=min(jobs, 2))
             total = sum(p.stat().st_size for p in captures if p.is_file())
             with _progress(status, total) as progress:
                 task = progress.add_task("reading", total=total or None, packets=0)

@@ -14,7 +14,9 @@ import gc
 import gzip
 import hashlib
 import os
+import signal
 import time
+import traceback
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterator
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from itertools import chain, groupby
 from operator import attrgetter
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -49,11 +52,13 @@ from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from telemetry import __version__
 from telemetry.capture_id import capture_id_of
+from telemetry.lockstep import Peer, PeerGone, fork_pair
 from telemetry.sendlog import KIND_NAMES as _SEND_KINDS
 from telemetry.sendlog import SendLog
 from telemetry.store import CaptureWriter, Store, table_from_columns
 
 CHUNK_BYTES = 4 << 20
+SPLIT_MIN_BYTES = 16 << 20  # a smaller capture is read faster than a second process starts
 GC_GEN0_THRESHOLD = 50_000
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000
@@ -68,6 +73,9 @@ class IngestOptions:
     h2_ports: frozenset[int] = frozenset()
     capture_side: str = "auto"  # auto | server | client
     force: bool = False  # re-ingest even when the capture is already in the store
+    # processes a single capture of SPLIT_MIN_BYTES or more may use (1 or 2): split by
+    # connection, same rows as one process
+    processes: int = 1
 
 
 @dataclass
@@ -166,6 +174,12 @@ class IngestChain:
             result.skipped = True
             return result
         writer = self.store.writer(result.capture_id)
+        if final and self._pipeline is None and _worth_splitting(path, self.options):
+            with _fewer_collections():
+                _ingest_split(path, writer, result, self.options, progress)
+            self._last = None if result.error else result
+            result.seconds = time.perf_counter() - started
+            return result
         carried = self._pipeline
         pipeline = carried
         if pipeline is None:
@@ -242,6 +256,79 @@ def _fewer_collections() -> Iterator[None]:
         yield
     finally:
         gc.set_threshold(*gc_threshold)
+
+
+def _worth_splitting(path: Path, options: IngestOptions) -> bool:
+    return options.processes > 1 and path.stat().st_size >= SPLIT_MIN_BYTES
+
+
+def _ingest_split(
+    path: Path, writer: CaptureWriter, result: IngestResult, options: IngestOptions, progress: ProgressFn | None
+) -> None:
+    """Ingest one capture file with two processes, each handling every other connection
+    (TcpAnalyzer's ``share``) in lockstep (telemetry/lockstep.py). The child writes its rows
+    into the capture's staging folder; the parent commits them with its own, so the store
+    gets the rows one process would have written, in one atomic commit."""
+    peer = fork_pair()
+    if peer.index == 1:
+        _split_child(path, writer.store, result.capture_id, options, peer)
+    try:
+        pipeline = CapturePipeline(result.capture_id, writer, options, peer)
+        _stream(path, pipeline, result, progress)
+        if result.error:  # the child stopped at the same place
+            _wait_child(peer)
+            writer.abort()
+            return
+        pipeline.finish()
+        pipeline.add_split_part(peer.receive())
+        _wait_child(peer)
+        pipeline.fill_result(result)
+        writer.commit(pipeline.capture_row(path, result))
+    except BaseException as exc:
+        status = _wait_child(peer, kill=True)
+        writer.abort()
+        if isinstance(exc, PeerGone):
+            raise RuntimeError(f"{path}: the second ingest process failed (exit status {status})") from None
+        raise
+    finally:
+        peer.close()
+
+
+def _split_child(path: Path, store: Store, capture_id: str, options: IngestOptions, peer: Peer) -> NoReturn:
+    """The child of :func:`_ingest_split`: its half of the connections, then exit."""
+    code = 0
+    try:
+        writer = store.writer(capture_id, part=1)
+        pipeline = CapturePipeline(capture_id, writer, options, peer)
+        result = IngestResult(path=str(path))
+        _stream(path, pipeline, result, None)
+        if result.error is None:
+            pipeline.finish()
+            writer.close_part()
+            peer.send(pipeline.split_part())
+    except PeerGone:  # the parent stopped: it throws the rows away
+        code = 1
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - reported here, the parent sees the exit status
+        traceback.print_exc()
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _wait_child(peer: Peer, kill: bool = False) -> int:
+    """Reap the split's child (killed first when ``kill``); its exit status."""
+    if peer.child_pid is None:
+        return 0
+    if kill:
+        try:
+            os.kill(peer.child_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _, status = os.waitpid(peer.child_pid, 0)
+    peer.child_pid = None
+    return os.waitstatus_to_exitcode(status)
 
 
 def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> None:
@@ -428,14 +515,19 @@ RATE_HOLD_NS = 60 * 1_000_000_000
 class CapturePipeline:
     """Drives the parsers for one capture and hands rows to the writer."""
 
-    def __init__(self, capture_id: str, writer: CaptureWriter, options: IngestOptions) -> None:
+    def __init__(
+        self, capture_id: str, writer: CaptureWriter, options: IngestOptions, peer: Peer | None = None
+    ) -> None:
+        """``peer``: this pipeline is one of two processes sharing the capture's
+        connections (:func:`_ingest_split`): it keeps only its own connections' segments;
+        the capture-wide counts and issues are the parent's (index 0) alone."""
         self.capture_id = capture_id
         self.writer = writer
         self.options = options
         self.decoder = CaptureDecoder()
         self.stats = DecodeStats()
         self.issues: list[DecodeIssue] = []
-        self.tcp = TcpAnalyzer()
+        self.tcp = TcpAnalyzer(share=(peer.index, 2) if peer is not None else None)
         self.conns: dict[int, _Conn] = {}
         self.sessions: dict[int, AppSession] = {}  # conn key -> session, for the chunk loop
         self.compressed = False
@@ -444,7 +536,11 @@ class CapturePipeline:
         self.monotonic = True  # capture times never went back so far
         self.connections_written = 0
         self.requests_written = 0
-        self.sendlog = SendLog(self._path_of)  # segment_sends (loss-gated)
+        self.peer = peer
+        # a split's child decodes the same packets as the parent: its counts go nowhere
+        self.capture_wide = peer is None or peer.index == 0
+        self._child_stats, self._child_issues = DecodeStats(), []
+        self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
 
     # -- files of a chain ----------------------------------------------------------------
     def begin_file(self, capture_id: str, writer: CaptureWriter) -> None:
@@ -501,7 +597,13 @@ class CapturePipeline:
         ):
             self.monotonic = False
         self.last_ts = int(ts_ns[-1])
-        segments = decode_segments(batch, self.stats, self.issues)
+        if self.capture_wide:
+            segments = decode_segments(batch, self.stats, self.issues)
+        else:
+            segments = decode_segments(batch, self._child_stats, self._child_issues)
+        if self.peer is not None and len(segments):
+            # the clock of one process reading every connection (idle and FIN closes)
+            self.tcp.advance_clock(int(segments.ts_ns.max()))
         chunks = self.tcp.feed_runs(segments)
         if chunks:
             # the TCP layer hands out each connection's chunks together: one lookup per
@@ -569,8 +671,9 @@ class CapturePipeline:
 
     def _close_all(self, summaries: list[ConnectionSummary]) -> None:
         """Closing a connection settles what the TCP layer still held: verdicts on recent
-        retransmissions, holes, bytes buffered behind a hole. Take those first."""
-        if not summaries:
+        retransmissions, holes, bytes buffered behind a hole. Take those first.
+        A split's processes always go through (the send log exchanges in lockstep)."""
+        if not summaries and self.peer is None:
             return
         for chunk in self.tcp.take_chunks():
             session = self.sessions.get(chunk.conn_key)
@@ -811,7 +914,19 @@ class CapturePipeline:
 
     def finish(self) -> None:
         self._close_all(self.tcp.finish())
-        self._take_decoder_issues()
+        if self.capture_wide:
+            self._take_decoder_issues()
+
+    def split_part(self) -> tuple[int, int, list[DecodeIssue]]:
+        """What a split's child adds to the capture: connections and requests written,
+        and its connections' issues."""
+        return self.connections_written, self.requests_written, self.issues
+
+    def add_split_part(self, part: tuple[int, int, list[DecodeIssue]]) -> None:
+        connections, requests, issues = part
+        self.connections_written += connections
+        self.requests_written += requests
+        self.issues.extend(issues)
 
     def _take_decoder_issues(self) -> None:
         # decode_segments already reports unknown link types per type; the container's

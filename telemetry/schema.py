@@ -170,7 +170,7 @@ TCP_EVENTS = _table(
     C("bytes", pa.int64(), "Payload bytes concerned."),
     C("frame_no", pa.int64(), "Packet number in the capture file (1-based), to find it in Wireshark."),
     C("recovery_ms", pa.float64(), "For loss events: time from the hole first seen (or original send) to the segment that filled it, ms."),
-    C("burst_id", pa.int64(), "Loss burst the event belongs to (consecutive lost segments of one direction)."),
+    C("burst_id", pa.int64(), "Loss burst the event belongs to (consecutive lost segments of one direction), numbered 1, 2, ... within the connection: (conn_id, burst_id) names a burst."),
 )
 
 RTT_SAMPLES = _table(

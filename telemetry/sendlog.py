@@ -28,6 +28,7 @@ from operator import attrgetter
 import numpy as np
 
 from parsers.records import ChunkRun
+from telemetry.lockstep import Peer
 
 LOOKBACK_NS = 3_000_000_000  # the lost segments were sent up to an RTO (backoff) before their resend
 HOLD_NS = 3_000_000_000  # keep logging this long after the last retransmission of the path
@@ -80,6 +81,11 @@ def _columns(chunks: list) -> tuple[np.ndarray, ...]:
     return cd, ts, seq, size
 
 
+def _last_ns(chunks: list) -> int:
+    """Time of the batch's last chunk."""
+    return max(int(c.rows[:, 1].max()) if type(c) is ChunkRun else c.ts_ns for c in chunks)
+
+
 @dataclass(slots=True)
 class _RunCols:
     """A ChunkRun without its batch buffer (only the columns the log needs are kept)."""
@@ -123,10 +129,12 @@ class SendLog:
     layer names it (None when unknown); the sender of TCP direction 0 is the client.
     """
 
-    def __init__(self, path_of) -> None:
+    def __init__(self, path_of, peer: Peer | None = None) -> None:
         self._path_of = path_of
+        self._peer = peer
         self._paths: dict[int, tuple[str, str] | None] = {}
         self._batches: list[_Batch] = []
+        self._incoming: list | None = None  # with a peer: the batch's chunks, until note_events
         self._gates: dict[tuple, _Gate] = {}
         self._logged_ns: dict[int, int] = {}  # cd -> time of the last new-bytes row logged
         self._rows: dict[int, _Rows] = {}
@@ -134,40 +142,48 @@ class SendLog:
     # -- inputs ---------------------------------------------------------------------
     def note_chunks(self, chunks: list) -> None:
         """In-order chunks of one batch (PayloadChunks and ChunkRuns; call before
-        :meth:`note_events` of the batch)."""
+        :meth:`note_events` of the batch). With a peer they are logged at that call, once
+        the peer's batch is known."""
         if not chunks:
             return
-        if any(type(c) is ChunkRun for c in chunks):
-            # keep the runs' columns, not their batch buffers (bounded memory)
-            chunks = [_RunCols(c.conn_key, c.rows) if type(c) is ChunkRun else c for c in chunks]
-            last = max(int(c.rows[:, 1].max()) if type(c) is _RunCols else c.ts_ns for c in chunks)
+        if self._peer is None:
+            self._add_batch(chunks, _last_ns(chunks))
         else:
-            last = max(map(_TS, chunks))
-        batch = _Batch(chunks, last)
-        self._batches.append(batch)
-        if len(self._batches) > RETAIN_BATCHES:
-            del self._batches[0]
-        if self._gates:
-            self._log_batch(batch, None)
-            now = batch.last_ns
-            self._gates = {k: g for k, g in self._gates.items() if g.until_ns >= now}
+            self._incoming = chunks
 
     def note_events(self, events: list) -> None:
-        """TCP events of the batch: retransmissions open gates and are logged."""
+        """TCP events (after the batch's :meth:`note_chunks`, or of connections closing):
+        retransmissions open gates and are logged.
+
+        With a peer (the other process of a capture split by connection), both processes
+        call this at the same points and exchange what the gates need, so the gates and
+        the rows are those of one process reading every connection: whether the batch
+        had chunks and its last chunk time (retention, gate expiry), and the gate
+        openings. The batch's chunks are logged first, as :meth:`note_chunks` does alone."""
         resends = [e for e in events if e.kind in _RESEND_KINDS]
-        if not resends:
+        openings = [
+            (self._gate_key(ev.conn_key, ev.direction), ev.ts_ns) for ev in resends if ev.kind in _LOSS_KINDS
+        ]
+        if self._peer is not None:
+            incoming, self._incoming = self._incoming, None
+            last = _last_ns(incoming) if incoming else None
+            # per-connection gates (path unknown) are the process's own: not exchanged
+            theirs_last, theirs_openings = self._peer.exchange((last, [o for o in openings if o[0][0] != "conn"]))
+            if theirs_last is not None:
+                last = theirs_last if last is None else max(last, theirs_last)
+            if last is not None:
+                self._add_batch(incoming or [], last)
+            openings += theirs_openings
+        if not resends and not openings:
             return
         opened: dict[tuple, _Gate] = {}
-        for ev in resends:
-            if ev.kind not in _LOSS_KINDS:
-                continue
-            gkey = self._gate_key(ev.conn_key, ev.direction)
+        for gkey, ts in openings:
             gate = self._gates.get(gkey)
             if gate is None:
-                gate = self._gates[gkey] = _Gate(ev.ts_ns - LOOKBACK_NS, ev.ts_ns + HOLD_NS)
+                gate = self._gates[gkey] = _Gate(ts - LOOKBACK_NS, ts + HOLD_NS)
                 opened[gkey] = gate
-            gate.start_ns = min(gate.start_ns, ev.ts_ns - LOOKBACK_NS)
-            gate.until_ns = max(gate.until_ns, ev.ts_ns + HOLD_NS)
+            gate.start_ns = min(gate.start_ns, ts - LOOKBACK_NS)
+            gate.until_ns = max(gate.until_ns, ts + HOLD_NS)
         if opened:
             for batch in self._batches:
                 self._log_batch(batch, opened)
@@ -180,6 +196,19 @@ class SendLog:
                 np.array([ev.direction], np.int8), np.array([ev.ts_ns], np.int64),
                 np.array([ev.seq], np.int64), np.array([ev.bytes], np.int64), np.array([kind], np.int8),
             )
+
+    def _add_batch(self, chunks: list, last_ns: int) -> None:
+        """Retain a batch for the lookback; log it in the open gates; expire gates."""
+        if any(type(c) is ChunkRun for c in chunks):
+            # keep the runs' columns, not their batch buffers (bounded memory)
+            chunks = [_RunCols(c.conn_key, c.rows) if type(c) is ChunkRun else c for c in chunks]
+        batch = _Batch(chunks, last_ns)
+        self._batches.append(batch)
+        if len(self._batches) > RETAIN_BATCHES:
+            del self._batches[0]
+        if self._gates:
+            self._log_batch(batch, None)
+            self._gates = {k: g for k, g in self._gates.items() if g.until_ns >= last_ns}
 
     # -- outputs --------------------------------------------------------------------
     def pending(self, conn_key: int) -> int:

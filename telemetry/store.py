@@ -1,6 +1,7 @@
 """The Parquet store: Hive-partitioned (date=/hour=), zstd, idempotent, atomic.
 
-Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet``.
+Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet`` (a capture
+split between two processes also has ``<capture_id>-p1-<seq>.parquet`` files).
 The store knows tables and their schemas (telemetry.schema), nothing of protocols.
 
 * Idempotent: every file is named by the capture's content hash; re-ingesting a capture
@@ -59,14 +60,16 @@ class Store:
                 removed += 1
         return removed
 
-    def writer(self, capture_id: str, flush_rows: int = 65_536) -> CaptureWriter:
+    def writer(self, capture_id: str, flush_rows: int = 65_536, part: int = 0) -> CaptureWriter:
+        """The capture's writer; ``part`` > 0: another process's share of the same
+        capture, written into the same staging folder and committed by part 0's writer."""
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create store folder {self.root}: {exc.strerror}") from exc
         if not os.access(self.root, os.W_OK):
             raise StoreError(f"store folder {self.root} is not writable")
-        return CaptureWriter(self, capture_id, flush_rows)
+        return CaptureWriter(self, capture_id, flush_rows, part)
 
 
 def _as_float(column: pa.ChunkedArray) -> np.ndarray:
@@ -146,13 +149,15 @@ class CaptureWriter:
     """Buffers a capture's rows per table and writes them into the staging folder (the
     Parquet encoding in a background thread; :meth:`commit` waits for it)."""
 
-    def __init__(self, store: Store, capture_id: str, flush_rows: int) -> None:
+    def __init__(self, store: Store, capture_id: str, flush_rows: int, part: int = 0) -> None:
         self.store = store
         self.capture_id = capture_id
         self.flush_rows = flush_rows
         self.staging = store.root / STAGING / capture_id
-        shutil.rmtree(self.staging, ignore_errors=True)
-        self.staging.mkdir(parents=True)
+        self._name = capture_id if part == 0 else f"{capture_id}-p{part}"
+        if part == 0:
+            shutil.rmtree(self.staging, ignore_errors=True)
+        self.staging.mkdir(parents=True, exist_ok=part > 0)
         self._buffers: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         self._buffered: dict[str, int] = dict.fromkeys(TABLES, 0)
         self._seq = 0
@@ -223,7 +228,7 @@ class CaptureWriter:
             folder = self.staging / table / _partition_path(bucket)
             folder.mkdir(parents=True, exist_ok=True)
             self._seq += 1
-            path = folder / f"{self.capture_id}-{self._seq:05d}.parquet"
+            path = folder / f"{self._name}-{self._seq:05d}.parquet"
             schema = TABLES[table]
             # dictionary-encode the text columns only (ids, kinds, directions): trying it on
             # times and counters costs most of the write and makes the files bigger
@@ -236,6 +241,14 @@ class CaptureWriter:
         files, self._files = self._files, {}
         for out in files.values():
             out.close()
+
+    def close_part(self) -> None:
+        """Another process's share of the capture (``part`` > 0) is complete: its files
+        are written and closed in the staging folder, where part 0's commit finds them."""
+        for table in TABLES:
+            self._flush(table)
+        self._finish_writes()
+        self._close_files()
 
     def commit(self, capture_row: pa.Table) -> None:
         """Flush everything, then move the capture's files into the store, captures last."""

@@ -16,12 +16,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from gen_grpc_capture import write_capture  # noqa: E402
 from golden_outputs import dump  # noqa: E402
+from shared_paths import CAPTURES  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     _conn._speedups is None or _container._speedups is None or _fast._speedups is None,
     reason="C extensions not built (pip install -e .)",
 )
-SHARED = Path("/work/shared/captures")
+SHARED = CAPTURES
 
 
 def _captures(tmp_path: Path) -> list[str]:
@@ -44,4 +45,4 @@ def test_same_tables_with_and_without_c(tmp_path, monkeypatch):
         m.setattr(_fast, "_speedups", None)
         pure = dump(caps)
     assert fast == pure
-    assert fast["bench.pcap"]["messages"]["rows"] > 10_000
+    assert fast[f"{tmp_path.name}/bench.pcap"]["messages"]["rows"] > 10_000

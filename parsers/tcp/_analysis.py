@@ -111,7 +111,6 @@ class PacketPath:
     _done: list
     _late: list
     _next_key: int
-    _next_burst: int
     _now: int
     stats: dict
 
@@ -546,7 +545,7 @@ class PacketPath:
                     D.segs.append(srel, top, ts)
                 else:
                     kind = self._retx_kind(conn, D, srel, ts, hole.first_seen)
-                    burst = self._burst(D, srel, erel, ts)
+                    burst = self._burst(conn, D, srel, erel, ts)
                     D.retx += 1
                     conn.hist.add_side("T", d)
                     rec = (ts - hole.first_seen) / 1e6
@@ -632,7 +631,7 @@ class PacketPath:
         t_orig = D.segs.orig_ts(s, e)
         kind = self._retx_kind(conn, D, s, ts, t_orig)
         # a retransmission may carry several lost segments (Linux collapses small ones)
-        burst = self._burst(D, s, e, ts, D.segs.starts_in(s, e))
+        burst = self._burst(conn, D, s, e, ts, D.segs.starts_in(s, e))
         rec = (ts - t_orig) / 1e6 if t_orig is not None else None
         ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst)
         D.segs.mark_retx(s, e)
@@ -650,12 +649,14 @@ class PacketPath:
                 self._uncount(D, p.burst, segs)
         self._events.append(ev)
 
-    def _burst(self, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
+    def _burst(self, conn: Conn, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
         if D.burst_id is not None and (D.acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
             self._close_burst(D)
         if D.burst_id is None:
-            D.burst_id = self._next_burst
-            self._next_burst += 1
+            # numbered within the connection: a connection's ids do not depend on what
+            # other connections (maybe handled by another process) did before
+            conn.bursts_opened += 1
+            D.burst_id = conn.bursts_opened
             D.burst_segs = set()
             # the whole flight in flight at the first loss belongs to this episode
             D.burst_end = e if e > D.hi else D.hi

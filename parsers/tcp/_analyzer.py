@@ -34,9 +34,17 @@ class TcpAnalyzer(PacketPath, BulkPath):
     Feed batches in capture order; collect in-order payload from :meth:`feed`, events
     and RTT samples from :meth:`take_events`, finished connections from
     :meth:`take_closed` / :meth:`finish`.
+
+    ``share=(index, count)``: this analyzer is one of ``count`` that split a capture's
+    connections; it handles the 4-tuples whose order of first appearance is ``index``
+    modulo ``count`` and skips the others' segments. Every analyzer of the split sees
+    the same batches, so they agree without talking, and equal connections are shared
+    out evenly. Call :meth:`advance_clock` with each batch's last time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, share: tuple[int, int] | None = None) -> None:
+        self._share = share
+        self._owner: dict[tuple, int] = {}  # 4-tuple -> analyzer of the split
         self._table: dict[tuple, Conn] = {}
         self._by_key: dict[int, Conn] = {}
         self._tomb: dict[tuple, tuple] = {}
@@ -49,7 +57,6 @@ class TcpAnalyzer(PacketPath, BulkPath):
         self._packed: bytearray | None = None
         self._pack_buf = bytearray()
         self._next_key = 1
-        self._next_burst = 1
         self._now = 0
         self.stats: dict[str, int] = {
             "segments": 0,
@@ -91,9 +98,16 @@ class TcpAnalyzer(PacketPath, BulkPath):
         if int((stops - starts)[small].sum()) * 4 >= n:
             # many short flows: one conversion to lists for the whole batch is cheaper
             cols = columns(b, g.swap, order)
+        share, owner = self._share, self._owner
         for a, z, sm in zip(starts.tolist(), stops.tolist(), small.tolist(), strict=True):
             idx = order[a:z]
             key6 = g.key(int(idx[0]))
+            if share is not None:
+                k = owner.get(key6)
+                if k is None:
+                    k = owner[key6] = len(owner) % share[1]
+                if k != share[0]:
+                    continue
             if sm and cols is not None:
                 self._slow_rows(key6, idx, b, g.swap, out, mv, [c[a:z] for c in cols])
             else:
@@ -157,6 +171,13 @@ class TcpAnalyzer(PacketPath, BulkPath):
         conn = self._by_key.get(conn_key)
         if conn is not None:
             conn.dirs[direction].acks.prune(below_offset)
+
+    def advance_clock(self, ts_ns: int) -> None:
+        """Capture time reached ``ts_ns`` through segments this analyzer was not fed (the
+        other connections, when a capture's connections are split between analyzers):
+        lingering and idle connections close when they would with every segment fed."""
+        if ts_ns > self._now:
+            self._now = ts_ns
 
     def take_closed(self, idle_ns: int | None = None) -> list[ConnectionSummary]:
         """Connections that finished (RST, or FIN both ways and ACKed / lingering 1 s),

@@ -163,7 +163,7 @@ class Conn:
     __slots__ = (
         "key", "conn_id", "tuple6", "client_is_lo", "client_known", "ip_version",
         "start_ns", "last_ns", "dirs", "hist", "syn_ts", "syn_n", "synack_ts", "synack_n",
-        "hs_done", "hs_rtt", "state", "closing_since", "rst",
+        "hs_done", "hs_rtt", "state", "closing_since", "rst", "bursts_opened",
     )  # fmt: skip
 
     def __init__(self, key: int, conn_id: str, tuple6: tuple, client_is_lo: bool,
@@ -187,6 +187,7 @@ class Conn:
         self.state = OPEN
         self.closing_since = 0
         self.rst = False
+        self.bursts_opened = 0  # loss bursts numbered so far (burst ids 1, 2, ...)
 
     def full_rtt(self) -> float | None:
         """Round trip seen by an end host: capture->server->capture + capture->client->capture."""
