@@ -63,13 +63,28 @@ def test_gap_stats_match_the_per_request_quantiles():
             t += rnd.choice((0, 1, 999, rnd.randrange(10**8)))
             times.append(t)
         lists.append(times)
-    p50, p99, mx = (a.to_pylist() for a in _gap_stats(lists))
+    # each request's gaps as the batches handed them over: split anywhere
+    gaps: list[list[np.ndarray] | None] = []
+    for times in lists:
+        diffs = np.diff(np.array(times, np.int64))
+        cut = rnd.randrange(len(diffs) + 1)
+        gaps.append([p for p in (diffs[:cut], diffs[cut:]) if len(p)] or None)
+    p50, p99, mx = (a.tolist() for a in _gap_stats(gaps))
     for i, times in enumerate(lists):
         if len(times) < 2:
-            assert p50[i] is None and p99[i] is None and mx[i] is None
+            assert np.isnan([p50[i], p99[i], mx[i]]).all()
             continue
-        gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
-        assert (p50[i], p99[i], mx[i]) == (_quantile(gaps, 0.5), _quantile(gaps, 0.99), gaps[-1])
+        ordered = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
+        assert (p50[i], p99[i], mx[i]) == (_quantile(ordered, 0.5), _quantile(ordered, 0.99), ordered[-1])
+
+
+def test_gap_stats_sort_huge_spans_too():
+    from telemetry.ingest import _gap_stats
+
+    big = np.array([2**62, -(2**62), 5], np.int64)  # too wide for the combined sort key
+    p50, p99, mx = _gap_stats([[big], None, [np.array([3, 4, 1], np.int64)]])
+    assert p50.tolist()[::2] == [5 / 1e6, 3 / 1e6] and mx.tolist()[::2] == [2**62 / 1e6, 4 / 1e6]
+    assert np.isnan(p99[1])
 
 
 def test_rates_fold_like_the_bucket_dicts():
