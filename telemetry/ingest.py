@@ -854,13 +854,14 @@ class CapturePipeline:
                 "burst_id": [e.burst_id for e in ev],
             }))
         if rows.rtt:
-            ts, dirs, rtt, source, sources = _rtt_columns(rows.rtt)
+            ts, rtt, runs = _rtt_columns(rows.rtt)
+            counts = [k for _d, _s, k in runs]
             self.writer.append("rtt_samples", table_from_columns("rtt_samples", {
                 **base(len(ts)),
                 "ts": pa.array(ts, _TS),
-                "direction": _strings(dirs ^ flip, DIRECTION_NAMES),
+                "direction": _run_strings([DIRECTION_NAMES[d ^ flip] for d, _s, _k in runs], counts),
                 "rtt_ms": pa.array(rtt, pa.float64()),
-                "source": _strings(source, sources),
+                "source": _run_strings([src for _d, src, _k in runs], counts),
             }))
         if rows.h2:
             h2 = rows.h2
@@ -896,12 +897,11 @@ class CapturePipeline:
     def _messages_table(self, cid: str, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
         ms = _Msgs.concat([m for _d, m in blocks])
         n = len(ms)
-        dirs = np.concatenate([np.full(len(m), d, dtype=np.int8) for d, m in blocks])
         return table_from_columns("messages", {
             "capture_id": _repeat(self.capture_id, n),
             "conn_id": _repeat(cid, n),
             "stream_id": pa.array(ms.sid, pa.int64()),
-            "direction": _strings(dirs, MESSAGE_DIRECTION_NAMES),
+            "direction": _run_strings([MESSAGE_DIRECTION_NAMES[d] for d, _m in blocks], [len(m) for _d, m in blocks]),
             "index": pa.array(ms.idx, pa.int64()),
             "ts": pa.array(ms.ts, _TS),
             "acked_ts": pa.array(ms.acked, _TS, mask=ms.acked == _NO_TS),
@@ -1083,55 +1083,46 @@ _PASSTHROUGH_OF = attrgetter(*_REQUEST_PASSTHROUGH)
 _TS = pa.timestamp("ns", tz="UTC")
 
 
-def _strings(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> pa.Array:
-    """String column ``names[codes[i]]``, built from buffers: no Python str per row."""
-    raw = [name.encode() for name in names]
-    n = len(codes)
-    width = max((len(r) for r in raw), default=0) or 1
-    table = np.zeros((len(raw), width), dtype=np.uint8)  # each name, zero-padded
-    valid = np.zeros((len(raw), width), dtype=bool)  # its real bytes
-    for k, r in enumerate(raw):
-        table[k, : len(r)] = np.frombuffer(r, dtype=np.uint8)
-        valid[k, : len(r)] = True
-    lens = valid.sum(axis=1)[codes]
-    offsets = np.zeros(n + 1, dtype=np.int64)
+def _run_strings(values: list[str], counts: list[int]) -> pa.Array:
+    """String column of runs, ``counts[i]`` times ``values[i]``, built from buffers: no
+    Python str per row (a batch's messages, an RttRun's samples share theirs)."""
+    raw = [v.encode() for v in values]
+    lens = np.repeat(np.array([len(r) for r in raw], dtype=np.int64), counts)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        return pa.array([names[c] for c in codes.tolist()], pa.string())
-    data = table[codes][valid[codes]]  # row-major: each row's bytes in order
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+    if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
+        return pa.array([v for v, k in zip(values, counts, strict=True) for _ in range(k)], pa.string())
+    data = b"".join([r * k for r, k in zip(raw, counts, strict=True)])
+    return pa.StringArray.from_buffers(len(lens), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
 
 
-def _rtt_columns(
-    items: list[RttSample | RttRun],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(ts, TCP direction, rtt_ms, source code, source names) columns of RttSamples and
-    RttRuns, in order."""
-    ts, dirs, rtt, src = [], [], [], []
-    names: dict[str, int] = {}
+def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, int]]]:
+    """(ts, rtt_ms) columns of RttSamples and RttRuns, in order, and their runs of
+    (TCP direction, source, count)."""
+    ts, rtt, runs = [], [], []
     singles: list[RttSample] = []
 
     def flush_singles() -> None:
         if singles:
             ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
-            dirs.append(np.array([s.direction for s in singles], dtype=np.int64))
             rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
-            src.append(np.array([names.setdefault(s.source, len(names)) for s in singles], dtype=np.int64))
+            for (d, src), group in groupby(singles, _DIR_SOURCE):
+                runs.append((d, src, sum(1 for _ in group)))
             singles.clear()
 
     for it in items:
         if type(it) is RttRun:
             flush_singles()
-            n = len(it)
             ts.append(it.ts_ns)
-            dirs.append(np.full(n, it.direction, dtype=np.int64))
             rtt.append(it.rtt_ms)
-            src.append(np.full(n, names.setdefault(it.source, len(names)), dtype=np.int64))
+            runs.append((it.direction, it.source, len(it)))
         else:
             singles.append(it)
     flush_singles()
-    cols = tuple(np.concatenate(c) for c in (ts, dirs, rtt, src))
-    return (*cols, list(names))  # type: ignore[return-value]
+    return np.concatenate(ts), np.concatenate(rtt), runs
+
+
+_DIR_SOURCE = attrgetter("direction", "source")
 
 
 def _repeat(value: str, n: int) -> pa.Array:

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from parsers.records import ChunkRun, PayloadChunk, RttRun, RttSample, expand_rtts, expand_runs
-from telemetry.ingest import _rtt_columns, _run_sent, _sent_runs_py, _strings
+from parsers.records import (
+    DIRECTION_NAMES,
+    ChunkRun,
+    PayloadChunk,
+    RttRun,
+    RttSample,
+    expand_rtts,
+    expand_runs,
+)
+from telemetry.ingest import _rtt_columns, _run_sent, _run_strings, _sent_runs_py
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():
@@ -18,19 +26,20 @@ def test_rtt_columns_mix_runs_and_samples_in_order():
         RttRun(1, 0, np.array([12], np.int64), np.array([0.125]), "tsecr"),
     ]
     flat = expand_rtts(items)
-    ts, dirs, rtt, src, names = _rtt_columns(items)
+    ts, rtt, runs = _rtt_columns(items)
     assert ts.tolist() == [s.ts_ns for s in flat] == [5, 7, 9, 10, 11, 12]
-    assert dirs.tolist() == [s.direction for s in flat]
     assert rtt.tolist() == [s.rtt_ms for s in flat]
-    assert [names[c] for c in src.tolist()] == [s.source for s in flat]
-    assert _strings(src, names).to_pylist() == [s.source for s in flat]
+    counts = [k for _d, _s, k in runs]
+    assert _run_strings([DIRECTION_NAMES[d] for d, _s, _k in runs], counts).to_pylist() == [
+        DIRECTION_NAMES[s.direction] for s in flat
+    ]
+    assert _run_strings([src for _d, src, _k in runs], counts).to_pylist() == [s.source for s in flat]
 
 
-def test_strings_from_codes():
-    codes = np.array([1, 0, 0, 2, 1, 2], np.int64)
-    names = ("to_server", "to_client", "")
-    assert _strings(codes, names).to_pylist() == [names[c] for c in codes.tolist()]
-    assert _strings(np.zeros(0, np.int64), names).to_pylist() == []
+def test_run_strings():
+    assert _run_strings(["to_server", "", "response"], [2, 1, 3]).to_pylist() == ["to_server"] * 2 + [""] + ["response"] * 3
+    assert _run_strings(["x"], [0]).to_pylist() == []
+    assert _run_strings([], []).to_pylist() == []
 
 
 def test_run_sent_counts_like_chunks():
