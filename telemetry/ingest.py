@@ -182,6 +182,7 @@ class IngestChain:
                     else:
                         self._last = None
                     return result
+                writer.flush()  # the rows so far are written while the last ones are built
                 if final:
                     pipeline.finish()
                 else:

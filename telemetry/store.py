@@ -101,9 +101,9 @@ def _partition_path(hour_bucket: int) -> str:
 
 
 class _WriteThread:
-    """One thread that runs the Parquet writes (Arrow encodes and compresses without the
-    GIL) beside the parsers. Jobs run in submission order; the queue is short, so at most
-    a few flushes' tables wait (bounded memory). The first failure is raised to the caller
+    """A thread that runs Parquet writes (Arrow encodes and compresses without the GIL)
+    beside the parsers. Jobs run in submission order; the queue is short, so at most a
+    few flushes' tables wait (bounded memory). The first failure is raised to the caller
     at its next submit or drain; later jobs are skipped."""
 
     def __init__(self, depth: int = 3) -> None:
@@ -155,10 +155,12 @@ class CaptureWriter:
         self.staging.mkdir(parents=True)
         self._buffers: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         self._buffered: dict[str, int] = dict.fromkeys(TABLES, 0)
-        self._seq = 0
+        self._seq: dict[str, int] = dict.fromkeys(TABLES, 0)  # files opened per table
         self._files: dict[tuple[str, int], pq.ParquetWriter] = {}  # (table, hour) -> open file
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
-        self._thread: _WriteThread | None = None  # started at the first flush
+        # one write thread per table, started at its first flush: the tables are encoded
+        # in parallel (the last flushes of a capture too), each table's flushes in order
+        self._lanes: dict[str, _WriteThread] = {}
 
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
@@ -170,15 +172,22 @@ class CaptureWriter:
         if self._buffered[table] >= self.flush_rows:
             self._flush(table)
 
+    def flush(self) -> None:
+        """Hand every buffered row to the write thread now: it encodes them while the
+        caller goes on (e.g. closes the last connections) instead of after."""
+        for table in TABLES:
+            self._flush(table)
+
     def _flush(self, table: str) -> None:
         parts = self._buffers[table]
         if not parts:
             return
         self._buffers[table] = []
         self._buffered[table] = 0
-        if self._thread is None:
-            self._thread = _WriteThread()
-        self._thread.submit(self._write, table, parts)
+        lane = self._lanes.get(table)
+        if lane is None:
+            lane = self._lanes[table] = _WriteThread()
+        lane.submit(self._write, table, parts)
 
     def _write(self, table: str, parts: list[pa.Table]) -> None:
         """Write buffered tables into their hours' files (in the write thread)."""
@@ -204,16 +213,22 @@ class CaptureWriter:
     def wait(self) -> None:
         """Wait until the rows flushed so far are in the staging files (writes run in the
         background); raises a write failure."""
-        if self._thread is not None:
-            self._thread.drain()
+        for lane in self._lanes.values():
+            lane.drain()
 
     def _finish_writes(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
+        """Wait for every write and stop the threads; raises the first failure."""
+        lanes, self._lanes = list(self._lanes.values()), {}
+        error: BaseException | None = None
+        for lane in lanes:
             try:
-                thread.drain()
+                lane.drain()
+            except BaseException as exc:  # noqa: BLE001 - raised once every thread stopped
+                error = error or exc
             finally:
-                thread.stop()
+                lane.stop()
+        if error is not None:
+            raise error
 
     def _file(self, table: str, bucket: int) -> pq.ParquetWriter:
         """The open staging file of a table's hour: each flush adds a row group to it, so
@@ -222,8 +237,8 @@ class CaptureWriter:
         if out is None:
             folder = self.staging / table / _partition_path(bucket)
             folder.mkdir(parents=True, exist_ok=True)
-            self._seq += 1
-            path = folder / f"{self.capture_id}-{self._seq:05d}.parquet"
+            self._seq[table] += 1  # (only this table's thread opens its files)
+            path = folder / f"{self.capture_id}-{self._seq[table]:05d}.parquet"
             schema = TABLES[table]
             # dictionary-encode the text columns only (ids, kinds, directions): trying it on
             # times and counters costs most of the write and makes the files bigger
@@ -239,9 +254,7 @@ class CaptureWriter:
 
     def commit(self, capture_row: pa.Table) -> None:
         """Flush everything, then move the capture's files into the store, captures last."""
-        for table in TABLES:
-            if table != "captures":
-                self._flush(table)
+        self.flush()
         self.append("captures", capture_row)
         self._flush("captures")
         self._finish_writes()
