@@ -338,14 +338,46 @@ class _Rates:
 
     def add(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
         """Fold rows in (any order, repeated buckets allowed): sums sent, max acked."""
+        n = len(bucket)
+        if n > 1:
+            step = bucket[1:] - bucket[:-1]
+            if (step < 0).any():
+                self._fold(bucket, sent_bytes, sent_pkts, acked)
+                return
+            if not step.all():  # repeats, next to each other: one row per bucket
+                starts = np.flatnonzero(np.concatenate(([True], step != 0)))
+                bucket = bucket[starts]
+                sent_bytes = np.add.reduceat(sent_bytes, starts)
+                sent_pkts = np.add.reduceat(sent_pkts, starts)
+                acked = np.maximum.reduceat(acked, starts)
+        elif not n:
+            return
+        k = len(self.bucket)
+        if k and bucket[0] < self.bucket[-1]:
+            self._fold(bucket, sent_bytes, sent_pkts, acked)
+            return
+        # the usual case, time going forward: append, the first bucket maybe onto the last
+        same = int(k > 0 and bucket[0] == self.bucket[-1])
+        self.bucket = np.concatenate((self.bucket, bucket[same:]))
+        sb = np.concatenate((self.sent_bytes, sent_bytes[same:]))
+        sp = np.concatenate((self.sent_pkts, sent_pkts[same:]))
+        ac = np.concatenate((self.acked, acked[same:]))
+        if same:  # (fresh arrays: the inputs may share memory)
+            sb[k - 1] += sent_bytes[0]
+            sp[k - 1] += sent_pkts[0]
+            ac[k - 1] = max(ac[k - 1], acked[0])
+        self.sent_bytes, self.sent_pkts, self.acked = sb, sp, ac
+
+    def _fold(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
+        """:meth:`add` for rows in any order: sort everything, reduce per bucket."""
         b = np.concatenate((self.bucket, bucket))
         order = np.argsort(b, kind="stable")
         b = b[order]
-        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1]))) if len(b) else _EMPTY_I64
+        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
         self.bucket = b[starts]
-        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts) if len(b) else _EMPTY_I64
-        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts) if len(b) else _EMPTY_I64
-        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts) if len(b) else _EMPTY_I64
+        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts)
+        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts)
+        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts)
 
     def take(self, upto: int | None) -> _Rates:
         """Remove and return the buckets before ``upto`` (all of them: None)."""
@@ -368,9 +400,13 @@ class _ConnRows:
     requests: list[_Ready] = field(default_factory=list)
     n_requests: int = 0  # requests in ``requests`` (a _Ready holds many)
 
-    def __len__(self) -> int:
+    def counts(self) -> tuple[int, ...]:
+        """Rows waiting per table."""
         n_msgs = sum(len(m) for _d, m in self.messages)
-        return len(self.tcp_events) + self.n_rtt + len(self.h2) + n_msgs + self.n_requests
+        return len(self.tcp_events), self.n_rtt, len(self.h2), n_msgs, self.n_requests
+
+    def __len__(self) -> int:
+        return sum(self.counts())
 
 
 @dataclass(slots=True)
@@ -604,16 +640,25 @@ class CapturePipeline:
         if singles:
             parts.append(_chunk_sent(singles))
         cd, buckets, nbytes, npkts = (np.concatenate(c) for c in zip(*parts, strict=True))
+        if not len(cd):
+            return
         order = np.argsort(cd, kind="stable")
-        cd, buckets, nbytes, npkts = cd[order], buckets[order], nbytes[order], npkts[order]
-        cuts = np.flatnonzero(cd[1:] != cd[:-1]) + 1
-        starts = np.concatenate(([0], cuts)).tolist()
-        stops = np.concatenate((cuts, [len(cd)])).tolist()
+        cd, buckets = cd[order], buckets[order]
+        # one row per stretch of equal (connection direction, bucket): summed here, for
+        # every connection at once
+        change = np.empty(len(cd), dtype=bool)
+        change[:1] = True
+        change[1:] = (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1])
+        starts = np.flatnonzero(change)
+        cd, buckets = cd[starts], buckets[starts]
+        nbytes = np.add.reduceat(nbytes[order], starts)
+        npkts = np.add.reduceat(npkts[order], starts)
+        no_ack = np.full(len(cd), -1, dtype=np.int64)
+        firsts = np.flatnonzero(np.concatenate(([True], cd[1:] != cd[:-1])))
+        bounds = [*firsts.tolist(), len(cd)]
         conns = self.conns
-        for a, z in zip(starts, stops, strict=True):
-            k = int(cd[a])
-            conns[k >> 1].rates[k & 1].add(buckets[a:z], nbytes[a:z], npkts[a:z], np.full(z - a, -1, dtype=np.int64))
-
+        for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True):
+            conns[k >> 1].rates[k & 1].add(buckets[a:z], nbytes[a:z], npkts[a:z], no_ack[a:z])
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
@@ -836,10 +881,8 @@ class CapturePipeline:
     ) -> None:
         """Hand a connection's waiting rows to the writer. flow_rates: every bucket when
         ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
-        rows, cid, flip = conn.rows, summary.conn_id, conn.flip
-
-        def base(count: int) -> dict[str, pa.Array]:
-            return {"capture_id": _repeat(self.capture_id, count), "conn_id": _repeat(cid, count)}
+        rows, flip = conn.rows, conn.flip
+        base = _IdColumns(self.capture_id, summary.conn_id, max(rows.counts()))
 
         if rows.tcp_events:
             ev = rows.tcp_events
@@ -877,7 +920,7 @@ class CapturePipeline:
                 "duration_ms": [e.duration_ms for e in h2],
             }))
         if rows.messages:
-            self.writer.append("messages", self._messages_table(cid, rows.messages))
+            self.writer.append("messages", self._messages_table(base, rows.messages))
         self._write_rates(conn, base, rates_upto, final)
         sends = self.sendlog.take(conn.key)
         if sends is not None:
@@ -891,16 +934,14 @@ class CapturePipeline:
                 "kind": pa.array(np.array(_SEND_KINDS, dtype=object)[kind], pa.string()),
             }))
         if rows.requests:
-            self.writer.append("requests", self._requests_table(summary, rows.requests))
+            self.writer.append("requests", self._requests_table(base, summary, rows.requests))
             self.requests_written += rows.n_requests
         conn.rows = _ConnRows()
 
-    def _messages_table(self, cid: str, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
+    def _messages_table(self, base: _IdColumns, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
         ms = _Msgs.concat([m for _d, m in blocks])
-        n = len(ms)
         return table_from_columns("messages", {
-            "capture_id": _repeat(self.capture_id, n),
-            "conn_id": _repeat(cid, n),
+            **base(len(ms)),
             "stream_id": pa.array(ms.sid, pa.int64()),
             "direction": _run_strings([MESSAGE_DIRECTION_NAMES[d] for d, _m in blocks], [len(m) for _d, m in blocks]),
             "index": pa.array(ms.idx, pa.int64()),
@@ -911,7 +952,7 @@ class CapturePipeline:
             "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
         })
 
-    def _write_rates(self, conn: _Conn, base, upto: int | None = None, final: bool = True) -> None:
+    def _write_rates(self, conn: _Conn, base: _IdColumns, upto: int | None = None, final: bool = True) -> None:
         if not final and upto is None:
             return
         parts: list[dict[str, object]] = []
@@ -954,7 +995,7 @@ class CapturePipeline:
             cols["bucket_ms"] = pa.array(np.full(n, RATE_BUCKET_NS // 1_000_000, dtype=np.int32))
             self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
-    def _requests_table(self, summary: ConnectionSummary, blocks: list[_Ready]) -> pa.Table:
+    def _requests_table(self, base: _IdColumns, summary: ConnectionSummary, blocks: list[_Ready]) -> pa.Table:
         records = [r for b in blocks for r in b.records]
         n = len(records)
         # the columns copied from the records, in one C-level pass
@@ -993,8 +1034,7 @@ class CapturePipeline:
             end_acked=pa.array(end_acked, _TS, mask=end_acked == _NO_TS),
             ttft_client_est_ms=_float_col(ttft_est),
             latency_client_est_ms=_float_col(latency_est),
-            capture_id=_repeat(self.capture_id, n),
-            conn_id=_repeat(summary.conn_id, n),
+            **base(n),
             client_addr=[summary.client_addr] * n,
             client_port=[summary.client_port] * n,
             server_addr=[summary.server_addr] * n,
@@ -1039,9 +1079,11 @@ class CapturePipeline:
         for tcp_dir in (TO_SERVER, TO_CLIENT):
             name = DIRECTION_NAMES[tcp_dir ^ conn.flip]
             vals = np.asarray(conn.rtt_values[tcp_dir], dtype=float)
-            for stat, q in (("min", 0), ("p50", 50), ("p99", 99)):
-                cols[f"rtt_{stat}_ms_{name}"] = [float(np.percentile(vals, q)) if len(vals) else None]
-            floors[name] = float(vals.min()) if len(vals) else None
+            # one partition for the three (the 0th percentile is the minimum itself)
+            stats = np.percentile(vals, (0, 50, 99)).tolist() if len(vals) else [None] * 3
+            for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
+                cols[f"rtt_{stat}_ms_{name}"] = [value]
+            floors[name] = stats[0]
         cols["capture_side"] = [capture_side(floors["to_server"], floors["to_client"])]
         self.writer.append("connections", table_from_columns("connections", cols))
         self.connections_written += 1
@@ -1124,6 +1166,22 @@ def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarra
 
 
 _DIR_SOURCE = attrgetter("direction", "source")
+
+
+class _IdColumns:
+    """The capture_id and conn_id columns of one connection's tables: built once, for
+    the longest table, and sliced for the others (no copy)."""
+
+    def __init__(self, capture_id: str, conn_id: str, longest: int) -> None:
+        self._values = {"capture_id": capture_id, "conn_id": conn_id}
+        self._built: dict[str, pa.Array] = {}
+        self._longest = longest
+
+    def __call__(self, n: int) -> dict[str, pa.Array]:
+        if n > self._longest or not self._built:
+            self._longest = max(n, self._longest)
+            self._built = {name: _repeat(v, self._longest) for name, v in self._values.items()}
+        return {name: col if len(col) == n else col.slice(0, n) for name, col in self._built.items()}
 
 
 def _repeat(value: str, n: int) -> pa.Array:
@@ -1229,7 +1287,7 @@ def _sort_within(owner: np.ndarray, values: np.ndarray) -> np.ndarray:
     span = int(values.max()) - lo + 1
     if span * (int(owner[-1]) + 1) < 2**63:
         key = owner * span + (values - lo)
-        key.sort()
+        key.sort(kind="stable")  # timsort: fast on the runs the groups already are
         return key - owner * span + lo
     return values[np.lexsort((values, owner))]
 

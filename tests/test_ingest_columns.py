@@ -4,6 +4,7 @@ ChunkRun) give what the one-object-per-row records give."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from parsers.records import (
     DIRECTION_NAMES,
@@ -96,7 +97,8 @@ def test_gap_stats_sort_huge_spans_too():
     assert np.isnan(p99[1])
 
 
-def test_rates_fold_like_the_bucket_dicts():
+@pytest.mark.parametrize("forward", [False, True])
+def test_rates_fold_like_the_bucket_dicts(forward):
     import random
 
     from telemetry.ingest import _Rates
@@ -108,7 +110,10 @@ def test_rates_fold_like_the_bucket_dicts():
     written = []
     for step in range(40):
         n = rnd.randrange(0, 30)
-        b = np.array([rnd.randrange(step, step + 20) for _ in range(n)], np.int64)
+        if forward:  # time going forward: sorted, repeats, starting at or after the last bucket
+            b = np.array(sorted(rnd.randrange(step * 3, step * 3 + 4) for _ in range(n)), np.int64)
+        else:
+            b = np.array([rnd.randrange(step, step + 20) for _ in range(n)], np.int64)
         if rnd.random() < 0.5:
             nb = np.array([rnd.randrange(1, 1500) for _ in range(n)], np.int64)
             r.add(b, nb, np.ones(n, np.int64), np.full(n, -1, np.int64))
@@ -139,8 +144,6 @@ def test_rates_fold_like_the_bucket_dicts():
 
 def test_c_smoothed_rtt_rounds_like_python():
     import random
-
-    import pytest
 
     from parsers.tcp import _fast
 
