@@ -388,6 +388,37 @@ class _Rates:
         return out
 
 
+@dataclass(slots=True)
+class _LastTimes:
+    """Time of the last message per stream * 2 + direction (the connection's open
+    streams), as sorted columns: looked up and updated once per batch, not per stream."""
+
+    keys: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    ts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+
+    def swap(self, keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted unique ``keys``: whether a time was held for each and which (0:
+        none); ``last`` becomes their time."""
+        pos = np.searchsorted(self.keys, keys)
+        known = pos < len(self.keys)
+        known[known] = self.keys[pos[known]] == keys[known]
+        held = np.zeros(len(keys), dtype=np.int64)
+        held[known] = self.ts[pos[known]]
+        self.ts[pos[known]] = last[known]  # (self.ts is always an array of its own)
+        new = ~known
+        if new.any():
+            self.keys = np.insert(self.keys, pos[new], keys[new])
+            self.ts = np.insert(self.ts, pos[new], last[new])
+        return known, held
+
+    def forget(self, streams: list[int]) -> None:
+        """Drop both directions of these streams (they are over)."""
+        if len(self.keys) and streams:
+            key = np.array(streams, dtype=np.int64) * 2
+            keep = ~np.isin(self.keys, np.concatenate((key, key + 1)))
+            self.keys, self.ts = self.keys[keep], self.ts[keep]
+
+
 @dataclass
 class _ConnRows:
     """Rows of one connection not yet handed to the writer."""
@@ -432,7 +463,7 @@ class _Conn:
     # stream -> ns between its consecutive response messages (one array per batch), kept
     # until its request is resolved: the request's gap statistics
     response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    last_msg_ts: dict[int, int] = field(default_factory=dict)  # stream_id * 2 + direction -> ts
+    last_ts: _LastTimes = field(default_factory=lambda: _LastTimes())
     # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
     # doubles, as every sample of a long connection is kept for its exact percentiles
     rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
@@ -675,28 +706,20 @@ class CapturePipeline:
             a = rows
         else:
             a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
-        cols = np.ascontiguousarray(a.T)  # sid, dir, idx, ts, size, comp, end: a row each
-        dirs, ts = cols[1], cols[3]
-        key = cols[0] * 2 + dirs
+        dirs, ts = a[:, 1], a[:, 3]  # (columns: sid, dir, idx, ts, size, comp, end)
+        key = a[:, 0] * 2 + dirs
         order = np.argsort(key, kind="stable")
         ks, tso = key[order], ts[order]
         first = np.ones(n, dtype=bool)  # first row of its key in this batch
         first[1:] = ks[1:] != ks[:-1]
         firsts = np.flatnonzero(first)
-        has = ~first  # a previous message is known
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = tso[0]
-        prev[1:] = tso[:-1]
-        last_ts = conn.last_msg_ts
         lasts = np.append(firsts[1:] - 1, n - 1)
-        for j, k, t_last in zip(firsts.tolist(), ks[firsts].tolist(), tso[lasts].tolist(), strict=True):
-            p = last_ts.get(k)
-            if p is None:
-                prev[j] = tso[j]
-            else:
-                prev[j] = p
-                has[j] = True
-            last_ts[k] = t_last
+        prev = np.empty(n, dtype=np.int64)
+        prev[1:] = tso[:-1]
+        known, held = conn.last_ts.swap(ks[firsts], tso[lasts])
+        prev[firsts] = held
+        has = ~first  # a previous message is known
+        has[firsts] = known
         diff = tso - prev  # ns since the previous message of the stream and direction
         gap = np.empty(n, dtype=np.float64)
         gap[order] = np.where(has, diff / 1e6, np.nan)
@@ -706,9 +729,10 @@ class CapturePipeline:
             m = len(sel)
             if not m:
                 continue
-            part, part_gap = (cols, gap) if m == n else (cols[:, sel], gap[sel])
+            # whole rows gathered once; the fields stay (strided) views of them
+            part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
             block = _Msgs(
-                part[0], part[2], part[3], part[4], part[5] != 0, part[6], part_gap,
+                part[:, 0], part[:, 2], part[:, 3], part[:, 4], part[:, 5] != 0, part[:, 6], part_gap,
                 np.full(m, _NO_TS, dtype=np.int64),
             )
             old = conn.pending[d]
@@ -779,12 +803,9 @@ class CapturePipeline:
         first_acked = np.where(first_acked == _NO_TS, found[k:], first_acked)
         # the streams are over: their last message times are not needed again (bounded
         # memory on long connections)
-        last_ts, gaps_of = conn.last_msg_ts, conn.response_gaps
-        gaps = []
-        for s in sids:
-            last_ts.pop(s * 2, None)
-            last_ts.pop(s * 2 + 1, None)
-            gaps.append(gaps_of.pop(s, None))
+        conn.last_ts.forget(sids)
+        gaps_of = conn.response_gaps
+        gaps = [gaps_of.pop(s, None) for s in sids]
         floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip) or 0.0
         conn.rows.requests.append(_Ready(ready, first_acked, found[:k], floor, _gap_stats(gaps)))
         conn.rows.n_requests += k

@@ -157,3 +157,26 @@ def test_c_smoothed_rtt_rounds_like_python():
             srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
         assert _fast._speedups.ewma(start, vals) == srtt
     assert _fast._speedups.ewma(None, np.zeros(0, np.int64)) is None
+
+
+def test_last_times_like_a_dict():
+    import random
+
+    from telemetry.ingest import _LastTimes
+
+    rnd = random.Random(7)
+    held, model = _LastTimes(), {}
+    for _ in range(200):
+        keys = np.array(sorted(rnd.sample(range(60), rnd.randrange(0, 12))), np.int64)
+        last = np.array([rnd.randrange(10**12) for _ in keys], np.int64)
+        known, prev = held.swap(keys, last)
+        for k, kn, p, t in zip(keys.tolist(), known.tolist(), prev.tolist(), last.tolist(), strict=True):
+            assert kn == (k in model) and (not kn or p == model[k])
+            model[k] = t
+        if rnd.random() < 0.3:
+            streams = rnd.sample(range(30), 3)
+            held.forget(streams)
+            for s in streams:
+                model.pop(s * 2, None)
+                model.pop(s * 2 + 1, None)
+        assert held.keys.tolist() == sorted(model) and held.ts.tolist() == [model[k] for k in sorted(model)]
