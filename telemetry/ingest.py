@@ -415,8 +415,11 @@ class _LastTimes:
         """Drop both directions of these streams (they are over)."""
         if len(self.keys) and streams:
             key = np.array(streams, dtype=np.int64) * 2
-            keep = ~np.isin(self.keys, np.concatenate((key, key + 1)))
-            self.keys, self.ts = self.keys[keep], self.ts[keep]
+            key = np.concatenate((key, key + 1))
+            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+            gone = pos[self.keys[pos] == key]
+            if len(gone):
+                self.keys, self.ts = np.delete(self.keys, gone), np.delete(self.ts, gone)
 
 
 @dataclass
