@@ -477,8 +477,9 @@ class _Conn:
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
     # highest acked offset of the last flow_rates bucket written (rows written while open)
     prev_acked: list[int | None] = field(default_factory=lambda: [None, None])
-    # stream -> ACK time of its first response message (resolved before the request is)
-    first_acked: dict[int, int | None] = field(default_factory=dict)
+    # stream -> ACK time of its first response message (resolved before the request is;
+    # _NO_TS: not acked)
+    first_acked: dict[int, int] = field(default_factory=dict)
 
     def note_acks(self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray) -> None:
         """Fold ACK progress not yet seen into the per-bucket highest acked offset."""
@@ -777,9 +778,8 @@ class CapturePipeline:
             done = pending if n_done == n else pending.part(0, n_done)
             conn.pending[session_dir] = None if n_done == n else pending.part(n_done, n)
             if session_dir == TO_CLIENT:
-                for j in np.flatnonzero(done.idx == 0).tolist():
-                    acked = int(done.acked[j])
-                    conn.first_acked[int(done.sid[j])] = None if acked == _NO_TS else acked
+                firsts = np.flatnonzero(done.idx == 0)
+                conn.first_acked.update(zip(done.sid[firsts].tolist(), done.acked[firsts].tolist(), strict=True))
             conn.rows.messages.append((session_dir, done))
         if final:
             ready, waiting = conn.pending_requests, []
@@ -797,11 +797,11 @@ class CapturePipeline:
         # ACK times of every ready request's end (and first response byte) in one lookup
         k = len(ready)
         sids = [r.stream_id for r in ready]
-        firsts = [conn.first_acked.pop(s, None) for s in sids]
+        firsts = [conn.first_acked.pop(s, _NO_TS) for s in sids]
         lookups = [r.end_offset for r in ready]
-        lookups += [r.first_message_end_offset if f is None else None for r, f in zip(ready, firsts, strict=True)]
+        lookups += [r.first_message_end_offset if f == _NO_TS else None for r, f in zip(ready, firsts, strict=True)]
         found = self._acked_many(conn, lookups, summary)
-        first_acked = np.array([_NO_TS if f is None else f for f in firsts], dtype=np.int64)
+        first_acked = np.array(firsts, dtype=np.int64)
         # a non-gRPC response has no message rows: its first byte's ACK was looked up
         first_acked = np.where(first_acked == _NO_TS, found[k:], first_acked)
         # the streams are over: their last message times are not needed again (bounded
