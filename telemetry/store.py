@@ -28,6 +28,7 @@ from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
+WRITE_THREADS = 2  # Parquet encoding in parallel (a busy table does not hold up the others)
 
 
 class StoreError(Exception):
@@ -144,7 +145,7 @@ class _WriteThread:
 
 class CaptureWriter:
     """Buffers a capture's rows per table and writes them into the staging folder (the
-    Parquet encoding in a background thread; :meth:`commit` waits for it)."""
+    Parquet encoding in background threads; :meth:`commit` waits for them)."""
 
     def __init__(self, store: Store, capture_id: str, flush_rows: int) -> None:
         self.store = store
@@ -158,9 +159,11 @@ class CaptureWriter:
         self._seq: dict[str, int] = dict.fromkeys(TABLES, 0)  # files opened per table
         self._files: dict[tuple[str, int], pq.ParquetWriter] = {}  # (table, hour) -> open file
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
-        # one write thread per table, started at its first flush: the tables are encoded
-        # in parallel (the last flushes of a capture too), each table's flushes in order
-        self._lanes: dict[str, _WriteThread] = {}
+        # write threads, started as the first tables are flushed (starting one later, at
+        # the commit, waits for the GIL behind the others); a table keeps its thread, so
+        # its flushes are written in order
+        self._lanes: list[_WriteThread] = []
+        self._lane_of: dict[str, _WriteThread] = {}
 
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
@@ -173,7 +176,7 @@ class CaptureWriter:
             self._flush(table)
 
     def flush(self) -> None:
-        """Hand every buffered row to the write thread now: it encodes them while the
+        """Hand every buffered row to the write threads now: they encode them while the
         caller goes on (e.g. closes the last connections) instead of after."""
         for table in TABLES:
             self._flush(table)
@@ -184,9 +187,11 @@ class CaptureWriter:
             return
         self._buffers[table] = []
         self._buffered[table] = 0
-        lane = self._lanes.get(table)
+        lane = self._lane_of.get(table)
         if lane is None:
-            lane = self._lanes[table] = _WriteThread()
+            if len(self._lanes) < WRITE_THREADS:
+                self._lanes.append(_WriteThread())
+            lane = self._lane_of[table] = self._lanes[len(self._lane_of) % WRITE_THREADS]
         lane.submit(self._write, table, parts)
 
     def _write(self, table: str, parts: list[pa.Table]) -> None:
@@ -213,12 +218,12 @@ class CaptureWriter:
     def wait(self) -> None:
         """Wait until the rows flushed so far are in the staging files (writes run in the
         background); raises a write failure."""
-        for lane in self._lanes.values():
+        for lane in self._lanes:
             lane.drain()
 
     def _finish_writes(self) -> None:
         """Wait for every write and stop the threads; raises the first failure."""
-        lanes, self._lanes = list(self._lanes.values()), {}
+        lanes, self._lanes, self._lane_of = self._lanes, [], {}
         error: BaseException | None = None
         for lane in lanes:
             try:
