@@ -30,6 +30,8 @@ from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
 WRITE_THREADS = 2  # Parquet encoding in parallel (a busy table does not hold up the others)
+# ... but while the parsers run, at most this many at once: a core is left to them
+STREAMING_WRITES = max(1, min(WRITE_THREADS, (os.cpu_count() or 1) - 1))
 
 
 class StoreError(Exception):
@@ -166,6 +168,7 @@ class CaptureWriter:
         # its flushes are written in order
         self._lanes: list[_WriteThread] = []
         self._lane_of: dict[str, _WriteThread] = {}
+        self._slots = threading.Semaphore(STREAMING_WRITES)  # writes running at once
 
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
@@ -197,8 +200,12 @@ class CaptureWriter:
         lane.submit(self._write, table, parts)
 
     def _write(self, table: str, parts: list[pa.Table]) -> None:
-        """Write buffered tables into their hours' files (in the write thread)."""
-        data = pa.concat_tables(parts)
+        """Write buffered tables into their hours' files (in a write thread)."""
+        with self._slots:
+            self._write_hours(table, pa.concat_tables(parts))
+
+    def _write_hours(self, table: str, data: pa.Table) -> None:
+        """Write a table's rows into the files of their hours."""
         keys = _partition_keys(table, data)
         buckets = np.unique(keys)
         if len(buckets) == 1:
@@ -265,6 +272,8 @@ class CaptureWriter:
         self.flush()
         self.append("captures", capture_row)
         self._flush("captures")
+        if WRITE_THREADS > STREAMING_WRITES:  # the caller only waits now: all threads write
+            self._slots.release(WRITE_THREADS - STREAMING_WRITES)
         self._finish_writes()
         self._close_files()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
