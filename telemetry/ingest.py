@@ -506,6 +506,9 @@ class _Conn:
 
 
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+# requests of all connections are built into one table once this many wait (its ~35
+# columns cost more per table than per row)
+REQUEST_TABLE_ROWS = 4096
 # flow_rates buckets of an open connection are written once capture time has moved this
 # far past them (a bucket must not get more bytes after its row was written)
 RATE_HOLD_NS = 60 * 1_000_000_000
@@ -530,6 +533,9 @@ class CapturePipeline:
         self.monotonic = True  # capture times never went back so far
         self.connections_written = 0
         self.requests_written = 0
+        # resolved requests not built into a table yet: (connection, blocks) in order
+        self._requests_out: list[tuple[ConnectionSummary, list[_Ready]]] = []
+        self._requests_out_n = 0
         self.sendlog = SendLog(self._path_of)  # segment_sends (loss-gated)
 
     # -- files of a chain ----------------------------------------------------------------
@@ -552,6 +558,7 @@ class CapturePipeline:
         open carries over to the next file."""
         for conn in self.conns.values():
             self._flush_open(conn)
+        self._write_requests()
         self._take_decoder_issues()
 
     def fill_result(self, result: IngestResult) -> None:
@@ -891,6 +898,7 @@ class CapturePipeline:
 
     def finish(self) -> None:
         self._close_all(self.tcp.finish())
+        self._write_requests()
         self._take_decoder_issues()
 
     def _take_decoder_issues(self) -> None:
@@ -958,9 +966,19 @@ class CapturePipeline:
                 "kind": pa.array(np.array(_SEND_KINDS, dtype=object)[kind], pa.string()),
             }))
         if rows.requests:
-            self.writer.append("requests", self._requests_table(base, summary, rows.requests))
+            self._requests_out.append((summary, rows.requests))
+            self._requests_out_n += rows.n_requests
             self.requests_written += rows.n_requests
+            if self._requests_out_n >= REQUEST_TABLE_ROWS:
+                self._write_requests()
         conn.rows = _ConnRows()
+
+    def _write_requests(self) -> None:
+        """Hand the writer the requests resolved so far (of every connection), in one
+        table; before the file's commit (end_file, finish) all of them."""
+        if self._requests_out:
+            self.writer.append("requests", self._requests_table(self._requests_out))
+            self._requests_out, self._requests_out_n = [], 0
 
     def _messages_table(self, base: _IdColumns, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
         ms = _Msgs.concat([m for _d, m in blocks])
@@ -1019,9 +1037,12 @@ class CapturePipeline:
             cols["bucket_ms"] = pa.array(np.full(n, RATE_BUCKET_NS // 1_000_000, dtype=np.int32))
             self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
-    def _requests_table(self, base: _IdColumns, summary: ConnectionSummary, blocks: list[_Ready]) -> pa.Table:
+    def _requests_table(self, resolved: list[tuple[ConnectionSummary, list[_Ready]]]) -> pa.Table:
+        blocks = [b for _s, bs in resolved for b in bs]
         records = [r for b in blocks for r in b.records]
         n = len(records)
+        conns = [s for s, _bs in resolved]
+        per_conn = [sum(len(b.records) for b in bs) for _s, bs in resolved]
         # the columns copied from the records, in one C-level pass
         passthrough = zip(*map(_PASSTHROUGH_OF, records), strict=True)
         cols: dict[str, object] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
@@ -1058,11 +1079,12 @@ class CapturePipeline:
             end_acked=pa.array(end_acked, _TS, mask=end_acked == _NO_TS),
             ttft_client_est_ms=_float_col(ttft_est),
             latency_client_est_ms=_float_col(latency_est),
-            **base(n),
-            client_addr=[summary.client_addr] * n,
-            client_port=[summary.client_port] * n,
-            server_addr=[summary.server_addr] * n,
-            server_port=[summary.server_port] * n,
+            capture_id=_repeat(self.capture_id, n),
+            conn_id=_run_strings([s.conn_id for s in conns], per_conn),
+            client_addr=_run_strings([s.client_addr for s in conns], per_conn),
+            client_port=np.repeat(np.array([s.client_port for s in conns], dtype=np.int32), per_conn),
+            server_addr=_run_strings([s.server_addr for s in conns], per_conn),
+            server_port=np.repeat(np.array([s.server_port for s in conns], dtype=np.int32), per_conn),
         )
         return table_from_columns("requests", cols)
 
