@@ -29,8 +29,8 @@ from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
-WRITE_THREADS = 2  # Parquet encoding in parallel (a busy table does not hold up the others)
-# ... but while the parsers run, at most this many at once: a core is left to them
+WRITE_THREADS = 2  # threads that encode Parquet (tables spread over them), all busy at the commit
+# while the parsers run, at most this many writes at once: a core is left to the parsers
 STREAMING_WRITES = max(1, min(WRITE_THREADS, (os.cpu_count() or 1) - 1))
 
 
