@@ -481,18 +481,27 @@ class _Conn:
     # _NO_TS: not acked)
     first_acked: dict[int, int] = field(default_factory=dict)
 
-    def note_acks(self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray) -> None:
-        """Fold ACK progress not yet seen into the per-bucket highest acked offset."""
+    def note_rates(
+        self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray, sent: tuple[np.ndarray, ...] | None = None
+    ) -> None:
+        """Fold ACK progress not yet seen into the per-bucket highest acked offset, and
+        ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
+        rows = [sent] if sent is not None else []
         start = int(np.searchsorted(ts, self.ack_seen_ns[tcp_direction], side="right"))
-        if start >= len(ts):
-            return
-        new_ts, new_off = ts[start:], offsets[start:]
-        buckets = new_ts // RATE_BUCKET_NS
-        # last entry of each bucket holds its highest offset (progress is non-decreasing)
-        last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
-        zeros = np.zeros(len(last), dtype=np.int64)
-        self.rates[tcp_direction].add(buckets[last], zeros, zeros, new_off[last].astype(np.int64))
-        self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
+        if start < len(ts):
+            new_ts, new_off = ts[start:], offsets[start:]
+            buckets = new_ts // RATE_BUCKET_NS
+            # last entry of each bucket holds its highest offset (progress is non-decreasing)
+            last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
+            zeros = np.zeros(len(last), dtype=np.int64)
+            rows.append((buckets[last], zeros, zeros, new_off[last].astype(np.int64)))
+            self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
+        if len(rows) == 2:  # both in bucket order (what _Rates.add folds fastest)
+            cols = [np.concatenate(c) for c in zip(*rows, strict=True)]
+            order = np.argsort(cols[0], kind="stable")
+            rows = [tuple(c[order] for c in cols)]
+        if rows:
+            self.rates[tcp_direction].add(*rows[0])
 
     @property
     def flip(self) -> int:
@@ -609,13 +618,14 @@ class CapturePipeline:
                         session.feed_run(item)
                     else:
                         session.feed(item)
-            self._count_sent(chunks)
+            sent = self._count_sent(chunks)
             self.sendlog.note_chunks(chunks)
+        else:
+            sent = {}
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
-                if len(ts):
-                    conn.note_acks(tcp_dir, ts, off)
+                conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
         self._take_tcp_events()
         for conn in self.conns.values():
             if conn.session is not None:
@@ -674,8 +684,9 @@ class CapturePipeline:
         for summary in summaries:
             self._close(summary)
 
-    def _count_sent(self, chunks: list) -> None:
-        """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
+    def _count_sent(self, chunks: list) -> dict[int, tuple[np.ndarray, ...]]:
+        """flow_rates bytes/segments sent per connection direction and bucket, in bulk:
+        conn key * 2 + TCP direction -> (bucket, bytes, segments, -1) rows, by bucket."""
         runs = [c for c in chunks if type(c) is ChunkRun]
         singles = [c for c in chunks if type(c) is not ChunkRun] if len(runs) < len(chunks) else []
         parts = [_run_sent(runs)] if runs else []
@@ -683,7 +694,7 @@ class CapturePipeline:
             parts.append(_chunk_sent(singles))
         cd, buckets, nbytes, npkts = (np.concatenate(c) for c in zip(*parts, strict=True))
         if not len(cd):
-            return
+            return {}
         order = np.argsort(cd, kind="stable")
         cd, buckets = cd[order], buckets[order]
         # one row per stretch of equal (connection direction, bucket): summed here, for
@@ -698,9 +709,10 @@ class CapturePipeline:
         no_ack = np.full(len(cd), -1, dtype=np.int64)
         firsts = np.flatnonzero(np.concatenate(([True], cd[1:] != cd[:-1])))
         bounds = [*firsts.tolist(), len(cd)]
-        conns = self.conns
-        for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True):
-            conns[k >> 1].rates[k & 1].add(buckets[a:z], nbytes[a:z], npkts[a:z], no_ack[a:z])
+        return {
+            k: (buckets[a:z], nbytes[a:z], npkts[a:z], no_ack[a:z])
+            for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True)
+        }
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
@@ -887,8 +899,7 @@ class CapturePipeline:
         if summary.ack_progress is not None:
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = summary.ack_progress[tcp_dir]
-                if len(ts):
-                    conn.note_acks(tcp_dir, ts, off)
+                conn.note_rates(tcp_dir, ts, off)
         self._resolve_acks(conn, summary)
         if conn.flip:
             summary = flip_summary(summary)
