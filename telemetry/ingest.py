@@ -18,7 +18,6 @@ import signal
 import time
 import traceback
 from array import array
-from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -197,6 +196,7 @@ class IngestChain:
                     else:
                         self._last = None
                     return result
+                writer.flush()  # the rows so far are written while the last ones are built
                 if final:
                     pipeline.finish()
                 else:
@@ -280,7 +280,9 @@ def _ingest_split(
             writer.abort()
             return
         pipeline.finish()
-        pipeline.add_split_part(peer.receive())
+        part, staged = peer.receive()
+        pipeline.add_split_part(part)
+        writer.adopt(staged)
         _wait_child(peer)
         pipeline.fill_result(result)
         writer.commit(pipeline.capture_row(path, result))
@@ -304,8 +306,7 @@ def _split_child(path: Path, store: Store, capture_id: str, options: IngestOptio
         _stream(path, pipeline, result, None)
         if result.error is None:
             pipeline.finish()
-            writer.close_part()
-            peer.send(pipeline.split_part())
+            peer.send((pipeline.split_part(), writer.close_part()))
     except PeerGone:  # the parent stopped: it throws the rows away
         code = 1
     except KeyboardInterrupt:
@@ -425,14 +426,46 @@ class _Rates:
 
     def add(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
         """Fold rows in (any order, repeated buckets allowed): sums sent, max acked."""
+        n = len(bucket)
+        if n > 1:
+            step = bucket[1:] - bucket[:-1]
+            if (step < 0).any():
+                self._fold(bucket, sent_bytes, sent_pkts, acked)
+                return
+            if not step.all():  # repeats, next to each other: one row per bucket
+                starts = np.flatnonzero(np.concatenate(([True], step != 0)))
+                bucket = bucket[starts]
+                sent_bytes = np.add.reduceat(sent_bytes, starts)
+                sent_pkts = np.add.reduceat(sent_pkts, starts)
+                acked = np.maximum.reduceat(acked, starts)
+        elif not n:
+            return
+        k = len(self.bucket)
+        if k and bucket[0] < self.bucket[-1]:
+            self._fold(bucket, sent_bytes, sent_pkts, acked)
+            return
+        # the usual case, time going forward: append, the first bucket maybe onto the last
+        same = int(k > 0 and bucket[0] == self.bucket[-1])
+        self.bucket = np.concatenate((self.bucket, bucket[same:]))
+        sb = np.concatenate((self.sent_bytes, sent_bytes[same:]))
+        sp = np.concatenate((self.sent_pkts, sent_pkts[same:]))
+        ac = np.concatenate((self.acked, acked[same:]))
+        if same:  # (fresh arrays: the inputs may share memory)
+            sb[k - 1] += sent_bytes[0]
+            sp[k - 1] += sent_pkts[0]
+            ac[k - 1] = max(ac[k - 1], acked[0])
+        self.sent_bytes, self.sent_pkts, self.acked = sb, sp, ac
+
+    def _fold(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
+        """:meth:`add` for rows in any order: sort everything, reduce per bucket."""
         b = np.concatenate((self.bucket, bucket))
         order = np.argsort(b, kind="stable")
         b = b[order]
-        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1]))) if len(b) else _EMPTY_I64
+        starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
         self.bucket = b[starts]
-        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts) if len(b) else _EMPTY_I64
-        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts) if len(b) else _EMPTY_I64
-        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts) if len(b) else _EMPTY_I64
+        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts)
+        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts)
+        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts)
 
     def take(self, upto: int | None) -> _Rates:
         """Remove and return the buckets before ``upto`` (all of them: None)."""
@@ -441,6 +474,40 @@ class _Rates:
         self.bucket, self.sent_bytes = self.bucket[k:], self.sent_bytes[k:]
         self.sent_pkts, self.acked = self.sent_pkts[k:], self.acked[k:]
         return out
+
+
+@dataclass(slots=True)
+class _LastTimes:
+    """Time of the last message per stream * 2 + direction (the connection's open
+    streams), as sorted columns: looked up and updated once per batch, not per stream."""
+
+    keys: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    ts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+
+    def swap(self, keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted unique ``keys``: whether a time was held for each and which (0:
+        none); ``last`` becomes their time."""
+        pos = np.searchsorted(self.keys, keys)
+        known = pos < len(self.keys)
+        known[known] = self.keys[pos[known]] == keys[known]
+        held = np.zeros(len(keys), dtype=np.int64)
+        held[known] = self.ts[pos[known]]
+        self.ts[pos[known]] = last[known]  # (self.ts is always an array of its own)
+        new = ~known
+        if new.any():
+            self.keys = np.insert(self.keys, pos[new], keys[new])
+            self.ts = np.insert(self.ts, pos[new], last[new])
+        return known, held
+
+    def forget(self, streams: list[int]) -> None:
+        """Drop both directions of these streams (they are over)."""
+        if len(self.keys) and streams:
+            key = np.array(streams, dtype=np.int64) * 2
+            key = np.concatenate((key, key + 1))
+            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+            gone = pos[self.keys[pos] == key]
+            if len(gone):
+                self.keys, self.ts = np.delete(self.keys, gone), np.delete(self.ts, gone)
 
 
 @dataclass
@@ -452,11 +519,28 @@ class _ConnRows:
     n_rtt: int = 0  # RTT samples in ``rtt`` (an RttRun holds many)
     h2: list[H2Event] = field(default_factory=list)
     messages: list[tuple[int, _Msgs]] = field(default_factory=list)  # (session direction, rows)
-    requests: list[tuple] = field(default_factory=list)
+    requests: list[_Ready] = field(default_factory=list)
+    n_requests: int = 0  # requests in ``requests`` (a _Ready holds many)
+
+    def counts(self) -> tuple[int, ...]:
+        """Rows waiting per table."""
+        n_msgs = sum(len(m) for _d, m in self.messages)
+        return len(self.tcp_events), self.n_rtt, len(self.h2), n_msgs, self.n_requests
 
     def __len__(self) -> int:
-        n_msgs = sum(len(m) for _d, m in self.messages)
-        return len(self.tcp_events) + self.n_rtt + len(self.h2) + n_msgs + len(self.requests)
+        return sum(self.counts())
+
+
+@dataclass(slots=True)
+class _Ready:
+    """Requests resolved together, with their client-side times and the statistics of
+    their response gaps as columns: one object per resolution, not one per request."""
+
+    records: list[RequestRecord]
+    first_acked: np.ndarray  # int64 ns of the ACK of the first response message; _NO_TS: none
+    end_acked: np.ndarray  # int64 ns of the ACK of the response's last byte; _NO_TS: none
+    floor_ms: float  # RTT floor toward the client when they were resolved (0.0: none yet)
+    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]  # p50, p99, max gap ms; NaN: < 2 messages
 
 
 @dataclass
@@ -467,8 +551,10 @@ class _Conn:
     # per session-oriented direction: messages waiting for the ACK that covers them
     pending: list[_Msgs | None] = field(default_factory=lambda: [None, None])
     pending_requests: list[RequestRecord] = field(default_factory=list)
-    response_times: dict[int, list[int]] = field(default_factory=lambda: defaultdict(list))
-    last_msg_ts: dict[int, int] = field(default_factory=dict)  # stream_id * 2 + direction -> ts
+    # stream -> ns between its consecutive response messages (one array per batch), kept
+    # until its request is resolved: the request's gap statistics
+    response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    last_ts: _LastTimes = field(default_factory=lambda: _LastTimes())
     # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
     # doubles, as every sample of a long connection is kept for its exact percentiles
     rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
@@ -479,21 +565,31 @@ class _Conn:
     ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
     # highest acked offset of the last flow_rates bucket written (rows written while open)
     prev_acked: list[int | None] = field(default_factory=lambda: [None, None])
-    # stream -> ACK time of its first response message (resolved before the request is)
-    first_acked: dict[int, int | None] = field(default_factory=dict)
+    # stream -> ACK time of its first response message (resolved before the request is;
+    # _NO_TS: not acked)
+    first_acked: dict[int, int] = field(default_factory=dict)
 
-    def note_acks(self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray) -> None:
-        """Fold ACK progress not yet seen into the per-bucket highest acked offset."""
+    def note_rates(
+        self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray, sent: tuple[np.ndarray, ...] | None = None
+    ) -> None:
+        """Fold ACK progress not yet seen into the per-bucket highest acked offset, and
+        ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
+        rows = [sent] if sent is not None else []
         start = int(np.searchsorted(ts, self.ack_seen_ns[tcp_direction], side="right"))
-        if start >= len(ts):
-            return
-        new_ts, new_off = ts[start:], offsets[start:]
-        buckets = new_ts // RATE_BUCKET_NS
-        # last entry of each bucket holds its highest offset (progress is non-decreasing)
-        last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
-        zeros = np.zeros(len(last), dtype=np.int64)
-        self.rates[tcp_direction].add(buckets[last], zeros, zeros, new_off[last].astype(np.int64))
-        self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
+        if start < len(ts):
+            new_ts, new_off = ts[start:], offsets[start:]
+            buckets = new_ts // RATE_BUCKET_NS
+            # last entry of each bucket holds its highest offset (progress is non-decreasing)
+            last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
+            zeros = np.zeros(len(last), dtype=np.int64)
+            rows.append((buckets[last], zeros, zeros, new_off[last].astype(np.int64)))
+            self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
+        if len(rows) == 2:  # both in bucket order (what _Rates.add folds fastest)
+            cols = [np.concatenate(c) for c in zip(*rows, strict=True)]
+            order = np.argsort(cols[0], kind="stable")
+            rows = [tuple(c[order] for c in cols)]
+        if rows:
+            self.rates[tcp_direction].add(*rows[0])
 
     @property
     def flip(self) -> int:
@@ -507,6 +603,9 @@ class _Conn:
 
 
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+# requests of all connections are built into one table once this many wait (its ~35
+# columns cost more per table than per row)
+REQUEST_TABLE_ROWS = 4096
 # flow_rates buckets of an open connection are written once capture time has moved this
 # far past them (a bucket must not get more bytes after its row was written)
 RATE_HOLD_NS = 60 * 1_000_000_000
@@ -540,6 +639,9 @@ class CapturePipeline:
         # a split's child decodes the same packets as the parent: its counts go nowhere
         self.capture_wide = peer is None or peer.index == 0
         self._child_stats, self._child_issues = DecodeStats(), []
+        # resolved requests not built into a table yet: (connection, blocks) in order
+        self._requests_out: list[tuple[ConnectionSummary, list[_Ready]]] = []
+        self._requests_out_n = 0
         self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
 
     # -- files of a chain ----------------------------------------------------------------
@@ -562,6 +664,7 @@ class CapturePipeline:
         open carries over to the next file."""
         for conn in self.conns.values():
             self._flush_open(conn)
+        self._write_requests()
         self._take_decoder_issues()
 
     def fill_result(self, result: IngestResult) -> None:
@@ -618,13 +721,14 @@ class CapturePipeline:
                         session.feed_run(item)
                     else:
                         session.feed(item)
-            self._count_sent(chunks)
+            sent = self._count_sent(chunks)
             self.sendlog.note_chunks(chunks)
+        else:
+            sent = {}
         for key, conn in self.conns.items():
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
-                if len(ts):
-                    conn.note_acks(tcp_dir, ts, off)
+                conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
         self._take_tcp_events()
         for conn in self.conns.values():
             if conn.session is not None:
@@ -684,24 +788,35 @@ class CapturePipeline:
         for summary in summaries:
             self._close(summary)
 
-    def _count_sent(self, chunks: list) -> None:
-        """flow_rates bytes/segments sent per connection direction and bucket, in bulk."""
+    def _count_sent(self, chunks: list) -> dict[int, tuple[np.ndarray, ...]]:
+        """flow_rates bytes/segments sent per connection direction and bucket, in bulk:
+        conn key * 2 + TCP direction -> (bucket, bytes, segments, -1) rows, by bucket."""
         runs = [c for c in chunks if type(c) is ChunkRun]
         singles = [c for c in chunks if type(c) is not ChunkRun] if len(runs) < len(chunks) else []
         parts = [_run_sent(runs)] if runs else []
         if singles:
             parts.append(_chunk_sent(singles))
         cd, buckets, nbytes, npkts = (np.concatenate(c) for c in zip(*parts, strict=True))
+        if not len(cd):
+            return {}
         order = np.argsort(cd, kind="stable")
-        cd, buckets, nbytes, npkts = cd[order], buckets[order], nbytes[order], npkts[order]
-        cuts = np.flatnonzero(cd[1:] != cd[:-1]) + 1
-        starts = np.concatenate(([0], cuts)).tolist()
-        stops = np.concatenate((cuts, [len(cd)])).tolist()
-        conns = self.conns
-        for a, z in zip(starts, stops, strict=True):
-            k = int(cd[a])
-            conns[k >> 1].rates[k & 1].add(buckets[a:z], nbytes[a:z], npkts[a:z], np.full(z - a, -1, dtype=np.int64))
-
+        cd, buckets = cd[order], buckets[order]
+        # one row per stretch of equal (connection direction, bucket): summed here, for
+        # every connection at once
+        change = np.empty(len(cd), dtype=bool)
+        change[:1] = True
+        change[1:] = (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1])
+        starts = np.flatnonzero(change)
+        cd, buckets = cd[starts], buckets[starts]
+        nbytes = np.add.reduceat(nbytes[order], starts)
+        npkts = np.add.reduceat(npkts[order], starts)
+        no_ack = np.full(len(cd), -1, dtype=np.int64)
+        firsts = np.flatnonzero(np.concatenate(([True], cd[1:] != cd[:-1])))
+        bounds = [*firsts.tolist(), len(cd)]
+        return {
+            k: (buckets[a:z], nbytes[a:z], npkts[a:z], no_ack[a:z])
+            for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True)
+        }
 
     def _take(self, conn: _Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
@@ -718,50 +833,37 @@ class CapturePipeline:
             a = rows
         else:
             a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
-        sid, dirs, ts = a[:, 0], a[:, 1], a[:, 3]
-        key = sid * 2 + dirs
+        dirs, ts = a[:, 1], a[:, 3]  # (columns: sid, dir, idx, ts, size, comp, end)
+        key = a[:, 0] * 2 + dirs
         order = np.argsort(key, kind="stable")
         ks, tso = key[order], ts[order]
         first = np.ones(n, dtype=bool)  # first row of its key in this batch
         first[1:] = ks[1:] != ks[:-1]
         firsts = np.flatnonzero(first)
-        has = ~first  # a previous message is known
-        prev = np.empty(n, dtype=np.int64)
-        prev[0] = tso[0]
-        prev[1:] = tso[:-1]
-        last_ts = conn.last_msg_ts
         lasts = np.append(firsts[1:] - 1, n - 1)
-        for j, k, t_last in zip(firsts.tolist(), ks[firsts].tolist(), tso[lasts].tolist(), strict=True):
-            p = last_ts.get(k)
-            if p is None:
-                prev[j] = tso[j]
-            else:
-                prev[j] = p
-                has[j] = True
-            last_ts[k] = t_last
+        prev = np.empty(n, dtype=np.int64)
+        prev[1:] = tso[:-1]
+        known, held = conn.last_ts.swap(ks[firsts], tso[lasts])
+        prev[firsts] = held
+        has = ~first  # a previous message is known
+        has[firsts] = known
+        diff = tso - prev  # ns since the previous message of the stream and direction
         gap = np.empty(n, dtype=np.float64)
-        gap[order] = np.where(has, (tso - prev) / 1e6, np.nan)
+        gap[order] = np.where(has, diff / 1e6, np.nan)
+        _note_response_gaps(conn.response_gaps, ks, diff, has)
         for d in (TO_SERVER, TO_CLIENT):
-            mask = dirs == d
-            m = int(mask.sum())
+            sel = np.flatnonzero(dirs == d)
+            m = len(sel)
             if not m:
                 continue
-            sel = a[mask] if m < n else a
+            # whole rows gathered once; the fields stay (strided) views of them
+            part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
             block = _Msgs(
-                sel[:, 0], sel[:, 2], sel[:, 3], sel[:, 4], sel[:, 5].astype(bool), sel[:, 6],
-                gap[mask] if m < n else gap, np.full(m, _NO_TS, dtype=np.int64),
+                part[:, 0], part[:, 2], part[:, 3], part[:, 4], part[:, 5] != 0, part[:, 6], part_gap,
+                np.full(m, _NO_TS, dtype=np.int64),
             )
             old = conn.pending[d]
             conn.pending[d] = block if old is None else _Msgs.concat([old, block])
-            if d == TO_CLIENT:
-                # response times per stream, one extend per stream (order kept within each)
-                times = conn.response_times
-                by_sid = np.argsort(block.sid, kind="stable")
-                sids, ts_sorted = block.sid[by_sid], block.ts[by_sid].tolist()
-                cuts = (np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist()
-                starts = [0, *cuts]
-                for s_id, a, z in zip(sids[starts].tolist(), starts, [*cuts, len(ts_sorted)], strict=True):
-                    times[s_id].extend(ts_sorted[a:z])
 
     # -- ACK times ---------------------------------------------------------------------
     def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
@@ -799,37 +901,41 @@ class CapturePipeline:
             done = pending if n_done == n else pending.part(0, n_done)
             conn.pending[session_dir] = None if n_done == n else pending.part(n_done, n)
             if session_dir == TO_CLIENT:
-                for j in np.flatnonzero(done.idx == 0).tolist():
-                    acked = int(done.acked[j])
-                    conn.first_acked[int(done.sid[j])] = None if acked == _NO_TS else acked
+                firsts = np.flatnonzero(done.idx == 0)
+                conn.first_acked.update(zip(done.sid[firsts].tolist(), done.acked[firsts].tolist(), strict=True))
             conn.rows.messages.append((session_dir, done))
-        ready, waiting = [], []
-        for r in conn.pending_requests:
-            (ready if final or self._acked_through(conn, r.end_offset) else waiting).append(r)
+        if final:
+            ready, waiting = conn.pending_requests, []
+        else:
+            arrays = self._ack_arrays(conn, TO_CLIENT, None)
+            upto = int(arrays[1][-1]) if arrays is not None and len(arrays[1]) else -1  # acked so far
+            ready, waiting = [], []
+            for r in conn.pending_requests:
+                (ready if r.end_offset is None or r.end_offset <= upto else waiting).append(r)
         conn.pending_requests = waiting
         if not ready:
             if not final:
                 self._prune_acks(conn)
             return
         # ACK times of every ready request's end (and first response byte) in one lookup
-        firsts = [conn.first_acked.pop(r.stream_id, None) for r in ready]
-        lookups = [r.end_offset for r in ready]
-        lookups += [r.first_message_end_offset if f is None else None for r, f in zip(ready, firsts, strict=True)]
-        found = self._acked_many(conn, lookups, summary)
         k = len(ready)
-        for i, r in enumerate(ready):
-            times = conn.response_times.pop(r.stream_id, [])
-            # the stream is over: its last message times are not needed again (bounded
-            # memory on long connections)
-            conn.last_msg_ts.pop(r.stream_id * 2, None)
-            conn.last_msg_ts.pop(r.stream_id * 2 + 1, None)
-            first_acked = firsts[i]
-            if first_acked is None:  # a non-gRPC response: no message rows, look it up
-                first_acked = found[k + i]
-            end_acked = found[i]
-            floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip)
-            conn.rows.requests.append((r, times, first_acked, end_acked, floor))
-            conn.requests += 1
+        sids = [r.stream_id for r in ready]
+        firsts = [conn.first_acked.pop(s, _NO_TS) for s in sids]
+        lookups = [r.end_offset for r in ready]
+        lookups += [r.first_message_end_offset if f == _NO_TS else None for r, f in zip(ready, firsts, strict=True)]
+        found = self._acked_many(conn, lookups, summary)
+        first_acked = np.array(firsts, dtype=np.int64)
+        # a non-gRPC response has no message rows: its first byte's ACK was looked up
+        first_acked = np.where(first_acked == _NO_TS, found[k:], first_acked)
+        # the streams are over: their last message times are not needed again (bounded
+        # memory on long connections)
+        conn.last_ts.forget(sids)
+        gaps_of = conn.response_gaps
+        gaps = [gaps_of.pop(s, None) for s in sids]
+        floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip) or 0.0
+        conn.rows.requests.append(_Ready(ready, first_acked, found[:k], floor, _gap_stats(gaps)))
+        conn.rows.n_requests += k
+        conn.requests += k
         if not final:
             self._prune_acks(conn)
 
@@ -844,26 +950,20 @@ class CapturePipeline:
             if needed:
                 self.tcp.prune_acks(conn.key, session_dir ^ conn.flip, min(needed))
 
-    def _acked_through(self, conn: _Conn, offset: int | None) -> bool:
-        if offset is None:
-            return True
-        arrays = self._ack_arrays(conn, TO_CLIENT, None)
-        return arrays is not None and len(arrays[1]) > 0 and int(arrays[1][-1]) >= offset
-
     def _acked_many(
         self, conn: _Conn, offsets: list[int | None], summary: ConnectionSummary | None
-    ) -> list[int | None]:
-        """When the client's ACK covering each offset was seen (None: no offset, or not
+    ) -> np.ndarray:
+        """When the client's ACK covering each offset was seen (_NO_TS: no offset, or not
         acked yet), with one search over the connection's ACK progress."""
         arrays = self._ack_arrays(conn, TO_CLIENT, summary)
         if arrays is None or not len(arrays[0]):
-            return [None] * len(offsets)
+            return np.full(len(offsets), _NO_TS, dtype=np.int64)
         ack_ts, ack_off = arrays
         want = np.array([-1 if o is None else o for o in offsets], dtype=np.int64)
         idx = np.searchsorted(ack_off, want, side="left")
         ok = (want >= 0) & (idx < len(ack_ts))
-        got = np.asarray(ack_ts, dtype=np.int64)[np.minimum(idx, len(ack_ts) - 1)].tolist()
-        return [g if o else None for g, o in zip(got, ok.tolist(), strict=True)]
+        got = np.asarray(ack_ts, dtype=np.int64)[np.minimum(idx, len(ack_ts) - 1)]
+        return np.where(ok, got, _NO_TS)
 
     # -- long connections --------------------------------------------------------------
     def _flush_open(self, conn: _Conn) -> None:
@@ -903,8 +1003,7 @@ class CapturePipeline:
         if summary.ack_progress is not None:
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = summary.ack_progress[tcp_dir]
-                if len(ts):
-                    conn.note_acks(tcp_dir, ts, off)
+                conn.note_rates(tcp_dir, ts, off)
         self._resolve_acks(conn, summary)
         if conn.flip:
             summary = flip_summary(summary)
@@ -914,6 +1013,7 @@ class CapturePipeline:
 
     def finish(self) -> None:
         self._close_all(self.tcp.finish())
+        self._write_requests()
         if self.capture_wide:
             self._take_decoder_issues()
 
@@ -940,10 +1040,8 @@ class CapturePipeline:
     ) -> None:
         """Hand a connection's waiting rows to the writer. flow_rates: every bucket when
         ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
-        rows, cid, flip = conn.rows, summary.conn_id, conn.flip
-
-        def base(count: int) -> dict[str, pa.Array]:
-            return {"capture_id": _repeat(self.capture_id, count), "conn_id": _repeat(cid, count)}
+        rows, flip = conn.rows, conn.flip
+        base = _IdColumns(self.capture_id, summary.conn_id, max(rows.counts()))
 
         if rows.tcp_events:
             ev = rows.tcp_events
@@ -959,13 +1057,14 @@ class CapturePipeline:
                 "burst_id": [e.burst_id for e in ev],
             }))
         if rows.rtt:
-            ts, dirs, rtt, source, sources = _rtt_columns(rows.rtt)
+            ts, rtt, runs = _rtt_columns(rows.rtt)
+            counts = [k for _d, _s, k in runs]
             self.writer.append("rtt_samples", table_from_columns("rtt_samples", {
                 **base(len(ts)),
                 "ts": pa.array(ts, _TS),
-                "direction": _strings(dirs ^ flip, DIRECTION_NAMES),
+                "direction": _run_strings([DIRECTION_NAMES[d ^ flip] for d, _s, _k in runs], counts),
                 "rtt_ms": pa.array(rtt, pa.float64()),
-                "source": _strings(source, sources),
+                "source": _run_strings([src for _d, src, _k in runs], counts),
             }))
         if rows.h2:
             h2 = rows.h2
@@ -980,7 +1079,7 @@ class CapturePipeline:
                 "duration_ms": [e.duration_ms for e in h2],
             }))
         if rows.messages:
-            self.writer.append("messages", self._messages_table(cid, rows.messages))
+            self.writer.append("messages", self._messages_table(base, rows.messages))
         self._write_rates(conn, base, rates_upto, final)
         sends = self.sendlog.take(conn.key)
         if sends is not None:
@@ -994,19 +1093,26 @@ class CapturePipeline:
                 "kind": pa.array(np.array(_SEND_KINDS, dtype=object)[kind], pa.string()),
             }))
         if rows.requests:
-            self.writer.append("requests", self._requests_table(summary, rows.requests))
-            self.requests_written += len(rows.requests)
+            self._requests_out.append((summary, rows.requests))
+            self._requests_out_n += rows.n_requests
+            self.requests_written += rows.n_requests
+            if self._requests_out_n >= REQUEST_TABLE_ROWS:
+                self._write_requests()
         conn.rows = _ConnRows()
 
-    def _messages_table(self, cid: str, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
+    def _write_requests(self) -> None:
+        """Hand the writer the requests resolved so far (of every connection), in one
+        table; before the file's commit (end_file, finish) all of them."""
+        if self._requests_out:
+            self.writer.append("requests", self._requests_table(self._requests_out))
+            self._requests_out, self._requests_out_n = [], 0
+
+    def _messages_table(self, base: _IdColumns, blocks: list[tuple[int, _Msgs]]) -> pa.Table:
         ms = _Msgs.concat([m for _d, m in blocks])
-        n = len(ms)
-        dirs = np.concatenate([np.full(len(m), d, dtype=np.int8) for d, m in blocks])
         return table_from_columns("messages", {
-            "capture_id": _repeat(self.capture_id, n),
-            "conn_id": _repeat(cid, n),
+            **base(len(ms)),
             "stream_id": pa.array(ms.sid, pa.int64()),
-            "direction": _strings(dirs, MESSAGE_DIRECTION_NAMES),
+            "direction": _run_strings([MESSAGE_DIRECTION_NAMES[d] for d, _m in blocks], [len(m) for _d, m in blocks]),
             "index": pa.array(ms.idx, pa.int64()),
             "ts": pa.array(ms.ts, _TS),
             "acked_ts": pa.array(ms.acked, _TS, mask=ms.acked == _NO_TS),
@@ -1015,7 +1121,7 @@ class CapturePipeline:
             "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
         })
 
-    def _write_rates(self, conn: _Conn, base, upto: int | None = None, final: bool = True) -> None:
+    def _write_rates(self, conn: _Conn, base: _IdColumns, upto: int | None = None, final: bool = True) -> None:
         if not final and upto is None:
             return
         parts: list[dict[str, object]] = []
@@ -1058,47 +1164,54 @@ class CapturePipeline:
             cols["bucket_ms"] = pa.array(np.full(n, RATE_BUCKET_NS // 1_000_000, dtype=np.int32))
             self.writer.append("flow_rates", table_from_columns("flow_rates", cols))
 
-    def _requests_table(self, summary: ConnectionSummary, rows: list) -> pa.Table:
+    def _requests_table(self, resolved: list[tuple[ConnectionSummary, list[_Ready]]]) -> pa.Table:
+        blocks = [b for _s, bs in resolved for b in bs]
+        records = [r for b in blocks for r in b.records]
+        n = len(records)
+        conns = [s for s, _bs in resolved]
+        per_conn = [sum(len(b.records) for b in bs) for _s, bs in resolved]
         # the columns copied from the records, in one C-level pass
-        passthrough = list(zip(*(_PASSTHROUGH_OF(row[0]) for row in rows), strict=True))
-        cols: dict[str, list] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
-        throttled, ttft, latency, ttft_est, latency_est = ([] for _ in range(5))
-        p50, p99, max_gap = _gap_stats([row[1] for row in rows])
-        for r, _times, first_acked, end_acked, floor_ms in rows:
-            throttled.append((r.http_status in APP_THROTTLE_HTTP) or (r.grpc_status in APP_THROTTLE_GRPC))
-            start = r.request_start
-            ttft_from = r.request_end if r.request_end is not None else start
-            last = r.end if r.end is not None else r.last_message
-            ttft.append(_ms(ttft_from, r.first_message))
-            latency.append(_ms(start, last))
-            # Client-side estimates. The client sent the request half an RTT (capture point
-            # <-> client, at its floor) before the capture saw it, and received each response
-            # half an RTT before its ACK reached the capture point: the two shifts cancel in
-            # (ACK time - request time). Without an ACK the response is assumed to reach the
-            # client half an RTT after the capture point: + one RTT floor in all.
-            floor = floor_ms or 0.0
-            ttft_est.append(_client_est(ttft_from, r.first_message, first_acked, floor))
-            latency_est.append(_client_est(start, last, end_acked, floor))
+        passthrough = zip(*map(_PASSTHROUGH_OF, records), strict=True)
+        cols: dict[str, object] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
+        times = {}
+        for name in ("request_start", "request_end", "first_message", "last_message", "end"):
+            arr = pa.array(cols[name], _TS)
+            cols[name] = arr
+            times[name] = arr.to_numpy(zero_copy_only=False).view(np.int64)  # nulls: NaT = _NO_TS
+        start = times["request_start"]
+        ttft_from = _either(times["request_end"], start)
+        last = _either(times["end"], times["last_message"])
+        first_acked, end_acked = (np.concatenate([getattr(b, f) for b in blocks]) for f in ("first_acked", "end_acked"))
+        floor = np.repeat([b.floor_ms for b in blocks], [len(b.records) for b in blocks])
+        # Client-side estimates. The client sent the request half an RTT (capture point
+        # <-> client, at its floor) before the capture saw it, and received each response
+        # half an RTT before its ACK reached the capture point: the two shifts cancel in
+        # (ACK time - request time). Without an ACK the response is assumed to reach the
+        # client half an RTT after the capture point: + one RTT floor in all.
+        ttft_est = _client_est(ttft_from, times["first_message"], first_acked, floor)
+        latency_est = _client_est(start, last, end_acked, floor)
+        p50, p99, max_gap = (np.concatenate([b.gaps[j] for b in blocks]) for j in range(3))
+        throttled = [
+            h in APP_THROTTLE_HTTP or g in APP_THROTTLE_GRPC
+            for h, g in zip(cols["http_status"], cols["grpc_status"], strict=True)
+        ]
         cols.update(
             app_throttled=throttled,
-            ttft_ms=ttft,
-            latency_ms=latency,
-            gap_p50_ms=p50,
-            gap_p99_ms=p99,
-            max_gap_ms=max_gap,
-            first_message_acked=[row[2] for row in rows],
-            end_acked=[row[3] for row in rows],
-            ttft_client_est_ms=ttft_est,
-            latency_client_est_ms=latency_est,
-        )
-        n = len(rows)
-        cols.update(
+            ttft_ms=_float_col(_ms(ttft_from, times["first_message"])),
+            latency_ms=_float_col(_ms(start, last)),
+            gap_p50_ms=_float_col(p50),
+            gap_p99_ms=_float_col(p99),
+            max_gap_ms=_float_col(max_gap),
+            first_message_acked=pa.array(first_acked, _TS, mask=first_acked == _NO_TS),
+            end_acked=pa.array(end_acked, _TS, mask=end_acked == _NO_TS),
+            ttft_client_est_ms=_float_col(ttft_est),
+            latency_client_est_ms=_float_col(latency_est),
             capture_id=_repeat(self.capture_id, n),
-            conn_id=_repeat(summary.conn_id, n),
-            client_addr=[summary.client_addr] * n,
-            client_port=[summary.client_port] * n,
-            server_addr=[summary.server_addr] * n,
-            server_port=[summary.server_port] * n,
+            conn_id=_run_strings([s.conn_id for s in conns], per_conn),
+            client_addr=_run_strings([s.client_addr for s in conns], per_conn),
+            client_port=np.repeat(np.array([s.client_port for s in conns], dtype=np.int32), per_conn),
+            server_addr=_run_strings([s.server_addr for s in conns], per_conn),
+            server_port=np.repeat(np.array([s.server_port for s in conns], dtype=np.int32), per_conn),
         )
         return table_from_columns("requests", cols)
 
@@ -1139,9 +1252,11 @@ class CapturePipeline:
         for tcp_dir in (TO_SERVER, TO_CLIENT):
             name = DIRECTION_NAMES[tcp_dir ^ conn.flip]
             vals = np.asarray(conn.rtt_values[tcp_dir], dtype=float)
-            for stat, q in (("min", 0), ("p50", 50), ("p99", 99)):
-                cols[f"rtt_{stat}_ms_{name}"] = [float(np.percentile(vals, q)) if len(vals) else None]
-            floors[name] = float(vals.min()) if len(vals) else None
+            # one partition for the three (the 0th percentile is the minimum itself)
+            stats = np.percentile(vals, (0, 50, 99)).tolist() if len(vals) else [None] * 3
+            for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
+                cols[f"rtt_{stat}_ms_{name}"] = [value]
+            floors[name] = stats[0]
         cols["capture_side"] = [capture_side(floors["to_server"], floors["to_client"])]
         self.writer.append("connections", table_from_columns("connections", cols))
         self.connections_written += 1
@@ -1184,55 +1299,62 @@ _PASSTHROUGH_OF = attrgetter(*_REQUEST_PASSTHROUGH)
 _TS = pa.timestamp("ns", tz="UTC")
 
 
-def _strings(codes: np.ndarray, names: tuple[str, ...] | list[str]) -> pa.Array:
-    """String column ``names[codes[i]]``, built from buffers: no Python str per row."""
-    raw = [name.encode() for name in names]
-    n = len(codes)
-    width = max((len(r) for r in raw), default=0) or 1
-    table = np.zeros((len(raw), width), dtype=np.uint8)  # each name, zero-padded
-    valid = np.zeros((len(raw), width), dtype=bool)  # its real bytes
-    for k, r in enumerate(raw):
-        table[k, : len(r)] = np.frombuffer(r, dtype=np.uint8)
-        valid[k, : len(r)] = True
-    lens = valid.sum(axis=1)[codes]
-    offsets = np.zeros(n + 1, dtype=np.int64)
+def _run_strings(values: list[str], counts: list[int]) -> pa.Array:
+    """String column of runs, ``counts[i]`` times ``values[i]``, built from buffers: no
+    Python str per row (a batch's messages, an RttRun's samples share theirs)."""
+    raw = [v.encode() for v in values]
+    lens = np.repeat(np.array([len(r) for r in raw], dtype=np.int64), counts)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
     np.cumsum(lens, out=offsets[1:])
-    if offsets[-1] >= 2**31:
-        return pa.array([names[c] for c in codes.tolist()], pa.string())
-    data = table[codes][valid[codes]]  # row-major: each row's bytes in order
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+    if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
+        return pa.array([v for v, k in zip(values, counts, strict=True) for _ in range(k)], pa.string())
+    data = b"".join([r * k for r, k in zip(raw, counts, strict=True)])
+    return pa.StringArray.from_buffers(len(lens), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
 
 
-def _rtt_columns(
-    items: list[RttSample | RttRun],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """(ts, TCP direction, rtt_ms, source code, source names) columns of RttSamples and
-    RttRuns, in order."""
-    ts, dirs, rtt, src = [], [], [], []
-    names: dict[str, int] = {}
+def _rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, int]]]:
+    """(ts, rtt_ms) columns of RttSamples and RttRuns, in order, and their runs of
+    (TCP direction, source, count)."""
+    ts, rtt, runs = [], [], []
     singles: list[RttSample] = []
 
     def flush_singles() -> None:
         if singles:
             ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
-            dirs.append(np.array([s.direction for s in singles], dtype=np.int64))
             rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
-            src.append(np.array([names.setdefault(s.source, len(names)) for s in singles], dtype=np.int64))
+            for (d, src), group in groupby(singles, _DIR_SOURCE):
+                runs.append((d, src, sum(1 for _ in group)))
             singles.clear()
 
     for it in items:
         if type(it) is RttRun:
             flush_singles()
-            n = len(it)
             ts.append(it.ts_ns)
-            dirs.append(np.full(n, it.direction, dtype=np.int64))
             rtt.append(it.rtt_ms)
-            src.append(np.full(n, names.setdefault(it.source, len(names)), dtype=np.int64))
+            runs.append((it.direction, it.source, len(it)))
         else:
             singles.append(it)
     flush_singles()
-    cols = tuple(np.concatenate(c) for c in (ts, dirs, rtt, src))
-    return (*cols, list(names))  # type: ignore[return-value]
+    return np.concatenate(ts), np.concatenate(rtt), runs
+
+
+_DIR_SOURCE = attrgetter("direction", "source")
+
+
+class _IdColumns:
+    """The capture_id and conn_id columns of one connection's tables: built once, for
+    the longest table, and sliced for the others (no copy)."""
+
+    def __init__(self, capture_id: str, conn_id: str, longest: int) -> None:
+        self._values = {"capture_id": capture_id, "conn_id": conn_id}
+        self._built: dict[str, pa.Array] = {}
+        self._longest = longest
+
+    def __call__(self, n: int) -> dict[str, pa.Array]:
+        if n > self._longest or not self._built:
+            self._longest = max(n, self._longest)
+            self._built = {name: _repeat(v, self._longest) for name, v in self._values.items()}
+        return {name: col if len(col) == n else col.slice(0, n) for name, col in self._built.items()}
 
 
 def _repeat(value: str, n: int) -> pa.Array:
@@ -1284,34 +1406,63 @@ def _sent_runs_py(chunks: list) -> zip:
     return _sent_groups(cd, buckets, lens)
 
 
-def _gap_stats(times: list[list[int]]) -> tuple[pa.Array, pa.Array, pa.Array]:
-    """p50, p99 and max of the gaps (ms) between consecutive times of each list, for all
-    lists at once (null for fewer than two times): the numbers :func:`_quantile` gives on
-    each sorted list, with the same float operations."""
-    n = len(times)
-    counts = np.fromiter(map(len, times), dtype=np.int64, count=n)
-    k = np.maximum(counts - 1, 0)  # gaps per list
-    has = k > 0
-    total = int(counts.sum())
-    out = [np.full(n, np.nan) for _ in range(3)]
-    if has.any():
-        t = np.fromiter(chain.from_iterable(times), dtype=np.int64, count=total)
-        owner = np.repeat(np.arange(n), counts)
-        inside = owner[1:] == owner[:-1]  # consecutive times of the same list
-        gaps = (t[1:] - t[:-1])[inside] / 1e6
-        gowner = owner[1:][inside]
-        order = np.lexsort((gaps, gowner))
-        g = gaps[order]
-        first = np.concatenate(([0], np.cumsum(k)[:-1]))[has]  # each list's first gap in g
-        kk = k[has]
-        for j, q in enumerate((0.50, 0.99)):
-            pos = q * (kk - 1)
-            lo = pos.astype(np.int64)
-            hi = np.minimum(lo + 1, kk - 1)
-            a, b = g[first + lo], g[first + hi]
-            out[j][has] = a + (b - a) * (pos - lo)
-        out[2][has] = g[first + kk - 1]
-    return tuple(pa.array(v, pa.float64(), mask=~has) for v in out)  # type: ignore[return-value]
+def _note_response_gaps(held: dict[int, list[np.ndarray]], keys: np.ndarray, diff: np.ndarray, has: np.ndarray) -> None:
+    """Keep the gaps (ns) between consecutive response messages of each stream, from a
+    batch's message rows sorted by stream * 2 + direction (``has``: a previous message
+    is known, ``diff``: ns since it)."""
+    resp = np.flatnonzero(has & ((keys & 1) == TO_CLIENT))
+    if not len(resp):
+        return
+    sids = keys[resp] >> 1
+    gaps = diff[resp]  # grouped by stream, each in order
+    cuts = (np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist()
+    starts, stops = [0, *cuts], [*cuts, len(sids)]
+    for sid, a, z in zip(sids[starts].tolist(), starts, stops, strict=True):
+        # a copy unless whole: a long stream must not keep every batch's array alive
+        part = gaps if len(starts) == 1 else gaps[a:z].copy()
+        arrays = held.get(sid)
+        if arrays is None:
+            held[sid] = [part]
+        else:
+            arrays.append(part)
+
+
+def _gap_stats(gaps: list[list[np.ndarray] | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """p50, p99 and max (ms) of each request's response gaps (ns, in arrays; None: no
+    gaps), NaN for none, for all requests at once: the numbers :func:`_quantile` gives
+    on each sorted list of gaps in ms, with the same float operations."""
+    n = len(gaps)
+    out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
+    owners = [i for i, g in enumerate(gaps) if g]
+    if not owners:
+        return out
+    arrays = [a for i in owners for a in gaps[i]]  # type: ignore[union-attr]
+    k = np.array([sum(map(len, gaps[i])) for i in owners], dtype=np.int64)  # type: ignore[arg-type]
+    owner = np.repeat(np.arange(len(owners)), k)
+    # x -> x / 1e6 keeps the order: sort the exact ns, divide after
+    g = _sort_within(owner, arrays[0] if len(arrays) == 1 else np.concatenate(arrays)) / 1e6
+    first = np.zeros(len(k), dtype=np.int64)  # each request's first gap in g
+    np.cumsum(k[:-1], out=first[1:])
+    for j, q in enumerate((0.50, 0.99)):
+        pos = q * (k - 1)
+        lo = pos.astype(np.int64)
+        hi = np.minimum(lo + 1, k - 1)
+        a, b = g[first + lo], g[first + hi]
+        out[j][owners] = a + (b - a) * (pos - lo)
+    out[2][owners] = g[first + k - 1]
+    return out
+
+
+def _sort_within(owner: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` sorted within each run of equal ``owner`` (non-decreasing): one sort of
+    a combined int64 key where it fits, else a two-key sort."""
+    lo = int(values.min())
+    span = int(values.max()) - lo + 1
+    if span * (int(owner[-1]) + 1) < 2**63:
+        key = owner * span + (values - lo)
+        key.sort(kind="stable")  # timsort: fast on the runs the groups already are
+        return key - owner * span + lo
+    return values[np.lexsort((values, owner))]
 
 
 def _quantile(ordered: list[float], q: float) -> float:
@@ -1322,17 +1473,25 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
-def _client_est(start: int | None, seen: int | None, acked: int | None, floor_ms: float) -> float | None:
-    if acked is not None:
-        return _ms(start, acked)
-    base = _ms(start, seen)
-    return None if base is None else base + floor_ms
+def _either(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Times ``a``, ``b`` where ``a`` is none (_NO_TS)."""
+    return np.where(a != _NO_TS, a, b)
 
 
-def _ms(a: int | None, b: int | None) -> float | None:
-    if a is None or b is None:
-        return None
-    return (b - a) / 1e6
+def _ms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(b - a) in ms; NaN where either time is none."""
+    ok = (a != _NO_TS) & (b != _NO_TS)
+    return np.where(ok, (np.where(ok, b, 0) - np.where(ok, a, 0)) / 1e6, np.nan)
+
+
+def _client_est(start: np.ndarray, seen: np.ndarray, acked: np.ndarray, floor_ms: np.ndarray) -> np.ndarray:
+    """(ACK time - start) where the ACK was seen, else (seen - start) + the RTT floor."""
+    return np.where(acked != _NO_TS, _ms(start, acked), _ms(start, seen) + floor_ms)
+
+
+def _float_col(values: np.ndarray) -> pa.Array:
+    """float64 column, null where NaN (the computed times and gaps are never NaN)."""
+    return pa.array(values, pa.float64(), mask=np.isnan(values))
 
 
 def capture_side(floor_to_server_ms: float | None, floor_to_client_ms: float | None) -> str:

@@ -7,8 +7,9 @@ The store knows tables and their schemas (telemetry.schema), nothing of protocol
 * Idempotent: every file is named by the capture's content hash; re-ingesting a capture
   first removes that capture's files, so rows are never duplicated.
 * Atomic: a capture's files are written into ``ROOT/.staging/<capture_id>/`` (invisible to
-  readers, which glob ``<table>/**/*.parquet``) and moved into place only when the whole
-  capture was ingested; the ``captures`` row is moved last and marks the capture complete.
+  readers, which glob ``<table>/**/*.parquet``; flat, named by their place in the store)
+  and moved into place only when the whole capture was ingested; the ``captures`` row is
+  moved last and marks the capture complete.
   An interrupted run leaves only the staging folder, removed by the next run.
 """
 
@@ -29,6 +30,9 @@ from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
+WRITE_THREADS = 2  # threads that encode Parquet (tables spread over them), all busy at the commit
+# while the parsers run, at most this many writes at once: a core is left to the parsers
+STREAMING_WRITES = max(1, min(WRITE_THREADS, (os.cpu_count() or 1) - 1))
 
 
 class StoreError(Exception):
@@ -104,9 +108,9 @@ def _partition_path(hour_bucket: int) -> str:
 
 
 class _WriteThread:
-    """One thread that runs the Parquet writes (Arrow encodes and compresses without the
-    GIL) beside the parsers. Jobs run in submission order; the queue is short, so at most
-    a few flushes' tables wait (bounded memory). The first failure is raised to the caller
+    """A thread that runs Parquet writes (Arrow encodes and compresses without the GIL)
+    beside the parsers. Jobs run in submission order; the queue is short, so at most a
+    few flushes' tables wait (bounded memory). The first failure is raised to the caller
     at its next submit or drain; later jobs are skipped."""
 
     def __init__(self, depth: int = 3) -> None:
@@ -147,7 +151,7 @@ class _WriteThread:
 
 class CaptureWriter:
     """Buffers a capture's rows per table and writes them into the staging folder (the
-    Parquet encoding in a background thread; :meth:`commit` waits for it)."""
+    Parquet encoding in background threads; :meth:`commit` waits for them)."""
 
     def __init__(self, store: Store, capture_id: str, flush_rows: int, part: int = 0) -> None:
         self.store = store
@@ -160,10 +164,16 @@ class CaptureWriter:
         self.staging.mkdir(parents=True, exist_ok=part > 0)
         self._buffers: dict[str, list[pa.Table]] = {t: [] for t in TABLES}
         self._buffered: dict[str, int] = dict.fromkeys(TABLES, 0)
-        self._seq = 0
+        self._seq: dict[str, int] = dict.fromkeys(TABLES, 0)  # files opened per table
         self._files: dict[tuple[str, int], pq.ParquetWriter] = {}  # (table, hour) -> open file
+        self._staged: dict[Path, Path] = {}  # staging file -> its place in the store
         self.rows_written: dict[str, int] = dict.fromkeys(TABLES, 0)
-        self._thread: _WriteThread | None = None  # started at the first flush
+        # write threads, started as the first tables are flushed (starting one later, at
+        # the commit, waits for the GIL behind the others); a table keeps its thread, so
+        # its flushes are written in order
+        self._lanes: list[_WriteThread] = []
+        self._lane_of: dict[str, _WriteThread] = {}
+        self._slots = threading.Semaphore(STREAMING_WRITES)  # writes running at once
 
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
@@ -175,19 +185,32 @@ class CaptureWriter:
         if self._buffered[table] >= self.flush_rows:
             self._flush(table)
 
+    def flush(self) -> None:
+        """Hand every buffered row to the write threads now: they encode them while the
+        caller goes on (e.g. closes the last connections) instead of after."""
+        for table in TABLES:
+            self._flush(table)
+
     def _flush(self, table: str) -> None:
         parts = self._buffers[table]
         if not parts:
             return
         self._buffers[table] = []
         self._buffered[table] = 0
-        if self._thread is None:
-            self._thread = _WriteThread()
-        self._thread.submit(self._write, table, parts)
+        lane = self._lane_of.get(table)
+        if lane is None:
+            if len(self._lanes) < WRITE_THREADS:
+                self._lanes.append(_WriteThread())
+            lane = self._lane_of[table] = self._lanes[len(self._lane_of) % WRITE_THREADS]
+        lane.submit(self._write, table, parts)
 
     def _write(self, table: str, parts: list[pa.Table]) -> None:
-        """Write buffered tables into their hours' files (in the write thread)."""
-        data = pa.concat_tables(parts)
+        """Write buffered tables into their hours' files (in a write thread)."""
+        with self._slots:
+            self._write_hours(table, pa.concat_tables(parts))
+
+    def _write_hours(self, table: str, data: pa.Table) -> None:
+        """Write a table's rows into the files of their hours."""
         keys = _partition_keys(table, data)
         buckets = np.unique(keys)
         if len(buckets) == 1:
@@ -209,26 +232,33 @@ class CaptureWriter:
     def wait(self) -> None:
         """Wait until the rows flushed so far are in the staging files (writes run in the
         background); raises a write failure."""
-        if self._thread is not None:
-            self._thread.drain()
+        for lane in self._lanes:
+            lane.drain()
 
     def _finish_writes(self) -> None:
-        thread, self._thread = self._thread, None
-        if thread is not None:
+        """Wait for every write and stop the threads; raises the first failure."""
+        lanes, self._lanes, self._lane_of = self._lanes, [], {}
+        error: BaseException | None = None
+        for lane in lanes:
             try:
-                thread.drain()
+                lane.drain()
+            except BaseException as exc:  # noqa: BLE001 - raised once every thread stopped
+                error = error or exc
             finally:
-                thread.stop()
+                lane.stop()
+        if error is not None:
+            raise error
 
     def _file(self, table: str, bucket: int) -> pq.ParquetWriter:
         """The open staging file of a table's hour: each flush adds a row group to it, so
         buffers stay small without a file per flush (staging is invisible to readers)."""
         out = self._files.get((table, bucket))
         if out is None:
-            folder = self.staging / table / _partition_path(bucket)
-            folder.mkdir(parents=True, exist_ok=True)
-            self._seq += 1
-            path = folder / f"{self._name}-{self._seq:05d}.parquet"
+            self._seq[table] += 1  # (only this table's thread opens its files)
+            place = Path(table, _partition_path(bucket), f"{self._name}-{self._seq[table]:05d}.parquet")
+            # no folders in staging: fewer file system operations for a commit
+            path = self.staging / "~".join(place.parts)
+            self._staged[path] = place
             schema = TABLES[table]
             # dictionary-encode the text columns only (ids, kinds, directions): trying it on
             # times and counters costs most of the write and makes the files bigger
@@ -242,30 +272,35 @@ class CaptureWriter:
         for out in files.values():
             out.close()
 
-    def close_part(self) -> None:
+    def close_part(self) -> dict[Path, Path]:
         """Another process's share of the capture (``part`` > 0) is complete: its files
-        are written and closed in the staging folder, where part 0's commit finds them."""
-        for table in TABLES:
-            self._flush(table)
+        are written and closed in the staging folder. Returns them (staging file -> place
+        in the store) for part 0's writer to :meth:`adopt`."""
+        self.flush()
+        if WRITE_THREADS > STREAMING_WRITES:  # the caller only waits now: all threads write
+            self._slots.release(WRITE_THREADS - STREAMING_WRITES)
         self._finish_writes()
         self._close_files()
+        return dict(self._staged)
+
+    def adopt(self, staged: dict[Path, Path]) -> None:
+        """Commit another part's staged files (:meth:`close_part`) with this capture's."""
+        self._staged.update(staged)
 
     def commit(self, capture_row: pa.Table) -> None:
         """Flush everything, then move the capture's files into the store, captures last."""
-        for table in TABLES:
-            if table != "captures":
-                self._flush(table)
+        self.flush()
         self.append("captures", capture_row)
         self._flush("captures")
+        if WRITE_THREADS > STREAMING_WRITES:  # the caller only waits now: all threads write
+            self._slots.release(WRITE_THREADS - STREAMING_WRITES)
         self._finish_writes()
         self._close_files()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
-        order = [t for t in TABLES if t != "captures"] + ["captures"]
-        for table in order:
-            for src in sorted((self.staging / table).glob("**/*.parquet")):
-                dst = self.store.root / src.relative_to(self.staging)
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(src, dst)
+        for src, place in sorted(self._staged.items(), key=lambda item: item[1].parts[0] == "captures"):
+            dst = self.store.root / place
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(src, dst)
         shutil.rmtree(self.staging, ignore_errors=True)
         _remove_empty_dirs(self.store.root / STAGING)
 

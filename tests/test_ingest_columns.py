@@ -4,9 +4,18 @@ ChunkRun) give what the one-object-per-row records give."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from parsers.records import ChunkRun, PayloadChunk, RttRun, RttSample, expand_rtts, expand_runs
-from telemetry.ingest import _rtt_columns, _run_sent, _sent_runs_py, _strings
+from parsers.records import (
+    DIRECTION_NAMES,
+    ChunkRun,
+    PayloadChunk,
+    RttRun,
+    RttSample,
+    expand_rtts,
+    expand_runs,
+)
+from telemetry.ingest import _rtt_columns, _run_sent, _run_strings, _sent_runs_py
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():
@@ -18,19 +27,20 @@ def test_rtt_columns_mix_runs_and_samples_in_order():
         RttRun(1, 0, np.array([12], np.int64), np.array([0.125]), "tsecr"),
     ]
     flat = expand_rtts(items)
-    ts, dirs, rtt, src, names = _rtt_columns(items)
+    ts, rtt, runs = _rtt_columns(items)
     assert ts.tolist() == [s.ts_ns for s in flat] == [5, 7, 9, 10, 11, 12]
-    assert dirs.tolist() == [s.direction for s in flat]
     assert rtt.tolist() == [s.rtt_ms for s in flat]
-    assert [names[c] for c in src.tolist()] == [s.source for s in flat]
-    assert _strings(src, names).to_pylist() == [s.source for s in flat]
+    counts = [k for _d, _s, k in runs]
+    assert _run_strings([DIRECTION_NAMES[d] for d, _s, _k in runs], counts).to_pylist() == [
+        DIRECTION_NAMES[s.direction] for s in flat
+    ]
+    assert _run_strings([src for _d, src, _k in runs], counts).to_pylist() == [s.source for s in flat]
 
 
-def test_strings_from_codes():
-    codes = np.array([1, 0, 0, 2, 1, 2], np.int64)
-    names = ("to_server", "to_client", "")
-    assert _strings(codes, names).to_pylist() == [names[c] for c in codes.tolist()]
-    assert _strings(np.zeros(0, np.int64), names).to_pylist() == []
+def test_run_strings():
+    assert _run_strings(["to_server", "", "response"], [2, 1, 3]).to_pylist() == ["to_server"] * 2 + [""] + ["response"] * 3
+    assert _run_strings(["x"], [0]).to_pylist() == []
+    assert _run_strings([], []).to_pylist() == []
 
 
 def test_run_sent_counts_like_chunks():
@@ -63,16 +73,32 @@ def test_gap_stats_match_the_per_request_quantiles():
             t += rnd.choice((0, 1, 999, rnd.randrange(10**8)))
             times.append(t)
         lists.append(times)
-    p50, p99, mx = (a.to_pylist() for a in _gap_stats(lists))
+    # each request's gaps as the batches handed them over: split anywhere
+    gaps: list[list[np.ndarray] | None] = []
+    for times in lists:
+        diffs = np.diff(np.array(times, np.int64))
+        cut = rnd.randrange(len(diffs) + 1)
+        gaps.append([p for p in (diffs[:cut], diffs[cut:]) if len(p)] or None)
+    p50, p99, mx = (a.tolist() for a in _gap_stats(gaps))
     for i, times in enumerate(lists):
         if len(times) < 2:
-            assert p50[i] is None and p99[i] is None and mx[i] is None
+            assert np.isnan([p50[i], p99[i], mx[i]]).all()
             continue
-        gaps = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
-        assert (p50[i], p99[i], mx[i]) == (_quantile(gaps, 0.5), _quantile(gaps, 0.99), gaps[-1])
+        ordered = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
+        assert (p50[i], p99[i], mx[i]) == (_quantile(ordered, 0.5), _quantile(ordered, 0.99), ordered[-1])
 
 
-def test_rates_fold_like_the_bucket_dicts():
+def test_gap_stats_sort_huge_spans_too():
+    from telemetry.ingest import _gap_stats
+
+    big = np.array([2**62, -(2**62), 5], np.int64)  # too wide for the combined sort key
+    p50, p99, mx = _gap_stats([[big], None, [np.array([3, 4, 1], np.int64)]])
+    assert p50.tolist()[::2] == [5 / 1e6, 3 / 1e6] and mx.tolist()[::2] == [2**62 / 1e6, 4 / 1e6]
+    assert np.isnan(p99[1])
+
+
+@pytest.mark.parametrize("forward", [False, True])
+def test_rates_fold_like_the_bucket_dicts(forward):
     import random
 
     from telemetry.ingest import _Rates
@@ -84,7 +110,10 @@ def test_rates_fold_like_the_bucket_dicts():
     written = []
     for step in range(40):
         n = rnd.randrange(0, 30)
-        b = np.array([rnd.randrange(step, step + 20) for _ in range(n)], np.int64)
+        if forward:  # time going forward: sorted, repeats, starting at or after the last bucket
+            b = np.array(sorted(rnd.randrange(step * 3, step * 3 + 4) for _ in range(n)), np.int64)
+        else:
+            b = np.array([rnd.randrange(step, step + 20) for _ in range(n)], np.int64)
         if rnd.random() < 0.5:
             nb = np.array([rnd.randrange(1, 1500) for _ in range(n)], np.int64)
             r.add(b, nb, np.ones(n, np.int64), np.full(n, -1, np.int64))
@@ -116,8 +145,6 @@ def test_rates_fold_like_the_bucket_dicts():
 def test_c_smoothed_rtt_rounds_like_python():
     import random
 
-    import pytest
-
     from parsers.tcp import _fast
 
     if _fast._speedups is None:
@@ -130,3 +157,26 @@ def test_c_smoothed_rtt_rounds_like_python():
             srtt = float(r) if srtt is None else srtt * 0.875 + r * 0.125
         assert _fast._speedups.ewma(start, vals) == srtt
     assert _fast._speedups.ewma(None, np.zeros(0, np.int64)) is None
+
+
+def test_last_times_like_a_dict():
+    import random
+
+    from telemetry.ingest import _LastTimes
+
+    rnd = random.Random(7)
+    held, model = _LastTimes(), {}
+    for _ in range(200):
+        keys = np.array(sorted(rnd.sample(range(60), rnd.randrange(0, 12))), np.int64)
+        last = np.array([rnd.randrange(10**12) for _ in keys], np.int64)
+        known, prev = held.swap(keys, last)
+        for k, kn, p, t in zip(keys.tolist(), known.tolist(), prev.tolist(), last.tolist(), strict=True):
+            assert kn == (k in model) and (not kn or p == model[k])
+            model[k] = t
+        if rnd.random() < 0.3:
+            streams = rnd.sample(range(30), 3)
+            held.forget(streams)
+            for s in streams:
+                model.pop(s * 2, None)
+                model.pop(s * 2 + 1, None)
+        assert held.keys.tolist() == sorted(model) and held.ts.tolist() == [model[k] for k in sorted(model)]

@@ -135,3 +135,20 @@ def test_background_write_failure_is_raised_and_nothing_stored(tmp_path):
     w.abort()
     assert not store.has_capture("bad") and store.table_files("rtt_samples") == []
     assert not (tmp_path / ".staging").exists()
+
+
+def test_tables_written_by_parallel_threads_keep_their_rows_in_order(tmp_path):
+    store = Store(tmp_path)
+    w = store.writer("par", flush_rows=2)  # a flush (a job of a write thread) every append
+    times = [T0 + i for i in range(20)]
+    for i in range(0, 20, 2):
+        w.append("rtt_samples", _rtt_rows("par", times[i : i + 2]))
+        w.append("tcp_events", table_from_columns("tcp_events", {
+            "capture_id": ["par"] * 2, "conn_id": ["C1"] * 2, "ts": times[i : i + 2],
+        }))
+    w.commit(_capture_row("par"))
+    for table in ("rtt_samples", "tcp_events"):
+        files = store.table_files(table)
+        assert len(files) == 1  # one file per hour, a row group per flush
+        assert pq.read_table(files[0]).column("ts").cast("int64").to_pylist() == times
+    assert not (tmp_path / ".staging").exists()
