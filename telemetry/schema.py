@@ -38,7 +38,7 @@ def _table(*cols: Column) -> pa.Schema:
 
 
 C = Column
-_CAPTURE_ID = C("capture_id", pa.string(), "Content hash (blake2b-128 hex) of the capture file the row came from.")
+_CAPTURE_ID = C("capture_id", pa.string(), "Content hash (SHA-256, first 128 bits, hex) of the capture file the row came from.")
 _CONN_ID = C("conn_id", pa.string(), "Stable connection id: 'C' + hash of the 4-tuple and first packet time.")
 
 CAPTURES = _table(

@@ -10,7 +10,7 @@ from telemetry import capture_id as cid
 
 
 def _direct(path) -> str:
-    return hashlib.blake2b(path.read_bytes(), digest_size=16).hexdigest()
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:32]
 
 
 def test_prefetched_hash_is_the_content_hash(tmp_path):
