@@ -81,7 +81,7 @@ def analyze(
     h2_port: Annotated[list[int] | None, typer.Option("--h2-port", help="Force HTTP/2 decoding on this TCP port (repeatable). Normally detected by itself.")] = None,
     capture_side: Annotated[CaptureSide, typer.Option("--capture-side", help="Where the capture point sits (auto: from the RTT floors).")] = CaptureSide.auto,
     force: Annotated[bool, typer.Option("--force", help="Re-ingest captures already in the store (their rows are replaced).")] = False,
-    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, show_default="one per core", help="Processes: several capture files are ingested in parallel; a single capture of 16 MiB or more is split between two processes by connection (the same rows as one process).")] = None,
+    jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, show_default="one per core; a single file split from 4 cores", help="Processes: several capture files are ingested in parallel; with 2 or more, a single capture of 16 MiB or more is split between two processes by connection (the same rows as one process).")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: about 15 windows over the capture).")] = None,
 ) -> None:

@@ -129,3 +129,13 @@ def test_lockstep_exchange_large_messages_and_peer_gone():
     finally:
         os.waitpid(peer.child_pid, 0)
         peer.close()
+
+
+def test_default_processes_split_a_file_from_four_cores(monkeypatch):
+    from telemetry import analyze
+
+    for cores, expected in ((1, (1, 1)), (2, (2, 1)), (4, (4, 2)), (16, (16, 2))):
+        monkeypatch.setattr(analyze.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))
+        assert analyze._processes(None) == expected
+    assert analyze._processes(1) == (1, 1)
+    assert analyze._processes(3) == (3, 2)  # -j: files at once; a single file in two
