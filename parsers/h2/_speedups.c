@@ -114,20 +114,6 @@ static int slot_offsets(PyObject *type, const char **names, int n, Py_ssize_t *o
     return 0;
 }
 
-/* a slot holding an int that fits a long long: 0 on success, -1 otherwise (no error set) */
-static inline int slot_ll(PyObject *o, Py_ssize_t off, long long *out) {
-    PyObject *v = SLOT(o, off);
-    if (v == NULL || !PyLong_CheckExact(v)) return -1;
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow || (x == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return -1;
-    }
-    *out = x;
-    return 0;
-}
-
 /* an int object that fits a long long: 0 on success, -1 otherwise (no error set) */
 static inline int slot_ll_obj(PyObject *v, long long *out) {
     if (v == NULL || !PyLong_CheckExact(v)) return -1;
@@ -139,6 +125,11 @@ static inline int slot_ll_obj(PyObject *v, long long *out) {
     }
     *out = x;
     return 0;
+}
+
+/* the same for the value of a slot */
+static inline int slot_ll(PyObject *o, Py_ssize_t off, long long *out) {
+    return slot_ll_obj(SLOT(o, off), out);
 }
 
 /* replace a slot's value (takes over the new reference) */

@@ -313,16 +313,7 @@ class BulkPath:
             A = a_rel[adv]
             ya = y["p"][adv]
             TA = ts[ya]
-            X.acks.extend(TA, A)
-            last_abs = int(y["a_abs"][-1])
-            if last_abs > X.ack_ref:
-                X.ack_ref = last_abs
-            X.acked = int(A[-1])
-            X.progress_ts = int(TA[-1])
-            X.dupacks = 0
-            if X.sack_hi and X.acked >= X.sack_hi:
-                X.sack_hi = 0
-                X.sacks = []
+            _ack_progress(X, TA, A, int(y["a_abs"][-1]))
             samples = self._seg_ack(conn, X, segs_new, A, TA)
             ts_samples = None
             yrows = idx[ya]
@@ -444,15 +435,7 @@ class BulkPath:
                     X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
                 continue
             TA = _i64(x["TA"])
-            X.acks.extend(TA, A)
-            if x["far_a_abs"] > X.ack_ref:
-                X.ack_ref = x["far_a_abs"]
-            X.acked = int(A[-1])
-            X.progress_ts = int(TA[-1])
-            X.dupacks = 0
-            if X.sack_hi and X.acked >= X.sack_hi:
-                X.sack_hi = 0
-                X.sacks = []
+            _ack_progress(X, TA, A, x["far_a_abs"])
             X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
             X.segs.sampled_end = x["sampled_end"]
             if len(x["smp_t"]):
@@ -610,3 +593,18 @@ class BulkPath:
                 sigq.append(sig)
                 if len(sigq) > SIG_KEEP:
                     sigd.pop(sigq.popleft(), None)
+
+
+def _ack_progress(X, ack_ts: np.ndarray, acked: np.ndarray, last_abs: int) -> None:
+    """The far end's ACKs advanced direction ``X`` to ``acked`` (relative offsets, at
+    ``ack_ts``; ``last_abs``: the last one's raw number): log them, move the ACK state on,
+    and forget SACK blocks below the new cumulative ACK."""
+    X.acks.extend(ack_ts, acked)
+    if last_abs > X.ack_ref:
+        X.ack_ref = last_abs
+    X.acked = int(acked[-1])
+    X.progress_ts = int(ack_ts[-1])
+    X.dupacks = 0
+    if X.sack_hi and X.acked >= X.sack_hi:
+        X.sack_hi = 0
+        X.sacks = []
