@@ -8,11 +8,12 @@ then runs, each as its own process so peak RSS is its own:
   * tailtap analyze FILE --no-report -j 2  (the file split between two processes)
   * tshark -d tcp.port==50051,http2 -Y grpc -T fields ...   (the reference decoder)
 and tailtap again on a quarter of the file, to show memory does not grow with the file.
-Memory: ``peak_rss_mib`` is the largest process's peak (wait4); ``tree_rss_mib`` the peak
-of the sum over the process and its children, sampled every 10 ms.
+Each tailtap command runs ``--repeat`` times (default 3) and its median time is reported,
+with every run's time. Memory: ``peak_rss_mib`` is the largest process's peak (wait4);
+``tree_rss_mib`` the peak of the sum over the process and its children, sampled every 10 ms.
 Prints a table and writes bench/out/bench_pipeline.json. Speed goals are ratios.
 
-Usage: python bench/bench_pipeline.py [--packets 1000000] [--skip-tshark]
+Usage: python bench/bench_pipeline.py [--packets 1000000] [--repeat 3] [--skip-tshark]
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import compileall
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,10 +70,23 @@ def run_measured(cmd: list[str]) -> dict[str, float]:
     return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss / 1024, "tree_rss_mib": max(tree_peak, usage.ru_maxrss) / 1024}
 
 
+def run_repeated(cmd: list[str], times: int) -> dict[str, float]:
+    """:func:`run_measured` ``times`` times: the median time (a one-second run is easily
+    disturbed, tshark's 25 s one is not), the highest memory, and every time."""
+    runs = [run_measured(cmd) for _ in range(times)]
+    return {
+        "seconds": statistics.median(r["seconds"] for r in runs),
+        "runs_s": [round(r["seconds"], 3) for r in runs],
+        "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
+        "tree_rss_mib": max(r["tree_rss_mib"] for r in runs),
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--packets", type=int, default=1_000_000)
     ap.add_argument("--skip-tshark", action="store_true")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each tailtap command (the median is reported)")
     ap.add_argument("--keep", action="store_true", help="keep the generated captures")
     args = ap.parse_args()
     out_dir = HERE / "out"
@@ -89,9 +104,9 @@ def main() -> None:
             compileall.compile_dir(str(HERE.parent / package), quiet=1)
         tailtap = [sys.executable, "-m", "telemetry", "analyze", "--no-report", "--force"]
         results: dict[str, dict[str, float]] = {}
-        results["tailtap"] = run_measured(tailtap + [str(big), "--out", str(work / "store")])
-        results["tailtap_split"] = run_measured(tailtap + [str(big), "--out", str(work / "store2"), "-j", "2"])
-        results["tailtap_quarter"] = run_measured(tailtap + [str(small), "--out", str(work / "store_q")])
+        results["tailtap"] = run_repeated(tailtap + [str(big), "--out", str(work / "store")], args.repeat)
+        results["tailtap_split"] = run_repeated(tailtap + [str(big), "--out", str(work / "store2"), "-j", "2"], args.repeat)
+        results["tailtap_quarter"] = run_repeated(tailtap + [str(small), "--out", str(work / "store_q")], args.repeat)
         if not args.skip_tshark and shutil.which("tshark"):
             results["tshark"] = run_measured([
                 "tshark", "-r", str(big), "-d", f"tcp.port=={SERVER_PORT},http2", "-Y", "grpc",
@@ -113,8 +128,9 @@ def main() -> None:
             summary["memory_ratio_vs_tshark"] = results["tailtap"]["tree_rss_mib"] / tshark["tree_rss_mib"]
         print(f"{'tool':18} {'packets':>10} {'seconds':>8} {'pkt/s':>10} {'peak MiB':>9} {'tree MiB':>9}")
         for name, r in results.items():
+            runs = f"  runs {r['runs_s']}" if "runs_s" in r else ""
             print(f"{name:18} {r['packets']:>10,} {r['seconds']:>8.2f} {r['packets_per_s']:>10,.0f} "
-                  f"{r['peak_rss_mib']:>9.0f} {r['tree_rss_mib']:>9.0f}")
+                  f"{r['peak_rss_mib']:>9.0f} {r['tree_rss_mib']:>9.0f}{runs}")
         for key in ("speed_ratio_vs_tshark", "speed_ratio_vs_tshark_split", "memory_ratio_vs_tshark",
                     "memory_growth_full_over_quarter"):
             if key in summary:
