@@ -347,13 +347,7 @@ class BulkPath:
             run[:, 4] = b.payload_off[rows]
             run[:, 5] = run[:, 4] + b.payload_len[rows]
             out.append(ChunkRun(key, run, b.buf))
-        last = int(ts[k - 1])
-        if last > conn.last_ns:
-            conn.last_ns = last
-        if last > self._now:
-            self._now = last
-        self.stats["fast_rows"] += k
-        return k
+        return self._ran(conn, int(ts[k - 1]), k)
 
     def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int | None:
         """:meth:`_fast` through ``_speedups.fast_run``: the same checks and results,
@@ -454,7 +448,11 @@ class BulkPath:
                 self._close_burst(X)
         if len(chunks):
             out.append(ChunkRun(key, _i64(chunks).reshape(-1, 6), b.buf))
-        last = int(b.ts_ns[idx[k - 1]])
+        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k)
+
+    def _ran(self, conn: Conn, last: int, k: int) -> int:
+        """A bulk run of ``k`` rows ending at time ``last`` was applied: the connection's
+        and the analyzer's clocks move on. Returns ``k``."""
         if last > conn.last_ns:
             conn.last_ns = last
         if last > self._now:

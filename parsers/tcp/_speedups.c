@@ -75,21 +75,6 @@ typedef struct {
     Py_ssize_t n, cap;
 } vec_t;
 
-static int vpush(vec_t *a, int64_t x) {
-    if (a->n == a->cap) {
-        Py_ssize_t cap = a->cap ? a->cap * 2 : 256;
-        int64_t *v = PyMem_Realloc(a->v, (size_t)cap * sizeof(int64_t));
-        if (v == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
-        a->v = v;
-        a->cap = cap;
-    }
-    a->v[a->n++] = x;
-    return 0;
-}
-
 /* Room for cap values up front (the per-row vectors of a run hold at most one value per
  * row): no reallocation and copy while the rows are walked. */
 static int vreserve(vec_t *a, Py_ssize_t cap) {
@@ -101,6 +86,12 @@ static int vreserve(vec_t *a, Py_ssize_t cap) {
     }
     a->v = v;
     a->cap = cap;
+    return 0;
+}
+
+static int vpush(vec_t *a, int64_t x) {
+    if (a->n == a->cap && vreserve(a, a->cap ? a->cap * 2 : 256) < 0) return -1;
+    a->v[a->n++] = x;
     return 0;
 }
 
