@@ -52,18 +52,25 @@ static PyObject *result(offsets_t *o, Py_ssize_t pos) {
     return Py_BuildValue("(Nn)", b, pos);
 }
 
+/* The walks' arguments: end clamped to the buffer; a negative position or a bad record
+ * header length (hdr_ok false) releases the buffer and raises ValueError(why) (-1). */
+static int span_ok(Py_buffer *view, Py_ssize_t pos, Py_ssize_t *end, int hdr_ok, const char *why) {
+    if (*end > view->len) *end = view->len;
+    if (pos < 0 || !hdr_ok) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, why);
+        return -1;
+    }
+    return 0;
+}
+
 /* walk_pcap(data, pos, end, hdrlen, big_endian) -> (int64 offsets as bytes, stop) */
 static PyObject *walk_pcap(PyObject *self, PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, end, hdrlen;
     int big;
     if (!PyArg_ParseTuple(args, "y*nnnp", &view, &pos, &end, &hdrlen, &big)) return NULL;
-    if (end > view.len) end = view.len;
-    if (pos < 0 || hdrlen < 16) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "bad position or header length");
-        return NULL;
-    }
+    if (span_ok(&view, pos, &end, hdrlen >= 16, "bad position or header length") < 0) return NULL;
     const unsigned char *d = view.buf;
     offsets_t o = {NULL, 0, 0};
     Py_ssize_t last = end - hdrlen;
@@ -87,12 +94,7 @@ static PyObject *walk_epb(PyObject *self, PyObject *args) {
     Py_ssize_t pos, end;
     int big;
     if (!PyArg_ParseTuple(args, "y*nnp", &view, &pos, &end, &big)) return NULL;
-    if (end > view.len) end = view.len;
-    if (pos < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "bad position");
-        return NULL;
-    }
+    if (span_ok(&view, pos, &end, 1, "bad position") < 0) return NULL;
     const unsigned char *d = view.buf;
     offsets_t o = {NULL, 0, 0};
     Py_ssize_t last = end - 8;
@@ -124,12 +126,7 @@ static PyObject *pcap_records(PyObject *self, PyObject *args) {
     int big;
     if (!PyArg_ParseTuple(args, "y*nnnpnnn", &view, &pos, &end, &hdrlen, &big, &frac_ns, &max_caplen, &off_add))
         return NULL;
-    if (end > view.len) end = view.len;
-    if (pos < 0 || hdrlen < 16) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "bad position or header length");
-        return NULL;
-    }
+    if (span_ok(&view, pos, &end, hdrlen >= 16, "bad position or header length") < 0) return NULL;
     const unsigned char *d = view.buf;
     Py_ssize_t n = 0, stop = pos, last = end - hdrlen;
     for (Py_ssize_t p = pos; p <= last;) { /* count first, then fill exact-size columns */
@@ -178,12 +175,7 @@ static PyObject *epb_records(PyObject *self, PyObject *args) {
     Py_ssize_t pos, end;
     int big;
     if (!PyArg_ParseTuple(args, "y*nnp", &view, &pos, &end, &big)) return NULL;
-    if (end > view.len) end = view.len;
-    if (pos < 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_ValueError, "bad position");
-        return NULL;
-    }
+    if (span_ok(&view, pos, &end, 1, "bad position") < 0) return NULL;
     const unsigned char *d = view.buf;
     Py_ssize_t n = 0, stop = pos, last = end - 8;
     int bad = 0;

@@ -309,6 +309,18 @@ static int do_end_stream(ctx_t *ctx, PyObject *st, PyObject **lists, long long d
     return done ? do_finalize(ctx, st, sid_obj) : 0;
 }
 
+/* What every HEADERS frame handled in C ends with (as H2Connection._parse and _block do):
+ * the stream's last offset in d, the direction's frame count and position, and the stream's
+ * end when END_STREAM is set. 1 done; -1 error (exception set). */
+static int headers_frame_done(ctx_t *ctx, PyObject *st, PyObject **lists, PyObject *D, long long d,
+                              long long dframes, long long end_off, int end, PyObject *ts, PyObject *sid_obj) {
+    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) return -1;
+    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) return -1;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) return -1;
+    if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) return -1;
+    return 1;
+}
+
 /* whether do_end_stream can run for st (ctx->conn_ok and ctx->streams, flows fetched) */
 static int end_stream_ok(ctx_t *ctx, PyObject *st) {
     PyObject *mid = SLOT(st, x_off[X_MID]);
@@ -773,11 +785,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
         }
         if (end && grpc_status && is_resp && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0)
             goto new_out;
-        if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto new_out;
-        if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto new_out;
-        if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) goto new_out;
-        if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) goto new_out;
-        ret = 1;
+        ret = headers_frame_done(ctx, st, lists, D, d, dframes, end_off, end, ts, sid_obj);
     new_out:
         Py_DECREF(st);
         return ret;
@@ -819,11 +827,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
         if (list_set(lists[S_HDR_TS], d, ts) < 0) goto old_out;
         if (trailers_only && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0) goto old_out;
     }
-    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto old_out;
-    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto old_out;
-    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) goto old_out;
-    if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) goto old_out;
-    ret = 1;
+    ret = headers_frame_done(ctx, st, lists, D, d, dframes, end_off, end, ts, sid_obj);
 old_out:
     Py_DECREF(st);
     return ret;
