@@ -1386,26 +1386,6 @@ def _chunk_sent(chunks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return keys[:, 0], keys[:, 1], vals[:, 0], vals[:, 1]
 
 
-def _sent_groups(cd: np.ndarray, buckets: np.ndarray, lens: np.ndarray) -> zip:
-    order = np.lexsort((buckets, cd))
-    cd, buckets, lens = cd[order], buckets[order], lens[order]
-    starts = np.flatnonzero(np.concatenate(([True], (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]))))
-    sums = np.add.reduceat(lens, starts)
-    counts = np.diff(np.append(starts, len(cd)))
-    return zip(
-        cd[starts].tolist(), buckets[starts].tolist(), sums.tolist(), counts.tolist(), strict=True
-    )
-
-
-def _sent_runs_py(chunks: list) -> zip:
-    """(conn_key * 2 + direction, bucket, bytes, chunks) per group of chunks, in numpy
-    (what parsers.h2.sent_runs gives as a dict)."""
-    cd = np.array([c.conn_key * 2 + c.direction for c in chunks], dtype=np.int64)
-    buckets = np.array([c.ts_ns for c in chunks], dtype=np.int64) // RATE_BUCKET_NS
-    lens = np.array([len(c.data) for c in chunks], dtype=np.int64)
-    return _sent_groups(cd, buckets, lens)
-
-
 def _note_response_gaps(held: dict[int, list[np.ndarray]], keys: np.ndarray, diff: np.ndarray, has: np.ndarray) -> None:
     """Keep the gaps (ns) between consecutive response messages of each stream, from a
     batch's message rows sorted by stream * 2 + direction (``has``: a previous message
@@ -1429,8 +1409,9 @@ def _note_response_gaps(held: dict[int, list[np.ndarray]], keys: np.ndarray, dif
 
 def _gap_stats(gaps: list[list[np.ndarray] | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """p50, p99 and max (ms) of each request's response gaps (ns, in arrays; None: no
-    gaps), NaN for none, for all requests at once: the numbers :func:`_quantile` gives
-    on each sorted list of gaps in ms, with the same float operations."""
+    gaps), NaN for none, for all requests at once: the linear-interpolated quantiles
+    (numpy's default method) of each sorted list of gaps in ms, with the same float
+    operations as taking them one list at a time."""
     n = len(gaps)
     out = (np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan))
     owners = [i for i, g in enumerate(gaps) if g]
@@ -1463,14 +1444,6 @@ def _sort_within(owner: np.ndarray, values: np.ndarray) -> np.ndarray:
         key.sort(kind="stable")  # timsort: fast on the runs the groups already are
         return key - owner * span + lo
     return values[np.lexsort((values, owner))]
-
-
-def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted list (numpy's default method)."""
-    pos = q * (len(ordered) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
 def _either(a: np.ndarray, b: np.ndarray) -> np.ndarray:

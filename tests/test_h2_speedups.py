@@ -205,7 +205,9 @@ def test_shared_captures_same_with_and_without_c(monkeypatch, name):
 
 
 def test_sent_runs_same_as_python_counting():
-    from telemetry.ingest import RATE_BUCKET_NS, _sent_runs_py
+    from ingest_reference import sent_totals
+
+    from telemetry.ingest import RATE_BUCKET_NS
 
     rnd = random.Random(7)
     chunks = [
@@ -214,15 +216,8 @@ def test_sent_runs_same_as_python_counting():
         for k in range(3000)
     ]
 
-    def totals(runs) -> dict:
-        out: dict = {}
-        for key, bucket, nbytes, count in runs:
-            b, c = out.get((key, bucket), (0, 0))
-            out[(key, bucket)] = (b + nbytes, c + count)
-        return out
-
     fast = _conn._speedups.sent_runs(chunks, RATE_BUCKET_NS)
-    assert totals((k, b, *v) for (k, b), v in fast.items()) == totals(_sent_runs_py(chunks))
+    assert {key: tuple(v) for key, v in fast.items()} == sent_totals(chunks)
     assert _conn._speedups.sent_runs([], RATE_BUCKET_NS) == {}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from ingest_reference import quantile, sent_totals
 
 from parsers.records import (
     DIRECTION_NAMES,
@@ -15,7 +16,7 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from telemetry.ingest import _rtt_columns, _run_sent, _run_strings, _sent_runs_py
+from telemetry.ingest import _rtt_columns, _run_sent, _run_strings
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():
@@ -55,14 +56,14 @@ def test_run_sent_counts_like_chunks():
     for k, b, nbytes, count in zip(*(c.tolist() for c in _run_sent(runs)), strict=True):
         got = totals.get((k, b), (0, 0))
         totals[(k, b)] = (got[0] + nbytes, got[1] + count)
-    assert totals == {(k, b): (nbytes, count) for k, b, nbytes, count in _sent_runs_py(chunks)}
+    assert totals == sent_totals(chunks)
     assert chunks[1].data == bytes(range(10, 30)) and chunks[2].stream_offset == 10
 
 
 def test_gap_stats_match_the_per_request_quantiles():
     import random
 
-    from telemetry.ingest import _gap_stats, _quantile
+    from telemetry.ingest import _gap_stats
 
     rnd = random.Random(5)
     lists: list[list[int]] = [[], [7], [1, 1], [5, 9], [3, 1, 4]]  # ties, order as seen
@@ -85,7 +86,7 @@ def test_gap_stats_match_the_per_request_quantiles():
             assert np.isnan([p50[i], p99[i], mx[i]]).all()
             continue
         ordered = sorted((b - a) / 1e6 for a, b in zip(times[:-1], times[1:], strict=True))
-        assert (p50[i], p99[i], mx[i]) == (_quantile(ordered, 0.5), _quantile(ordered, 0.99), ordered[-1])
+        assert (p50[i], p99[i], mx[i]) == (quantile(ordered, 0.5), quantile(ordered, 0.99), ordered[-1])
 
 
 def test_gap_stats_sort_huge_spans_too():
