@@ -272,15 +272,19 @@ class CaptureWriter:
         for out in files.values():
             out.close()
 
-    def close_part(self) -> dict[Path, Path]:
-        """Another process's share of the capture (``part`` > 0) is complete: its files
-        are written and closed in the staging folder. Returns them (staging file -> place
-        in the store) for part 0's writer to :meth:`adopt`."""
+    def _write_out(self) -> None:
+        """Write every buffered row, wait for the writes and close the files."""
         self.flush()
         if WRITE_THREADS > STREAMING_WRITES:  # the caller only waits now: all threads write
             self._slots.release(WRITE_THREADS - STREAMING_WRITES)
         self._finish_writes()
         self._close_files()
+
+    def close_part(self) -> dict[Path, Path]:
+        """Another process's share of the capture (``part`` > 0) is complete: its files
+        are written and closed in the staging folder. Returns them (staging file -> place
+        in the store) for part 0's writer to :meth:`adopt`."""
+        self._write_out()
         return dict(self._staged)
 
     def adopt(self, staged: dict[Path, Path]) -> None:
@@ -289,13 +293,8 @@ class CaptureWriter:
 
     def commit(self, capture_row: pa.Table) -> None:
         """Flush everything, then move the capture's files into the store, captures last."""
-        self.flush()
         self.append("captures", capture_row)
-        self._flush("captures")
-        if WRITE_THREADS > STREAMING_WRITES:  # the caller only waits now: all threads write
-            self._slots.release(WRITE_THREADS - STREAMING_WRITES)
-        self._finish_writes()
-        self._close_files()
+        self._write_out()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
         for src, place in sorted(self._staged.items(), key=lambda item: item[1].parts[0] == "captures"):
             dst = self.store.root / place
