@@ -176,7 +176,7 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
     spikes = con.execute("""
         SELECT sp.window_start, epoch_ns(sp.window_start) AS s,
                greatest(epoch_ns(sp.window_start) + CAST(? * 1e9 AS BIGINT), max(epoch_ns(m.finished_at))) AS e
-        FROM spikes AS sp JOIN request_metrics AS m USING (window_id)
+        FROM spikes AS sp JOIN request_metrics AS m ON window_of(m.started_at) = sp.window_id
         GROUP BY sp.window_start
     """, [window_s]).fetchall()
     hit = 0

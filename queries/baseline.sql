@@ -7,6 +7,7 @@
 -- median (p50) of each metric, the reference for "excess" delay, and the baseline share
 -- of failed requests.
 -- depends_on: windows
+-- materialize: session
 WITH eligible AS (
     SELECT * FROM windows WHERE requests >= getvariable('min_window_requests')
 ),

@@ -17,6 +17,7 @@
 --                delay = the excess it does not explain
 --   unknown      the capture cannot tell (one direction only, no RTT at all)
 -- depends_on: slow_requests, request_evidence, throttle_evidence
+-- materialize: session
 WITH s AS (
     SELECT
         e.*,

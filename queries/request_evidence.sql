@@ -8,6 +8,7 @@
 -- largest inflation over its final 500 ms, the queue its last bytes met), and
 -- whether the capture saw both directions.
 -- depends_on: request_metrics, tcp_events, rtt_floor, h2_events, connections
+-- materialize: capture
 WITH ev AS (
     SELECT m.conn_id, m.stream_id, e.*
     FROM request_metrics AS m
@@ -66,24 +67,45 @@ network_rtt AS (
 -- a queue belongs to the path: judge it on every connection's samples between the same
 -- client and server while the request was in flight (a request's own few samples can be
 -- a delayed ACK's)
-rtt_dir AS (
-    SELECT m.conn_id, m.stream_id, f.direction,
-        count(*) AS samples,
-        quantile_cont(f.inflation_ms, 0.25) AS inflation_p25_ms,
-        median(f.floor_ms) AS floor_ms
+-- RTT samples over each request's lifetime, in one sorted pass over the path's samples: a
+-- request is a marker row at its finish whose window frame reaches back to its start (a
+-- join of every request with every sample of its path grows with their product)
+rtt_marks AS (
+    SELECT client_addr, server_addr, direction, epoch_ns(ts) AS t, 1 AS sample, inflation_ms, floor_ms,
+        NULL::VARCHAR AS conn_id, NULL::BIGINT AS stream_id, 0::BIGINT AS span_ns
+    FROM network_rtt
+    WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL
+    UNION ALL
+    SELECT m.client_addr, m.server_addr, d.direction, epoch_ns(m.finished_at), NULL, NULL, NULL,
+        m.conn_id, m.stream_id, epoch_ns(m.finished_at) - epoch_ns(m.started_at)
     FROM request_metrics AS m
-    JOIN network_rtt AS f
-      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
-     AND f.ts BETWEEN m.started_at AND m.finished_at
-    GROUP BY ALL
+    CROSS JOIN (VALUES ('to_client'), ('to_server')) AS d(direction)
+    WHERE m.client_addr IS NOT NULL AND m.server_addr IS NOT NULL AND m.finished_at >= m.started_at
+),
+rtt_dir AS (
+    SELECT * FROM (
+        SELECT conn_id, stream_id, direction,
+            count(sample) OVER w AS samples,
+            quantile_cont(inflation_ms, 0.25) OVER w AS inflation_p25_ms,
+            median(floor_ms) OVER w AS floor_ms
+        FROM rtt_marks
+        WINDOW w AS (PARTITION BY client_addr, server_addr, direction ORDER BY t
+                     RANGE BETWEEN span_ns PRECEDING AND CURRENT ROW)
+    )
+    WHERE conn_id IS NOT NULL AND samples > 0
 ),
 rtt_end AS (  -- the queue its last bytes went through: inflation on the path over its final 500 ms
-    SELECT m.conn_id, m.stream_id, max(f.inflation_ms) AS inflation_ms, median(f.inflation_ms) AS inflation_p50_ms
-    FROM request_metrics AS m
-    JOIN network_rtt AS f
-      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
-     AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
-    GROUP BY ALL
+    SELECT conn_id, stream_id, inflation_ms, inflation_p50_ms FROM (
+        SELECT conn_id, stream_id,
+            count(sample) OVER w AS samples,
+            max(inflation_ms) OVER w AS inflation_ms,
+            median(inflation_ms) OVER w AS inflation_p50_ms
+        FROM rtt_marks
+        WHERE sample IS NOT NULL OR direction = 'to_client'  -- one marker per request, samples of both directions
+        WINDOW w AS (PARTITION BY client_addr, server_addr ORDER BY t
+                     RANGE BETWEEN 500000000 PRECEDING AND CURRENT ROW)
+    )
+    WHERE conn_id IS NOT NULL AND samples > 0
 ),
 rtt AS (
     SELECT conn_id, stream_id,

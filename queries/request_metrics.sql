@@ -2,7 +2,8 @@
 -- metrics attribution judges a request by: client-side estimates where the ACKs gave
 -- them (a server-side capture point sees responses leave, not arrive), else the
 -- capture-point values; the client-side largest token gap from the read times of its
--- messages (client_read: the ACK times, or later for a slow reader); when it started and finished; its window (variable window_s).
+-- messages (client_read: the ACK times, or later for a slow reader); when it started and finished
+-- (the report window a request falls in is window_of(started_at)).
 -- A held ACK is undone for TTFT: when one ACK covers both of a stream's first two
 -- response messages and the client sent no duplicate ACK in between (nothing was late or
 -- lost), the client held its ACK for the second segment (ACK every second segment); the
@@ -12,6 +13,7 @@
 -- unread in the client's buffers, TTFT and latency run to when the client read it;
 -- client_read_wait_ms is what the end of the response added that way.
 -- depends_on: requests_in_range, messages, tcp_events, client_read
+-- materialize: capture
 WITH read_gaps AS (
     SELECT conn_id, stream_id,
         max(gap_ms) AS max_gap_client_est_ms
@@ -82,8 +84,7 @@ SELECT
          ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
-    r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
-    CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
+    r.latency_client_est_ms IS NOT NULL AS client_side_estimated
 FROM requests_in_range AS r
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)

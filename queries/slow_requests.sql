@@ -8,6 +8,7 @@
 -- excess_ms is how far the worst metric went above its typical median: the delay the
 -- causes must explain.
 -- depends_on: request_metrics, baseline
+-- materialize: session
 WITH judged AS (
     SELECT
         m.*,
@@ -19,7 +20,7 @@ WITH judged AS (
         b.latency_typical_p50_ms,
         b.ttft_typical_p50_ms,
         b.gap_typical_p50_ms
-    FROM request_metrics AS m
+    FROM (SELECT *, window_of(started_at) AS window_id FROM request_metrics) AS m
     JOIN baseline AS b USING (window_id)
 )
 SELECT

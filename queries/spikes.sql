@@ -5,6 +5,7 @@
 -- (at least 5% of the window, 3 times the baseline share, two requests). One row per
 -- window, with the metrics that spiked.
 -- depends_on: baseline, request_metrics
+-- materialize: session
 WITH limits AS (
     SELECT
         b.*,
@@ -24,7 +25,7 @@ counted AS (
         count(*) FILTER (WHERE m.ttft_eff_ms > l.ttft_limit_ms) AS ttft_over,
         count(*) FILTER (WHERE m.gap_eff_ms > l.gap_limit_ms) AS gap_over
     FROM limits AS l
-    JOIN request_metrics AS m USING (window_id)
+    JOIN (SELECT *, window_of(started_at) AS window_id FROM request_metrics) AS m USING (window_id)
     GROUP BY ALL
 ),
 flagged AS (

@@ -103,33 +103,24 @@ def sql(
     fmt: Annotated[SqlFormat, typer.Option("--format", "-f", help="Output format.")] = SqlFormat.table,
 ) -> None:
     """Run SQL against the store, with every table and every queries/ model defined as a view."""
-    from telemetry import render
-    from telemetry.db import connect
-    from telemetry.store import Store
+    from telemetry.sql_verb import open_analysis, run_sql
 
-    if not store_dir.is_dir():
-        err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
-        raise typer.Exit(EXIT_STORE)
-    try:
-        con = connect(Store(store_dir))
-    except RuntimeError as exc:  # a queries/ model does not bind on this store
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    if query is None:
-        _shell(con)
+    if query is not None:
+        code = run_sql(query, store_dir, fmt.value)
+        if code:
+            raise typer.Exit(code)
         return
-    try:
-        rows = render.rows_of(con, query)
-    except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
-        err.print(f"[red]error:[/red] {str(exc).splitlines()[0]}")
-        raise typer.Exit(EXIT_INPUT) from None
-    render.emit(console, fmt.value, {"result": rows})
+    con = open_analysis(store_dir, materialize=False)  # the user may SET VARIABLE in the shell
+    if isinstance(con, int):
+        raise typer.Exit(con)
+    _shell(con)
 
 
 def _shell(con) -> None:
     from telemetry import render
+    from telemetry.schema import TABLES
 
-    err.print("tailtap SQL shell: views " + ", ".join(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()))
+    err.print("tailtap SQL shell: tables " + ", ".join(TABLES) + "; models " + ", ".join(sorted(con.models)))
     err.print("End statements with ';'. .quit or Ctrl-D quits.")
     buf = ""
     while True:
