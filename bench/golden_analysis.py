@@ -2,8 +2,7 @@
 change to how the models are computed leaves their answers unchanged.
 
 Each capture is ingested into its own store; every model is read through
-``telemetry.db.connect`` with the default settings and, separately, with the window the
-report picks; rows are sorted, floats rounded to 6 significant digits (parallel sums may
+``telemetry.db.connect`` with the default settings and, separately, with 2 s windows; rows are sorted, floats rounded to 6 significant digits (parallel sums may
 differ in the last bits), and hashed.
 
 Usage: python bench/golden_analysis.py OUT.json CAPTURE... ; compare two dumps with
@@ -59,8 +58,6 @@ def dump_models(store: Store, params: dict[str, object] | None, models: list[str
 
 
 def dump(captures: list[str], models: list[str], exclude: dict[str, list[str]]) -> dict[str, object]:
-    from telemetry.report import auto_window_s
-
     out: dict[str, object] = {}
     for cap in captures:
         with tempfile.TemporaryDirectory() as tmp:
@@ -70,9 +67,8 @@ def dump(captures: list[str], models: list[str], exclude: dict[str, list[str]]) 
             if res.error:
                 out[key] = {"error": res.error}
                 continue
-            window = auto_window_s(store, None)
             out[key] = {"default": dump_models(store, None, models, exclude),
-                        f"window={window:g}": dump_models(store, {"window_s": window}, models, exclude)}
+                        "window=2": dump_models(store, {"window_s": 2.0}, models, exclude)}
     return out
 
 

@@ -3,3 +3,23 @@
 -- The report window a time falls in (variable window_s seconds, aligned on the epoch).
 CREATE OR REPLACE MACRO window_of(ts) AS
     CAST(floor(epoch_ns(ts) / (getvariable('window_s') * 1e9)) AS BIGINT);
+
+-- A window's p99 spikes when it is at least spike_factor times its baseline p99 and
+-- spike_min_delta_ms more (both: a 2 ms method is not spiking at 3 ms, nor a 2 s one at
+-- 2.01 s). A method's calm windows stay within this limit of its typical window p99.
+CREATE OR REPLACE MACRO above_baseline(p99_ms) AS
+    greatest(p99_ms * getvariable('spike_factor'), p99_ms + getvariable('spike_min_delta_ms'));
+
+-- A request is slow when it exceeds its method's baseline p99 by 10% and 5 ms (a p99
+-- estimated from one capture is noisy; the margin is the one the lab's ground truth uses).
+CREATE OR REPLACE MACRO slow_threshold(p99_ms) AS
+    greatest(1.1 * p99_ms, p99_ms + 5);
+
+-- RTT inflation over the path's floor that counts as queueing: at least queue_min_ms, and
+-- at least half the floor (on a long path a few ms of jitter is not a queue).
+CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
+    inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0));
+
+-- The longest a receiver holds an ACK (Linux TCP_DELACK_MAX, 200 ms): an ACK later than
+-- that was late for another reason.
+CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;

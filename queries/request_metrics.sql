@@ -12,7 +12,15 @@
 -- A slow reader is undone too (client_read): when the first or last response message sat
 -- unread in the client's buffers, TTFT and latency run to when the client read it;
 -- client_read_wait_ms is what the end of the response added that way.
--- depends_on: requests_in_range, messages, tcp_events, client_read
+-- A delayed ACK is undone too: a client ACKs what it received at once or holds the ACK
+-- (Linux: 40 ms and more, until more data comes), so an ACK bounds the arrival from above
+-- only. Where nothing went wrong toward the client between the bytes passing the capture
+-- point and their ACK (no retransmission, lost segment, out-of-order arrival or duplicate
+-- ACK) and the path was not queued (25th percentile of its RTT inflation toward the client
+-- from 250 ms before they passed to their ACK), they arrived one path delay after they
+-- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
+-- client holds an ACK, was the held ACK (ack_held_ms).
+-- depends_on: requests_in_range, messages, tcp_events, client_read, rtt_floor, connections
 -- materialize: capture
 WITH read_gaps AS (
     SELECT conn_id, stream_id,
@@ -50,6 +58,60 @@ read_wait AS (  -- what a stalled last read added to the client-side latency
     FROM requests_in_range AS r
     JOIN read_stalls AS s USING (conn_id, stream_id)
 ),
+acks AS (  -- the first and the last response byte: when they passed, when they were ACKed
+    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'first' AS which,
+        epoch_ns(r.first_message) AS t, epoch_ns(r.first_message_acked) AS a
+    FROM requests_in_range AS r WHERE r.first_message_acked > r.first_message
+    UNION ALL
+    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'end',
+        epoch_ns(coalesce(r."end", r.last_message)), epoch_ns(r.end_acked)
+    FROM requests_in_range AS r WHERE r.end_acked > coalesce(r."end", r.last_message)
+),
+ack_marks AS (  -- the path's RTT inflation toward the client around each, in one sorted pass
+    SELECT client_addr, server_addr, epoch_ns(ts) AS at_ns, inflation_ms,
+        NULL::VARCHAR AS conn_id, NULL::BIGINT AS stream_id, NULL::VARCHAR AS which, 0::BIGINT AS span_ns
+    FROM rtt_floor
+    WHERE direction = 'to_client'
+    UNION ALL
+    SELECT client_addr, server_addr, a, NULL, conn_id, stream_id, which, a - t + 250000000
+    FROM acks
+),
+path_queue AS (
+    SELECT conn_id, stream_id, which, inflation_p25_ms FROM (
+        SELECT conn_id, stream_id, which,
+            quantile_cont(inflation_ms, 0.25) OVER (
+                PARTITION BY client_addr, server_addr ORDER BY at_ns
+                RANGE BETWEEN span_ns PRECEDING AND CURRENT ROW) AS inflation_p25_ms
+        FROM ack_marks
+    )
+    WHERE conn_id IS NOT NULL
+),
+troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
+    SELECT DISTINCT k.conn_id, k.stream_id, k.which
+    FROM acks AS k
+    JOIN tcp_events AS e
+      ON e.conn_id = k.conn_id AND e.direction = 'to_client'
+     AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
+                    'lost_segment', 'out_of_order', 'dup_ack')
+     AND epoch_ns(e.ts) BETWEEN k.t AND k.a
+),
+ack_held AS (  -- how long the client held each ACK beyond the path delay (0 when troubled)
+    SELECT k.conn_id, k.stream_id,
+        max(CASE WHEN k.which = 'first' THEN held_ms END) AS first_held_ms,
+        max(CASE WHEN k.which = 'end' THEN held_ms END) AS end_held_ms
+    FROM (
+        SELECT k.conn_id, k.stream_id, k.which,
+            CASE WHEN x.conn_id IS NULL AND NOT coalesce(queued(q.inflation_p25_ms, c.rtt_min_ms_to_client), false)
+                 THEN least(greatest((k.a - k.t) / 1e6 - coalesce(c.rtt_min_ms_to_client, 0) - coalesce(q.inflation_p25_ms, 0), 0),
+                            delayed_ack_max_ms())
+                 ELSE 0 END AS held_ms
+        FROM acks AS k
+        JOIN connections AS c USING (conn_id)
+        LEFT JOIN path_queue AS q USING (conn_id, stream_id, which)
+        LEFT JOIN troubled AS x USING (conn_id, stream_id, which)
+    ) AS k
+    GROUP BY ALL
+),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
@@ -77,17 +139,19 @@ SELECT
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    coalesce(r.latency_client_est_ms, r.latency_ms) + coalesce(w.client_read_wait_ms, 0) AS latency_eff_ms,
+    coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
     CASE WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
-         ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
+         ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
+    coalesce(k.end_held_ms, 0) AS ack_held_ms,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated
 FROM requests_in_range AS r
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
+LEFT JOIN ack_held AS k USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL

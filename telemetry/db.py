@@ -12,6 +12,7 @@ reads): defining all of them binds every view chain, which costs seconds.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -23,12 +24,11 @@ from telemetry.store import Store
 
 # Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {
-    "window_s": 10.0,
+    "window_s": None,  # window length; null: chosen from the scope's span (queries/settings.sql)
     "bucket_s": 1.0,  # bucket of the per-connection time view (conn_timeline)
-    "baseline_windows": 6,  # trailing windows forming a spike's baseline
-    "spike_factor": 1.4,  # p99 above factor x baseline p99 ...
+    "spike_factor": 1.4,  # a window's p99 above factor x its method's baseline p99 ...
     "spike_min_delta_ms": 10.0,  # ... and at least this many ms above it
-    "min_window_requests": 5,  # windows with fewer requests do not make spikes
+    "baseline_min_requests": 10,  # calm requests a method needs for its p99 to judge by
     "slo_ttft_ms": None,  # user SLOs (null: p99-based)
     "slo_latency_ms": None,
     "slo_gap_ms": None,
@@ -52,6 +52,7 @@ def _sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DUCKDB_TYPES = {
     "string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN",
     "double": "DOUBLE", "timestamp[ns, tz=UTC]": "TIMESTAMPTZ",
@@ -105,13 +106,10 @@ class Analysis:
         self.con.close()
 
     def define_for(self, query: str) -> None:
-        """Define the models ``query`` names (a query DuckDB cannot parse is left to fail
-        when it runs, with DuckDB's own message)."""
-        try:
-            names = duckdb.get_table_names(query)
-        except duckdb.Error:
-            return
-        self.define(n.rsplit(".", 1)[-1] for n in names)
+        """Define the models ``query`` names: every word of it that is a model's name (a
+        name that is only a column or in a comment costs a definition, nothing more; a
+        parse would not do: DuckDB binds CREATE/INSERT statements to find their tables)."""
+        self.define(w for w in set(_WORD.findall(query)) if w in self.models)
 
     def forget(self, name: str) -> None:
         """Define ``name`` afresh at its next use (its parameters changed)."""
@@ -168,7 +166,9 @@ class Analysis:
             if not path.exists():
                 return None
             files.append(str(path))
-        if self._inline and files:  # a database file read later: captures stored since count too
+        if not files:  # nothing in scope: computing it over the empty tables is as quick
+            return None
+        if self._inline:  # a database file read later: captures stored since count too
             return str(self.store.model_file(key, model.name, "*").resolve())
         return files
 
@@ -186,8 +186,6 @@ def _stored_view_sql(files: list[str] | str) -> str:
         " AND (getvariable('since_ns') IS NULL OR epoch_ns(started_at) >= getvariable('since_ns'))"
         " AND (getvariable('until_ns') IS NULL OR epoch_ns(started_at) < getvariable('until_ns'))"
     )
-    if not files:  # nothing in scope: the rows of no capture
-        return "SELECT * FROM (SELECT NULL AS capture_id, NULL::TIMESTAMPTZ AS started_at) WHERE false"
     return f"SELECT * FROM read_parquet({_sql_literal(files)}) WHERE {scope}"
 
 

@@ -34,6 +34,7 @@ MACROS_FILE = "_macros.sql"
 _DEPENDS = re.compile(r"^--\s*depends_on:\s*(.*)$", re.MULTILINE)
 _MATERIALIZE = re.compile(r"^--\s*materialize:\s*(\w+)\s*$", re.MULTILINE)
 _GETVARIABLE = re.compile(r"getvariable\('(\w+)'\)")
+_COMMENT = re.compile(r"--[^\n]*")
 KINDS = ("view", "session", "capture")
 # variables that only say which rows are in scope: a stored model serves any value of them
 SCOPE_VARIABLES = frozenset({"capture_ids", "since_ns", "until_ns"})
@@ -49,8 +50,13 @@ class Model:
     materialize: str = "view"
 
     @property
+    def code(self) -> str:
+        """The SQL without its comments (what it reads is in the code, not the prose)."""
+        return _COMMENT.sub("", self.sql)
+
+    @property
     def variables(self) -> frozenset[str]:
-        return frozenset(_GETVARIABLE.findall(self.sql))
+        return frozenset(_GETVARIABLE.findall(self.code))
 
 
 def _parse(path: Path) -> Model:
@@ -123,11 +129,26 @@ def closure(models: dict[str, Model], name: str) -> list[Model]:
     return out
 
 
+_MACRO = re.compile(r"CREATE\s+(?:OR\s+REPLACE\s+)?MACRO\s+(\w+)\s*\((.*?);", re.IGNORECASE | re.DOTALL)
+
+
+@cache
+def macro_variables(folder: Path = QUERIES_DIR) -> dict[str, frozenset[str]]:
+    """The variables each shared macro reads."""
+    code = _COMMENT.sub("", macros_sql(folder))
+    return {m.group(1): frozenset(_GETVARIABLE.findall(m.group(2))) for m in _MACRO.finditer(code)}
+
+
 def settings_of(models: dict[str, Model], name: str) -> frozenset[str]:
-    """The variables (other than the scope) that ``name``'s answer depends on."""
+    """The variables (other than the scope) that ``name``'s answer depends on, read
+    directly or through the macros it calls."""
+    macros = macro_variables()
     found: set[str] = set()
     for m in closure(models, name):
         found |= m.variables
+        for macro, variables in macros.items():
+            if re.search(rf"\b{macro}\s*\(", m.code):
+                found |= variables
     return frozenset(found - SCOPE_VARIABLES)
 
 
