@@ -298,7 +298,7 @@ def test_labels_match_the_schedule(e2e: tuple[Path, dict[str, Any]]) -> None:
                 s.add((dport, seq, struct.unpack_from("!H", f, 18)[0]))
         return s
 
-    at_server, at_client = keys(out / "capture.pcap"), keys(out / "work" / "capture_client.pcap")
+    at_server, at_client = keys(out / "capture.pcap"), keys(out / "capture_client.pcap")
     dropped = {(e["dst_port"], e["tcp_seq"], e["ip_id"]) for e in drops if e["src_port"] == 50051}
     assert dropped and dropped <= at_server and not (dropped & at_client)
 
