@@ -19,6 +19,7 @@
 -- (estimated client read time: arrival_ts, or the WINDOW_UPDATE after it when
 -- read-stalled; null without ACK), read_stalled.
 -- depends_on: messages, h2_events, tcp_events
+-- materialize: session
 WITH sent AS (
     SELECT conn_id, stream_id, "index", ts, acked_ts, epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns
     FROM messages
@@ -59,22 +60,22 @@ blocked AS (
     FROM h2_events
     WHERE kind = 'flow_control_blocked' AND direction = 'to_client'
 ),
-next_update AS (
+next_update AS (  -- only where a sender was blocked on the connection: elsewhere no read stalled
     SELECT r.*, w.wu_ns, w.wu_ts
-    FROM response AS r
+    FROM (SELECT * FROM response WHERE conn_id IN (SELECT conn_id FROM blocked)) AS r
     ASOF LEFT JOIN client_window_updates AS w
       ON w.conn_id = r.conn_id AND w.wu_ns >= r.acked_ns
 ),
 stalled AS (
-    SELECT DISTINCT n.conn_id, n.stream_id, n."index"
+    SELECT DISTINCT n.conn_id, n.stream_id, n."index", n.wu_ts
     FROM next_update AS n
     JOIN blocked AS b
       ON b.conn_id = n.conn_id
      AND ((b.stream_id IN (0, n.stream_id) AND b.blocked_from <= n.wu_ns AND b.blocked_until >= n.acked_ns)
           OR (b.blocked_from <= n.acked_ns AND b.blocked_until >= n.wu_ns - 1000000))
 )
-SELECT n.conn_id, n.stream_id, n."index", n.ts, n.acked_ts, n.arrival_ts,
-    CASE WHEN s.conn_id IS NOT NULL THEN n.wu_ts ELSE n.arrival_ts END AS read_ts,
+SELECT r.conn_id, r.stream_id, r."index", r.ts, r.acked_ts, r.arrival_ts,
+    CASE WHEN s.conn_id IS NOT NULL THEN s.wu_ts ELSE r.arrival_ts END AS read_ts,
     s.conn_id IS NOT NULL AS read_stalled
-FROM next_update AS n
+FROM response AS r
 LEFT JOIN stalled AS s USING (conn_id, stream_id, "index")

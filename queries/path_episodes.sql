@@ -4,6 +4,7 @@
 -- 'loss', at most 2 s apart). One row per path-second inside an episode, with the
 -- path_timeline columns and the episode's number (per path and kind).
 -- depends_on: path_timeline
+-- materialize: session
 WITH marked AS (
     SELECT 'queue' AS kind, 1 AS max_gap_s, *
     FROM path_timeline

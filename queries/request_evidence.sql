@@ -4,10 +4,11 @@
 -- the head-of-line stall they caused, reordering (out-of-order arrivals, spurious
 -- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
--- path floor (25th percentile of the samples in flight: robust to delayed ACKs; and the
--- largest inflation over its final 500 ms, the queue its last bytes met), and
+-- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
+-- percentiles, robust to delayed ACKs; and the largest inflation over its final 500 ms,
+-- the queue its last bytes met), and
 -- whether the capture saw both directions.
--- depends_on: request_metrics, tcp_events, rtt_floor, h2_events, connections
+-- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
 -- materialize: capture
 WITH ev AS (
     SELECT m.conn_id, m.stream_id, e.*
@@ -56,56 +57,35 @@ flow AS (
      AND h.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
--- RTT samples on the network side of the capture point only: next to a server (or a
--- client) there is no network, and what inflates those samples is the host itself (a
--- stalled server delays its ACKs)
-network_rtt AS (
-    SELECT f.* FROM rtt_floor AS f JOIN connections AS c USING (conn_id)
-    WHERE NOT (c.capture_side = 'server' AND f.direction = 'to_server')
-      AND NOT (c.capture_side = 'client' AND f.direction = 'to_client')
+-- a queue belongs to the path: judge it on every connection's RTT samples between the
+-- same client and server while the request was in flight (path_rtt, by 100 ms buckets; a
+-- request's own few samples can be a delayed ACK's)
+spans AS (
+    SELECT conn_id, stream_id, client_addr, server_addr,
+        epoch_ns(started_at) // 100000000 AS first_bucket,
+        epoch_ns(finished_at) // 100000000 AS last_bucket
+    FROM request_metrics
+    WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL AND finished_at >= started_at
 ),
--- a queue belongs to the path: judge it on every connection's samples between the same
--- client and server while the request was in flight (a request's own few samples can be
--- a delayed ACK's)
--- RTT samples over each request's lifetime, in one sorted pass over the path's samples: a
--- request is a marker row at its finish whose window frame reaches back to its start (a
--- join of every request with every sample of its path grows with their product)
-rtt_marks AS (
-    SELECT client_addr, server_addr, direction, epoch_ns(ts) AS t, 1 AS sample, inflation_ms, floor_ms,
-        NULL::VARCHAR AS conn_id, NULL::BIGINT AS stream_id, 0::BIGINT AS span_ns
-    FROM network_rtt
-    WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL
-    UNION ALL
-    SELECT m.client_addr, m.server_addr, d.direction, epoch_ns(m.finished_at), NULL, NULL, NULL,
-        m.conn_id, m.stream_id, epoch_ns(m.finished_at) - epoch_ns(m.started_at)
-    FROM request_metrics AS m
-    CROSS JOIN (VALUES ('to_client'), ('to_server')) AS d(direction)
-    WHERE m.client_addr IS NOT NULL AND m.server_addr IS NOT NULL AND m.finished_at >= m.started_at
+in_flight AS (
+    SELECT conn_id, stream_id, client_addr, server_addr, unnest(range(first_bucket, last_bucket + 1)) AS bucket
+    FROM spans
 ),
-rtt_dir AS (
-    SELECT * FROM (
-        SELECT conn_id, stream_id, direction,
-            count(sample) OVER w AS samples,
-            quantile_cont(inflation_ms, 0.25) OVER w AS inflation_p25_ms,
-            median(floor_ms) OVER w AS floor_ms
-        FROM rtt_marks
-        WINDOW w AS (PARTITION BY client_addr, server_addr, direction ORDER BY t
-                     RANGE BETWEEN span_ns PRECEDING AND CURRENT ROW)
-    )
-    WHERE conn_id IS NOT NULL AND samples > 0
+rtt_dir AS (  -- per direction: the typical inflation in flight (25th percentile of the buckets' 25th percentiles)
+    SELECT f.conn_id, f.stream_id, p.direction,
+        sum(p.samples) AS samples,
+        quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms,
+        median(p.floor_ms) AS floor_ms
+    FROM in_flight AS f
+    JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
+    GROUP BY ALL
 ),
 rtt_end AS (  -- the queue its last bytes went through: inflation on the path over its final 500 ms
-    SELECT conn_id, stream_id, inflation_ms, inflation_p50_ms FROM (
-        SELECT conn_id, stream_id,
-            count(sample) OVER w AS samples,
-            max(inflation_ms) OVER w AS inflation_ms,
-            median(inflation_ms) OVER w AS inflation_p50_ms
-        FROM rtt_marks
-        WHERE sample IS NOT NULL OR direction = 'to_client'  -- one marker per request, samples of both directions
-        WINDOW w AS (PARTITION BY client_addr, server_addr ORDER BY t
-                     RANGE BETWEEN 500000000 PRECEDING AND CURRENT ROW)
-    )
-    WHERE conn_id IS NOT NULL AND samples > 0
+    SELECT f.conn_id, f.stream_id, max(p.inflation_max_ms) AS inflation_ms, median(p.inflation_p50_ms) AS inflation_p50_ms
+    FROM (SELECT conn_id, stream_id, client_addr, server_addr, unnest(range(last_bucket - 5, last_bucket + 1)) AS bucket
+          FROM spans) AS f
+    JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
+    GROUP BY ALL
 ),
 rtt AS (
     SELECT conn_id, stream_id,

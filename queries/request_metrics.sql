@@ -16,11 +16,11 @@
 -- (Linux: 40 ms and more, until more data comes), so an ACK bounds the arrival from above
 -- only. Where nothing went wrong toward the client between the bytes passing the capture
 -- point and their ACK (no retransmission, lost segment, out-of-order arrival or duplicate
--- ACK) and the path was not queued (25th percentile of its RTT inflation toward the client
--- from 250 ms before they passed to their ACK), they arrived one path delay after they
+-- ACK) and the path was not queued (path_rtt: 25th percentile of its inflation toward the
+-- client from 250 ms before they passed to their ACK), they arrived one path delay after they
 -- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
 -- client holds an ACK, was the held ACK (ack_held_ms).
--- depends_on: requests_in_range, messages, tcp_events, client_read, rtt_floor, connections
+-- depends_on: requests_in_range, messages, tcp_events, client_read, path_rtt, connections
 -- materialize: capture
 WITH read_gaps AS (
     SELECT conn_id, stream_id,
@@ -67,24 +67,15 @@ acks AS (  -- the first and the last response byte: when they passed, when they 
         epoch_ns(coalesce(r."end", r.last_message)), epoch_ns(r.end_acked)
     FROM requests_in_range AS r WHERE r.end_acked > coalesce(r."end", r.last_message)
 ),
-ack_marks AS (  -- the path's RTT inflation toward the client around each, in one sorted pass
-    SELECT client_addr, server_addr, epoch_ns(ts) AS at_ns, inflation_ms,
-        NULL::VARCHAR AS conn_id, NULL::BIGINT AS stream_id, NULL::VARCHAR AS which, 0::BIGINT AS span_ns
-    FROM rtt_floor
-    WHERE direction = 'to_client'
-    UNION ALL
-    SELECT client_addr, server_addr, a, NULL, conn_id, stream_id, which, a - t + 250000000
-    FROM acks
-),
-path_queue AS (
-    SELECT conn_id, stream_id, which, inflation_p25_ms FROM (
-        SELECT conn_id, stream_id, which,
-            quantile_cont(inflation_ms, 0.25) OVER (
-                PARTITION BY client_addr, server_addr ORDER BY at_ns
-                RANGE BETWEEN span_ns PRECEDING AND CURRENT ROW) AS inflation_p25_ms
-        FROM ack_marks
-    )
-    WHERE conn_id IS NOT NULL
+path_queue AS (  -- the path's RTT inflation toward the client around each (path_rtt buckets)
+    SELECT k.conn_id, k.stream_id, k.which, quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms
+    FROM (SELECT conn_id, stream_id, which, client_addr, server_addr,
+                 unnest(range((t - 250000000) // 100000000, a // 100000000 + 1)) AS bucket
+          FROM acks) AS k
+    JOIN path_rtt AS p
+      ON p.client_addr = k.client_addr AND p.server_addr = k.server_addr AND p.bucket = k.bucket
+     AND p.direction = 'to_client'
+    GROUP BY ALL
 ),
 troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
     SELECT DISTINCT k.conn_id, k.stream_id, k.which
