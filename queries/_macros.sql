@@ -6,9 +6,14 @@ CREATE OR REPLACE MACRO window_of(ts) AS
 
 -- A window's p99 spikes when it is at least spike_factor times its baseline p99 and
 -- spike_min_delta_ms more (both: a 2 ms method is not spiking at 3 ms, nor a 2 s one at
--- 2.01 s). A method's calm windows stay within this limit of its typical window p99.
+-- 2.01 s).
 CREATE OR REPLACE MACRO above_baseline(p99_ms) AS
     greatest(p99_ms * getvariable('spike_factor'), p99_ms + getvariable('spike_min_delta_ms'));
+
+-- A method's window is calm when its p99 stays within calm_factor of the method's typical
+-- window p99 (and 5 ms): only calm windows' requests make the baseline.
+CREATE OR REPLACE MACRO calm(p99_ms, typical_p99_ms) AS
+    p99_ms <= greatest(typical_p99_ms * getvariable('calm_factor'), typical_p99_ms + 5);
 
 -- A request is slow when it exceeds its method's baseline p99 by 10% and 5 ms (a p99
 -- estimated from one capture is noisy; the margin is the one the lab's ground truth uses).

@@ -1,7 +1,7 @@
 -- What should each method's p99 be? Per method (gRPC method / HTTP path), for latency,
 -- TTFT and the largest token gap: the p99 and the median over the method's requests in its
--- calm windows, those whose p99 stayed within spike_factor (and spike_min_delta_ms) of the
--- method's typical window p99 (the 25th percentile of its windows' p99s: robust even when
+-- calm windows, those whose p99 stayed within calm_factor (and 5 ms) of the method's
+-- typical window p99 (the 25th percentile of its windows' p99s: robust even when
 -- most of the windows are bad, e.g. a capture that starts inside an incident). Taken over
 -- the whole scope, not over trailing windows: a short capture has few windows, and its
 -- first ones may already be bad. baseline_requests counts the calm requests; with fewer
@@ -24,9 +24,9 @@ calm_windows AS (
     SELECT w.window_id, w.method
     FROM method_windows AS w
     JOIN typical AS t USING (method)
-    WHERE coalesce(w.latency_p99_ms <= above_baseline(t.latency_typical_p99_ms), true)
-      AND coalesce(w.ttft_p99_ms <= above_baseline(t.ttft_typical_p99_ms), true)
-      AND coalesce(w.gap_p99_ms <= above_baseline(t.gap_typical_p99_ms), true)
+    WHERE coalesce(calm(w.latency_p99_ms, t.latency_typical_p99_ms), true)
+      AND coalesce(calm(w.ttft_p99_ms, t.ttft_typical_p99_ms), true)
+      AND coalesce(calm(w.gap_p99_ms, t.gap_typical_p99_ms), true)
 ),
 calm AS (
     SELECT m.*

@@ -1,7 +1,10 @@
 -- What happened on each request's connection while it was in flight? For every request
--- (request_metrics), the network and HTTP/2 evidence between its start and its finish
--- (client ACK of its last byte when seen), both directions: loss events and bursts with
--- the head-of-line stall they caused, reordering (out-of-order arrivals, spurious
+-- (request_metrics), the network and HTTP/2 evidence between its start (client_started_at:
+-- before a first packet lost upstream of the capture point) and its finish (client ACK of
+-- its last byte when seen), both directions: loss events and bursts with the head-of-line
+-- stall they caused (and its own first bytes lost before the capture point; a server
+-- retransmission the client did not need, after client packets were lost upstream, is a
+-- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
 -- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
@@ -10,19 +13,36 @@
 -- whether the capture saw both directions.
 -- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
 -- materialize: capture
-WITH ev AS (
+WITH upstream_gaps AS (
+    SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
+),
+events AS (  -- a server retransmission the client did not need, after the client's packets
+    -- were lost before the capture point (upstream_loss in the 2 s before): its ACKs were
+    -- lost (ack_loss, a loss toward the server), not its data held back (reordering)
+    SELECT e.* REPLACE (
+        CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss' ELSE e.kind END AS kind,
+        CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
+    FROM tcp_events AS e
+    ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
+),
+ev AS (  -- from when the client began (before a lost first packet) to its finish
     SELECT m.conn_id, m.stream_id, e.*
     FROM request_metrics AS m
-    JOIN tcp_events AS e
-      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.started_at AND m.finished_at
+    JOIN events AS e
+      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.client_started_at AND m.finished_at
 ),
 loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
         count(*) AS segments,
         max(coalesce(recovery_ms, 0)) AS stall_ms
     FROM ev
-    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment')
+    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
     GROUP BY ALL
+    UNION ALL  -- its own first bytes, lost before the capture point and resent
+    SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms
+    FROM request_metrics WHERE upstream_delay_ms > 0
 ),
 loss AS (
     SELECT conn_id, stream_id,

@@ -20,6 +20,15 @@
 -- client from 250 ms before they passed to their ACK), they arrived one path delay after they
 -- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
 -- client holds an ACK, was the held ACK (ack_held_ms).
+-- A request lost before the capture point is undone too. When its first bytes filled a
+-- hole (a to_server retransmission) after a gap in the client's IP ids (upstream_loss: the
+-- lost packets' numbers were skipped), the client sent them before that gap, after its
+-- previous packet and at most a retransmission timeout (200 ms plus the path's RTT)
+-- earlier. When they came right after such a gap with no hole (nothing else sent
+-- meanwhile), they are a retransmission the capture cannot tell from a first send if the
+-- client had been silent for at least a retransmission timeout: the client began one
+-- timeout earlier (otherwise the missing packets were only ACKs). upstream_delay_ms is that
+-- wait; client_started_at (started_at less it) is when the client began.
 -- depends_on: requests_in_range, messages, tcp_events, client_read, path_rtt, connections
 -- materialize: capture
 WITH read_gaps AS (
@@ -103,6 +112,36 @@ ack_held AS (  -- how long the client held each ACK beyond the path delay (0 whe
     ) AS k
     GROUP BY ALL
 ),
+upstream_gaps AS (
+    SELECT conn_id, epoch_ns(ts) AS gap_ns, recovery_ms, bytes AS lost_packets
+    FROM tcp_events
+    WHERE kind = 'upstream_loss' AND direction = 'to_server'
+),
+resent_starts AS (  -- requests whose first bytes came in a client retransmission
+    SELECT DISTINCT r.conn_id, r.stream_id
+    FROM requests_in_range AS r
+    JOIN tcp_events AS e
+      ON e.conn_id = r.conn_id AND e.direction = 'to_server' AND e.ts = r.request_start
+     AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+),
+upstream AS (
+    SELECT conn_id, stream_id, lost_packets,
+        CASE WHEN resent THEN (start_ns - gap_ns) / 1e6 + least(recovery_ms, rto_ms)
+             WHEN recovery_ms >= 0.9 * rto_ms THEN rto_ms END AS upstream_delay_ms
+    FROM (
+        SELECT r.conn_id, r.stream_id, g.lost_packets, g.recovery_ms, g.gap_ns, epoch_ns(r.request_start) AS start_ns,
+            x.conn_id IS NOT NULL AS resent,
+            -- the client's retransmission timeout: 200 ms (Linux's floor) plus the path's RTT
+            200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0) AS rto_ms
+        FROM requests_in_range AS r
+        JOIN connections AS c USING (conn_id)
+        ASOF JOIN upstream_gaps AS g ON g.conn_id = r.conn_id AND g.gap_ns <= epoch_ns(r.request_start)
+        LEFT JOIN resent_starts AS x USING (conn_id, stream_id)
+        WHERE g.gap_ns = epoch_ns(r.request_start)
+           OR (x.conn_id IS NOT NULL AND epoch_ns(r.request_start) - g.gap_ns <= 3000000000)
+    )
+    WHERE resent OR recovery_ms >= 0.9 * rto_ms
+),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
@@ -130,14 +169,19 @@ SELECT
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0) AS latency_eff_ms,
+    coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0)
+        + coalesce(u.upstream_delay_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
     CASE WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
-         ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END AS ttft_eff_ms,
+         ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END
+        + coalesce(u.upstream_delay_ms, 0) AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
     coalesce(k.end_held_ms, 0) AS ack_held_ms,
+    coalesce(u.upstream_delay_ms, 0) AS upstream_delay_ms,
+    coalesce(u.lost_packets, 0) AS upstream_lost_packets,
+    CAST(make_timestamp_ns(epoch_ns(r.seen_at) - CAST(round(coalesce(u.upstream_delay_ms, 0) * 1e6) AS BIGINT)) AS TIMESTAMPTZ_NS) AS client_started_at,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated
 FROM requests_in_range AS r
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
@@ -145,4 +189,5 @@ LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
 LEFT JOIN ack_held AS k USING (conn_id, stream_id)
+LEFT JOIN upstream AS u USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL
