@@ -34,7 +34,7 @@ WITH s AS (
 net AS (
     SELECT
         *,
-        greatest(queue_inflation_ms, queue_inflation_end_ms) >= greatest(getvariable('queue_min_ms'), 0.5 * path_floor_ms) AS queued,
+        coalesce(queued(greatest(queue_inflation_ms, queue_inflation_end_ms), path_floor_ms), false) AS queued,
         -- a policer's drops, and a shaper's when its queue overflows, are the throttling
         loss_events > 0 AND coalesce(throttle_kind, '') NOT IN ('policer', 'shaper') AS lossy,
         reorder_events > 0 AS reordered
