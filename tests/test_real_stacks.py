@@ -38,6 +38,7 @@ from pathlib import Path
 from statistics import median
 
 import pytest
+from test_sse_semantics import pb_field, pb_varint
 
 TESTS = Path(__file__).resolve().parent
 NODE_DIR = TESTS / "node"
@@ -81,13 +82,10 @@ def completion_events(req: dict):
 async def sse_app(scope, receive, send) -> None:
     """ASGI app (uvicorn, hypercorn): POST /v1/chat/completions, streamed."""
     if scope["type"] == "lifespan":
-        while True:
-            msg = await receive()
-            if msg["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif msg["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+        from telemetry.lab.openai_server import asgi_lifespan
+
+        await asgi_lifespan(receive, send)
+        return
     body = b""
     while True:
         msg = await receive()
@@ -685,22 +683,12 @@ def test_h2load_load_every_request_found(tmp_path, run_server, h1):
     assert con.execute("SELECT count(*) FROM messages WHERE event IS NULL OR event = 'data'").fetchone()[0] == 0
 
 
-def _pb_varint(v: int) -> bytes:
-    out = b""
-    while True:
-        out += bytes([(v & 0x7F) | (0x80 if v > 0x7F else 0)])
-        v >>= 7
-        if not v:
-            return out
-
-
-def _pb_str(no: int, s: str) -> bytes:
-    b = s.encode()
-    return _pb_varint(no << 3 | 2) + _pb_varint(len(b)) + b
+def _pb_str(no: int, text: str) -> bytes:
+    return pb_field(no, 2, pb_varint(len(text.encode())) + text.encode())
 
 
 def _pb_int(no: int, v: int) -> bytes:
-    return _pb_varint(no << 3) + _pb_varint(v)
+    return pb_field(no, 0, pb_varint(v))
 
 
 def test_grpc_js_token_stream_and_kserve_model(tmp_path):

@@ -271,18 +271,22 @@ def test_json_scan_and_bodies() -> None:
     assert model_from_path("/v1/chat/completions") is None
 
 
+def pb_varint(v: int) -> bytes:
+    """A protobuf varint, written from the encoding's specification."""
+    out = b""
+    while True:
+        out += bytes([(v & 0x7F) | (0x80 if v > 0x7F else 0)])
+        v >>= 7
+        if not v:
+            return out
+
+
+def pb_field(no: int, wire: int, payload: bytes) -> bytes:
+    return pb_varint(no << 3 | wire) + payload
+
+
 def test_protobuf_model_name() -> None:
-    def varint(v: int) -> bytes:
-        out = b""
-        while True:
-            out += bytes([(v & 0x7F) | (0x80 if v > 0x7F else 0)])
-            v >>= 7
-            if not v:
-                return out
-
-    def field(no: int, wire: int, payload: bytes) -> bytes:
-        return varint(no << 3 | wire) + payload
-
+    varint, field = pb_varint, pb_field
     name = "llama-3-8b"
     msg = (field(3, 2, varint(2) + b"id") + field(2, 2, varint(1) + b"1")
            + field(7, 0, varint(300)) + field(1, 2, varint(len(name)) + name.encode()))  # fmt: skip

@@ -129,12 +129,11 @@ class Stream:
                     self.splitter[k] = GrpcSplitter(keep_trailer=web)
             if path in KSERVE_INFER and not is_response and self.mode[d] == "grpc" and not self.data_frames[d]:
                 self.splitter[d] = ModelNameTap(keep_trailer=web)  # the request names its model
-        elif is_response and self.mode[d] == "http" and self.data_frames[d] == 0:
+        elif is_response and (self.mode[d] == "http" or self.mode[d] == "probe") and self.data_frames[d] == 0:
             sp = tap_for(ct, True)
             if sp is not None:
                 self.splitter[d] = sp
-                if isinstance(sp, EventSplitter):
-                    self.mode[d] = "ndjson" if sp.ndjson else "sse"
+                self.mode[d] = ("ndjson" if sp.ndjson else "sse") if isinstance(sp, EventSplitter) else "http"
 
     def late_tap(self, d: int) -> GrpcSplitter | EventSplitter | JsonBodyTap | None:
         """The body reader of direction d at its first DATA frame, when its headers did not

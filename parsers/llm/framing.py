@@ -28,17 +28,16 @@ _BOM = b"\xef\xbb\xbf"
 RawEvent = tuple[str, str, int, int, int]  # event_type, data, ts_ns, size, end_offset
 
 
-class SseFramer:
-    """Incremental ``text/event-stream`` parser."""
+class _Lines:
+    """Line splitting shared by the framers: lines completed by each feed (also across
+    feeds, a CRLF split between two included) go to :meth:`_line_done`."""
 
-    __slots__ = ("_line", "_cr", "_first", "_data", "_type", "_pos", "_start", "_skip")
+    __slots__ = ("_line", "_cr", "_pos", "_start", "_skip")
+    _NL = _NL
 
     def __init__(self) -> None:
         self._line = bytearray()  # unterminated line so far
         self._cr = False  # the last byte fed was a CR ending a line (maybe half a CRLF)
-        self._first = True  # no line completed yet: a BOM may lead the first one
-        self._data: list[bytes] = []  # data field values of the event being read
-        self._type = b""
         self._pos = 0  # body bytes fed so far
         self._start = 0  # body position where the current event's bytes began
         self._skip = False  # the current line began before lost bytes: ignore it
@@ -52,8 +51,8 @@ class SseFramer:
             if b[:1] == b"\n":
                 i = 1  # second half of a CRLF whose CR ended the previous feed
         line = self._line
-        for m in _NL.finditer(b, i):
-            s, e = m.start(), m.end()
+        for m in self._NL.finditer(b, i):
+            s, e = m.span()
             if line:
                 line += b[i:s]
                 text = bytes(line)
@@ -70,6 +69,29 @@ class SseFramer:
         elif b[-1:] == b"\r":
             self._cr = True
         self._pos = base + len(b)
+
+    def _line_done(self, line: bytes, ts: int, pos: int, end_off: int, out: list[RawEvent]) -> None:
+        raise NotImplementedError
+
+    def lost(self) -> None:
+        """Bytes of the body were lost: the event being read is incomplete, and the next
+        bytes may begin inside a line (skipped up to its end)."""
+        self._skip = True
+        self._line.clear()
+        self._cr = False
+        self._start = self._pos
+
+
+class SseFramer(_Lines):
+    """Incremental ``text/event-stream`` parser."""
+
+    __slots__ = ("_first", "_data", "_type")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first = True  # no line completed yet: a BOM may lead the first one
+        self._data: list[bytes] = []  # data field values of the event being read
+        self._type = b""
 
     def _line_done(self, line: bytes, ts: int, pos: int, end_off: int, out: list[RawEvent]) -> None:
         if self._first:
@@ -97,56 +119,20 @@ class SseFramer:
         # id, retry and unknown fields change nothing that is measured here
 
     def lost(self) -> None:
-        """Bytes of the body were lost: the event being read is incomplete, and the next
-        bytes may begin inside a line (skipped up to its end)."""
+        super().lost()
         self._data = []
         self._type = b""
-        self._skip = True
-        self._line.clear()
-        self._cr = False
         self._first = False
-        self._start = self._pos
 
 
-class NdjsonFramer:
+class NdjsonFramer(_Lines):
     """Incremental newline-delimited JSON parser."""
 
-    __slots__ = ("_line", "_pos", "_start", "_skip")
+    __slots__ = ()
+    _NL = re.compile(rb"\n")
 
-    def __init__(self) -> None:
-        self._line = bytearray()
-        self._pos = 0
-        self._start = 0
-        self._skip = False
-
-    def feed(self, b: bytes, off: int, ts: int, out: list[RawEvent]) -> None:
-        base = self._pos
-        i = 0
-        line = self._line
-        n = len(b)
-        while i < n:
-            j = b.find(b"\n", i)
-            if j < 0:
-                line += b[i:]
-                break
-            if line:
-                line += b[i:j]
-                text = bytes(line)
-                line.clear()
-            else:
-                text = b[i:j]
-            i = j + 1
-            if self._skip:
-                self._skip = False
-                self._start = base + i
-                continue
-            text = text.strip()
-            if text:
-                out.append(("", text.decode("utf-8", "replace"), ts, base + i - self._start, off + i))
-                self._start = base + i
-        self._pos = base + n
-
-    def lost(self) -> None:
-        self._skip = True
-        self._line.clear()
-        self._start = self._pos
+    def _line_done(self, line: bytes, ts: int, pos: int, end_off: int, out: list[RawEvent]) -> None:
+        text = line.strip()
+        if text:
+            out.append(("", text.decode("utf-8", "replace"), ts, pos - self._start, end_off))
+            self._start = pos

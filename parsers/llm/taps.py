@@ -37,12 +37,25 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
                 "application/x-jsonlines", "application/jsonlines", "application/json-lines")  # fmt: skip
 
 
-class EventSplitter:
+class _BodyReader:
+    """What the decoders ask of every splitter beyond ``feed`` and ``lost``: body readers
+    never probe for message boundaries."""
+
+    __slots__ = ()
+    probing = False
+    confirmed = True
+
+    def frame_start(self) -> None:
+        pass
+
+    def frame_end(self, out: list) -> None:
+        pass
+
+
+class EventSplitter(_BodyReader):
     """One message per server-sent event (or JSON line) of a response body."""
 
     __slots__ = ("framer", "stream", "first_ts", "first_off", "_raw")
-    probing = False
-    confirmed = True
 
     def __init__(self, ndjson: bool = False) -> None:
         self.framer: SseFramer | NdjsonFramer = NdjsonFramer() if ndjson else SseFramer()
@@ -71,22 +84,14 @@ class EventSplitter:
             out.append((t, size, message_flags(False, kind, tokens), end))
         raw.clear()
 
-    def frame_start(self) -> None:
-        pass
-
-    def frame_end(self, out: list) -> None:
-        pass
-
     def lost(self) -> None:
         self.framer.lost()
 
 
-class JsonBodyTap:
+class JsonBodyTap(_BodyReader):
     """The wanted top-level values of a JSON body; no messages."""
 
     __slots__ = ("scan", "response")
-    probing = False
-    confirmed = True
 
     def __init__(self, response: bool) -> None:
         self.response = response
@@ -95,12 +100,6 @@ class JsonBodyTap:
     def feed(self, data: bytes | bytearray | memoryview, i: int, n: int, off: int, ts: int, out: list) -> None:
         if not self.scan.done:
             self.scan.feed(data[i:n])
-
-    def frame_start(self) -> None:
-        pass
-
-    def frame_end(self, out: list) -> None:
-        pass
 
     def lost(self) -> None:
         self.scan.lost()
