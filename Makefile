@@ -12,7 +12,7 @@ APT_PACKAGES := tshark tcpdump iproute2 procps
 APT_PACKAGES += nodejs npm curl nghttp2-client
 NODE_DIR := tests/node
 
-.PHONY: demo test venv system-deps node-deps lint bench clean
+.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report clean
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,23 @@ test: system-deps venv node-deps lint
 
 bench: venv
 	$(BIN)/python bench/bench_pipeline.py
+
+# What users run (analyze with its report, report, sql, the ingest alone) against tshark on
+# realistic traffic (200k, 1M, 10M packets), the lab's captures and the ideal capture:
+# bench/results/users.md (takes about an hour; tshark needs ~7 GB for 10M packets).
+BENCH_CAPTURES ?= out/bench-captures
+bench-users: venv
+	$(BIN)/python bench/bench_users.py --cache $(BENCH_CAPTURES)
+
+# The randomized lab sweep (root; several hours): runs drawn from ranges, split into tuning
+# and held-out runs before scoring; sweep-report scores them into the README.
+SWEEP_DIR ?= out/sweep
+SWEEP_RUNS ?= 90
+sweep: venv
+	$(BIN)/tailtap lab sweep --out $(SWEEP_DIR) --seed 1 --runs $(SWEEP_RUNS)
+
+sweep-report: venv
+	$(BIN)/tailtap lab sweep-report $(SWEEP_DIR) --readme README.md --json bench/results/sweep.json
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info $(NODE_DIR)/node_modules

@@ -179,7 +179,8 @@ class TcpEvent:
     conn_key: int
     direction: int
     kind: str  # retransmission, fast_retransmission, rto_retransmission, spurious_retransmission,
-    # out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss
+    # out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss,
+    # reassembly_skip, upstream_loss (IP id gap: packets lost before the capture point)
     seq: int  # relative sequence number (0 = first byte seen of that direction)
     bytes: int
     frame_no: int

@@ -6,17 +6,48 @@
 -- connection) the client has not read what it already ACKed. A message is read-stalled
 -- when such a blocked episode overlaps the time from its ACK to the client's next
 -- WINDOW_UPDATE on the connection; its read time is that WINDOW_UPDATE (the first sign
--- the application is consuming again). Otherwise the ACK time stands. No shift for the
--- capture-point-to-client half RTT is needed: both times are the client's packets as
--- the capture point saw them, like the request they are compared with.
--- Columns: conn_id, stream_id, index, ts (capture time), acked_ts, read_ts (estimated
--- client read time: acked_ts, or the WINDOW_UPDATE after it when read-stalled; null
--- without ACK), read_stalled.
--- depends_on: messages, h2_events
-WITH response AS (
-    SELECT conn_id, stream_id, "index", ts, acked_ts, epoch_ns(acked_ts) AS acked_ns
+-- the application is consuming again). Otherwise the message was read when it arrived: at
+-- its ACK, unless the client held that ACK (delayed ACK: one ACK for two segments, or
+-- after a timer): when one ACK covers several messages and nothing went wrong toward the
+-- client in between (no retransmission, lost segment, out-of-order arrival or duplicate
+-- ACK), each arrived as long after it passed the capture point as the last of them did
+-- before the ACK. No shift for the capture-point-to-client half RTT is needed: both
+-- times are the client's packets as the capture point saw them, like the request they are
+-- compared with.
+-- Columns: conn_id, stream_id, index, ts (capture time), acked_ts, arrival_ts (when it
+-- reached the client, in the ACK's clock: acked_ts less a held ACK's wait), read_ts
+-- (estimated client read time: arrival_ts, or the WINDOW_UPDATE after it when
+-- read-stalled; null without ACK), read_stalled.
+-- depends_on: messages, h2_events, tcp_events
+-- materialize: session
+WITH sent AS (
+    SELECT conn_id, stream_id, "index", ts, acked_ts, epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns
     FROM messages
     WHERE direction = 'response'
+),
+ack_groups AS (  -- the messages one ACK covered: the last of them shows the path's delay then
+    SELECT conn_id, acked_ns, max(sent_ns) AS last_sent_ns
+    FROM sent WHERE acked_ns IS NOT NULL
+    GROUP BY ALL
+),
+trouble AS (
+    SELECT conn_id, epoch_ns(ts) AS trouble_ns
+    FROM tcp_events
+    WHERE direction = 'to_client'
+      AND kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
+                   'lost_segment', 'out_of_order', 'dup_ack')
+),
+arrived AS (
+    SELECT s.*, g.last_sent_ns, t.trouble_ns
+    FROM sent AS s
+    LEFT JOIN ack_groups AS g USING (conn_id, acked_ns)
+    ASOF LEFT JOIN trouble AS t ON t.conn_id = s.conn_id AND t.trouble_ns >= s.sent_ns
+),
+response AS (
+    SELECT conn_id, stream_id, "index", ts, acked_ts, acked_ns,
+        CASE WHEN acked_ns IS NULL OR trouble_ns <= acked_ns THEN acked_ts
+             ELSE CAST(make_timestamp_ns(sent_ns + greatest(acked_ns - last_sent_ns, 0)) AS TIMESTAMPTZ_NS) END AS arrival_ts
+    FROM arrived
 ),
 client_window_updates AS (
     SELECT conn_id, epoch_ns(ts) AS wu_ns, ts AS wu_ts
@@ -29,22 +60,22 @@ blocked AS (
     FROM h2_events
     WHERE kind = 'flow_control_blocked' AND direction = 'to_client'
 ),
-next_update AS (
+next_update AS (  -- only where a sender was blocked on the connection: elsewhere no read stalled
     SELECT r.*, w.wu_ns, w.wu_ts
-    FROM response AS r
+    FROM (SELECT * FROM response WHERE conn_id IN (SELECT conn_id FROM blocked)) AS r
     ASOF LEFT JOIN client_window_updates AS w
       ON w.conn_id = r.conn_id AND w.wu_ns >= r.acked_ns
 ),
 stalled AS (
-    SELECT DISTINCT n.conn_id, n.stream_id, n."index"
+    SELECT DISTINCT n.conn_id, n.stream_id, n."index", n.wu_ts
     FROM next_update AS n
     JOIN blocked AS b
       ON b.conn_id = n.conn_id
      AND ((b.stream_id IN (0, n.stream_id) AND b.blocked_from <= n.wu_ns AND b.blocked_until >= n.acked_ns)
           OR (b.blocked_from <= n.acked_ns AND b.blocked_until >= n.wu_ns - 1000000))
 )
-SELECT n.conn_id, n.stream_id, n."index", n.ts, n.acked_ts,
-    CASE WHEN s.conn_id IS NOT NULL THEN n.wu_ts ELSE n.acked_ts END AS read_ts,
+SELECT r.conn_id, r.stream_id, r."index", r.ts, r.acked_ts, r.arrival_ts,
+    CASE WHEN s.conn_id IS NOT NULL THEN s.wu_ts ELSE r.arrival_ts END AS read_ts,
     s.conn_id IS NOT NULL AS read_stalled
-FROM next_update AS n
+FROM response AS r
 LEFT JOIN stalled AS s USING (conn_id, stream_id, "index")

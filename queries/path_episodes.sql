@@ -4,10 +4,11 @@
 -- 'loss', at most 2 s apart). One row per path-second inside an episode, with the
 -- path_timeline columns and the episode's number (per path and kind).
 -- depends_on: path_timeline
+-- materialize: session
 WITH marked AS (
     SELECT 'queue' AS kind, 1 AS max_gap_s, *
     FROM path_timeline
-    WHERE inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0))
+    WHERE queued(inflation_ms, floor_ms)
     UNION ALL
     SELECT 'loss', 2, *
     FROM path_timeline

@@ -2,9 +2,10 @@
 -- second? Per path and 1-second bucket, toward the client: bytes the inference
 -- connections (those that carried requests) sent and got acknowledged, packets sent,
 -- bytes acknowledged on the path's other connections (cross traffic seen at the capture
--- point), retransmissions, and the RTT inflation over the path floor (25th percentile,
--- robust to delayed ACKs). The input of shaper / policer detection.
--- depends_on: flow_rates, connections, rtt_floor, tcp_events
+-- point), retransmissions, and the RTT inflation over the path floor (path_rtt: the 25th
+-- percentile of the second's 100 ms buckets' 25th percentiles, robust to delayed ACKs). The input of shaper / policer detection.
+-- depends_on: flow_rates, connections, path_rtt, tcp_events
+-- materialize: session
 WITH conns AS (
     SELECT conn_id, client_addr, server_addr, requests > 0 AS inference FROM connections
 ),
@@ -19,10 +20,10 @@ rates AS (
     GROUP BY ALL
 ),
 rtt AS (
-    SELECT client_addr, server_addr, epoch_ns(ts) // 1000000000 AS second,
-        quantile_cont(inflation_ms, 0.25) AS inflation_ms,
+    SELECT client_addr, server_addr, bucket // 10 AS second,
+        quantile_cont(inflation_p25_ms, 0.25) AS inflation_ms,
         min(floor_ms) AS floor_ms
-    FROM rtt_floor
+    FROM path_rtt
     WHERE direction = 'to_client'
     GROUP BY ALL
 ),

@@ -2,7 +2,8 @@
 -- the simulated policer's token bucket empty? The per-segment half of the policer bucket
 -- test (policer_bucket gives the per-episode verdict and describes the method). One row
 -- per data segment the server sent toward the client on the path (all its connections)
--- from the episode's first lost segment to its last one.
+-- from the episode's first lost segment to its last one, for the loss episodes that lost at
+-- least 1% of the path's sends.
 -- Columns: client_addr, server_addr, episode, conn_id, ts, seq, wire_bytes (payload + 66
 -- header bytes), lost (its bytes were next sent by a non-spurious retransmission),
 -- resent_ts (that next send), token_rate_bps and bucket_depth_bytes (the episode's),
@@ -11,10 +12,23 @@
 -- explained (tokens_uncapped >= its size: some depth lets it pass), judged (counted in
 -- the verdict), empty (tokens < its size: a policer would drop it).
 -- depends_on: segment_sends, connections, path_episodes
-WITH sends AS (
-    SELECT s.conn_id, c.client_addr, c.server_addr, s.ts, epoch_ns(s.ts) AS t_ns, s.seq, s.bytes, s.kind,
-        s.bytes + 66 AS wire_bytes
-    FROM segment_sends AS s JOIN connections AS c USING (conn_id)
+WITH candidates AS (  -- loss episodes that lost at least 1% of what the path sent: a policer
+    -- drops the excess of the offered rate over its own; a fraction of a percent of
+    -- background loss is not that (and testing it would cost every send of the path)
+    SELECT client_addr, server_addr, min(second) AS first_s, max(second) AS last_s
+    FROM path_episodes
+    WHERE kind = 'loss'
+    GROUP BY client_addr, server_addr, episode
+    HAVING sum(retransmissions) >= 0.01 * sum(sent_packets)
+),
+sends AS (  -- the path's sends around its candidate episodes (their resends come within seconds)
+    SELECT DISTINCT s.conn_id, c.client_addr, c.server_addr, s.ts, epoch_ns(s.ts) AS t_ns, s.seq, s.bytes, s.kind,
+        s.bytes + header_bytes() AS wire_bytes
+    FROM segment_sends AS s
+    JOIN connections AS c USING (conn_id)
+    JOIN candidates AS e
+      ON e.client_addr = c.client_addr AND e.server_addr = c.server_addr
+     AND epoch_ns(s.ts) // 1000000000 BETWEEN e.first_s - 5 AND e.last_s + 5
     WHERE s.direction = 'to_client' AND s.bytes > 0
 ),
 resends AS (  -- keyed by the 64 KiB blocks of sequence space they cover: the join below

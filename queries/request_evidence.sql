@@ -1,26 +1,52 @@
 -- What happened on each request's connection while it was in flight? For every request
--- (request_metrics), the network and HTTP/2 evidence between its start and its finish
--- (client ACK of its last byte when seen), both directions: loss events and bursts with
--- the head-of-line stall they caused, reordering (out-of-order arrivals, spurious
+-- (request_metrics), the network and HTTP/2 evidence between its start (client_started_at:
+-- before a first packet lost upstream of the capture point) and its finish (client ACK of
+-- its last byte when seen), both directions: loss events and bursts with the head-of-line
+-- stall they caused (and its own first bytes lost before the capture point; a server
+-- retransmission the client did not need, after client packets were lost upstream, is a
+-- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
 -- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
--- path floor (25th percentile of the samples in flight: robust to delayed ACKs; and the
--- largest inflation over its final 500 ms, the queue its last bytes met), and
+-- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
+-- percentiles, robust to delayed ACKs; and the largest inflation over its final 500 ms,
+-- the queue its last bytes met), and
 -- whether the capture saw both directions.
--- depends_on: request_metrics, tcp_events, rtt_floor, h2_events, connections
-WITH ev AS (
+-- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
+-- materialize: capture
+WITH upstream_gaps AS (
+    SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
+),
+events AS (  -- a server retransmission the client did not need, after the client's packets
+    -- were lost before the capture point (upstream_loss in the 2 s before): its ACKs were
+    -- lost (ack_loss, a loss toward the server), not its data held back (reordering)
+    SELECT e.* REPLACE (
+        CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss' ELSE e.kind END AS kind,
+        CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
+    FROM tcp_events AS e
+    ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
+),
+ev AS (  -- from when the client began (before a lost first packet) to its finish
     SELECT m.conn_id, m.stream_id, e.*
     FROM request_metrics AS m
-    JOIN tcp_events AS e
-      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.started_at AND m.finished_at
+    JOIN events AS e
+      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.client_started_at AND m.finished_at
 ),
 loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
         count(*) AS segments,
         max(coalesce(recovery_ms, 0)) AS stall_ms
     FROM ev
-    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment')
+    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
     GROUP BY ALL
+    UNION ALL  -- packets lost before the capture point while it waited: counted, no stall of their own
+    SELECT conn_id, stream_id, direction, -frame_no, sum(bytes), 0
+    FROM ev WHERE kind = 'upstream_loss'
+    GROUP BY ALL
+    UNION ALL  -- its own first bytes, lost before the capture point and resent
+    SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms
+    FROM request_metrics WHERE upstream_delay_ms > 0
 ),
 loss AS (
     SELECT conn_id, stream_id,
@@ -55,34 +81,34 @@ flow AS (
      AND h.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL
 ),
--- RTT samples on the network side of the capture point only: next to a server (or a
--- client) there is no network, and what inflates those samples is the host itself (a
--- stalled server delays its ACKs)
-network_rtt AS (
-    SELECT f.* FROM rtt_floor AS f JOIN connections AS c USING (conn_id)
-    WHERE NOT (c.capture_side = 'server' AND f.direction = 'to_server')
-      AND NOT (c.capture_side = 'client' AND f.direction = 'to_client')
+-- a queue belongs to the path: judge it on every connection's RTT samples between the
+-- same client and server while the request was in flight (path_rtt, by 100 ms buckets; a
+-- request's own few samples can be a delayed ACK's)
+spans AS (
+    SELECT conn_id, stream_id, client_addr, server_addr,
+        epoch_ns(started_at) // 100000000 AS first_bucket,
+        epoch_ns(finished_at) // 100000000 AS last_bucket
+    FROM request_metrics
+    WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL AND finished_at >= started_at
 ),
--- a queue belongs to the path: judge it on every connection's samples between the same
--- client and server while the request was in flight (a request's own few samples can be
--- a delayed ACK's)
-rtt_dir AS (
-    SELECT m.conn_id, m.stream_id, f.direction,
-        count(*) AS samples,
-        quantile_cont(f.inflation_ms, 0.25) AS inflation_p25_ms,
-        median(f.floor_ms) AS floor_ms
-    FROM request_metrics AS m
-    JOIN network_rtt AS f
-      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
-     AND f.ts BETWEEN m.started_at AND m.finished_at
+in_flight AS (
+    SELECT conn_id, stream_id, client_addr, server_addr, unnest(range(first_bucket, last_bucket + 1)) AS bucket
+    FROM spans
+),
+rtt_dir AS (  -- per direction: the typical inflation in flight (25th percentile of the buckets' 25th percentiles)
+    SELECT f.conn_id, f.stream_id, p.direction,
+        sum(p.samples) AS samples,
+        quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms,
+        median(p.floor_ms) AS floor_ms
+    FROM in_flight AS f
+    JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
     GROUP BY ALL
 ),
 rtt_end AS (  -- the queue its last bytes went through: inflation on the path over its final 500 ms
-    SELECT m.conn_id, m.stream_id, max(f.inflation_ms) AS inflation_ms, median(f.inflation_ms) AS inflation_p50_ms
-    FROM request_metrics AS m
-    JOIN network_rtt AS f
-      ON f.client_addr = m.client_addr AND f.server_addr = m.server_addr
-     AND epoch_ns(f.ts) BETWEEN epoch_ns(m.finished_at) - 500000000 AND epoch_ns(m.finished_at)
+    SELECT f.conn_id, f.stream_id, max(p.inflation_max_ms) AS inflation_ms, median(p.inflation_p50_ms) AS inflation_p50_ms
+    FROM (SELECT conn_id, stream_id, client_addr, server_addr, unnest(range(last_bucket - 5, last_bucket + 1)) AS bucket
+          FROM spans) AS f
+    JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
     GROUP BY ALL
 ),
 rtt AS (

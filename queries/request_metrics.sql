@@ -2,7 +2,8 @@
 -- metrics attribution judges a request by: client-side estimates where the ACKs gave
 -- them (a server-side capture point sees responses leave, not arrive), else the
 -- capture-point values; the client-side largest token gap from the read times of its
--- messages (client_read: the ACK times, or later for a slow reader); when it started and finished; its window (variable window_s).
+-- messages (client_read: the ACK times, or later for a slow reader); when it started and finished
+-- (the report window a request falls in is window_of(started_at)).
 -- A held ACK is undone for TTFT: when one ACK covers both of a stream's first two
 -- response messages and the client sent no duplicate ACK in between (nothing was late or
 -- lost), the client held its ACK for the second segment (ACK every second segment); the
@@ -11,7 +12,30 @@
 -- A slow reader is undone too (client_read): when the first or last response message sat
 -- unread in the client's buffers, TTFT and latency run to when the client read it;
 -- client_read_wait_ms is what the end of the response added that way.
--- depends_on: requests_in_range, messages, tcp_events, client_read
+-- A delayed ACK is undone too: a client ACKs what it received at once or holds the ACK
+-- (Linux: 40 ms and more, until more data comes), so an ACK bounds the arrival from above
+-- only. Where nothing went wrong toward the client between the bytes passing the capture
+-- point and their ACK (no retransmission, lost segment, out-of-order arrival or duplicate
+-- ACK) and the path was not queued (path_rtt: 25th percentile of its inflation toward the
+-- client from 250 ms before they passed to their ACK), they arrived one path delay after they
+-- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
+-- client holds an ACK, was the held ACK (ack_held_ms).
+-- A request lost before the capture point is undone too. When its first bytes filled a
+-- hole in the client's bytes (a later packet showed them missing), the client had sent
+-- them before the hole showed, after its last packet seen before (an ACK that gave an RTT
+-- sample) and at most a retransmission timeout (200 ms, Linux's floor, plus the path's
+-- RTT) earlier. When they came right
+-- after skipped IP ids (upstream_loss: the client numbers its packets one by one) with no
+-- hole (nothing else sent meanwhile), they are a resend the capture cannot tell from a
+-- first send if the client had been silent for at least a retransmission timeout: the
+-- client began one timeout earlier (otherwise the missing packets were only ACKs).
+-- upstream_delay_ms is that wait (the largest, if both); client_started_at (started_at
+-- less it) is when the client began.
+-- A request with no answer at all (no response headers, message, end or reset) on a
+-- connection that went on for a second or more after it is unanswered: it failed, and its
+-- TTFT and latency run at least to the connection's last packet (finished_at).
+-- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
+-- materialize: capture
 WITH read_gaps AS (
     SELECT conn_id, stream_id,
         max(gap_ms) AS max_gap_client_est_ms
@@ -48,6 +72,87 @@ read_wait AS (  -- what a stalled last read added to the client-side latency
     FROM requests_in_range AS r
     JOIN read_stalls AS s USING (conn_id, stream_id)
 ),
+acks AS (  -- the first and the last response byte: when they passed, when they were ACKed
+    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'first' AS which,
+        epoch_ns(r.first_message) AS t, epoch_ns(r.first_message_acked) AS a
+    FROM requests_in_range AS r WHERE r.first_message_acked > r.first_message
+    UNION ALL
+    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'end',
+        epoch_ns(coalesce(r."end", r.last_message)), epoch_ns(r.end_acked)
+    FROM requests_in_range AS r WHERE r.end_acked > coalesce(r."end", r.last_message)
+),
+path_queue AS (  -- the path's RTT inflation toward the client around each (path_rtt buckets)
+    SELECT k.conn_id, k.stream_id, k.which, quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms
+    FROM (SELECT conn_id, stream_id, which, client_addr, server_addr,
+                 unnest(range((t - 250000000) // 100000000, a // 100000000 + 1)) AS bucket
+          FROM acks) AS k
+    JOIN path_rtt AS p
+      ON p.client_addr = k.client_addr AND p.server_addr = k.server_addr AND p.bucket = k.bucket
+     AND p.direction = 'to_client'
+    GROUP BY ALL
+),
+troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
+    SELECT DISTINCT k.conn_id, k.stream_id, k.which
+    FROM acks AS k
+    JOIN tcp_events AS e
+      ON e.conn_id = k.conn_id AND e.direction = 'to_client'
+     AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
+                    'lost_segment', 'out_of_order', 'dup_ack')
+     AND epoch_ns(e.ts) BETWEEN k.t AND k.a
+),
+ack_held AS (  -- how long the client held each ACK beyond the path delay (0 when troubled)
+    SELECT k.conn_id, k.stream_id,
+        max(CASE WHEN k.which = 'first' THEN held_ms END) AS first_held_ms,
+        max(CASE WHEN k.which = 'end' THEN held_ms END) AS end_held_ms
+    FROM (
+        SELECT k.conn_id, k.stream_id, k.which,
+            CASE WHEN x.conn_id IS NULL AND NOT coalesce(queued(q.inflation_p25_ms, c.rtt_min_ms_to_client), false)
+                 THEN least(greatest((k.a - k.t) / 1e6 - coalesce(c.rtt_min_ms_to_client, 0) - coalesce(q.inflation_p25_ms, 0), 0),
+                            delayed_ack_max_ms())
+                 ELSE 0 END AS held_ms
+        FROM acks AS k
+        JOIN connections AS c USING (conn_id)
+        LEFT JOIN path_queue AS q USING (conn_id, stream_id, which)
+        LEFT JOIN troubled AS x USING (conn_id, stream_id, which)
+    ) AS k
+    GROUP BY ALL
+),
+upstream_gaps AS (
+    SELECT conn_id, epoch_ns(ts) AS gap_ns, recovery_ms, bytes AS lost_packets
+    FROM tcp_events
+    WHERE kind = 'upstream_loss' AND direction = 'to_server'
+),
+client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample)
+    SELECT conn_id, epoch_ns(ts) AS ack_ns FROM rtt_samples WHERE direction = 'to_client'
+),
+filled_holes AS (  -- holes in the client's bytes, when they showed and when resent bytes filled them
+    SELECT e.conn_id, epoch_ns(e.ts) AS shown_ns, epoch_ns(e.ts) + CAST(round(e.recovery_ms * 1e6) AS BIGINT) AS filled_ns,
+        e.recovery_ms, a.ack_ns AS before_ns
+    FROM tcp_events AS e
+    ASOF LEFT JOIN client_acks AS a ON a.conn_id = e.conn_id AND a.ack_ns < epoch_ns(e.ts)
+    WHERE e.kind = 'lost_segment' AND e.direction = 'to_server' AND e.recovery_ms IS NOT NULL
+),
+upstream AS (
+    -- its first bytes filled a hole: they were sent before the hole showed, after the
+    -- client's last packet seen before it, at most a retransmission timeout earlier
+    SELECT r.conn_id, r.stream_id, 1 AS lost_packets,
+        max(h.recovery_ms + least(coalesce(h.shown_ns - h.before_ns, 0) / 1e6,
+                                  200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0))) AS upstream_delay_ms
+    FROM requests_in_range AS r
+    JOIN connections AS c USING (conn_id)
+    JOIN filled_holes AS h
+      ON h.conn_id = r.conn_id AND abs(h.filled_ns - epoch_ns(r.request_start)) <= 1000000
+    GROUP BY ALL
+    UNION ALL
+    -- they came right after skipped IP ids, on a connection silent for at least a
+    -- retransmission timeout (200 ms, Linux's floor, plus the path's RTT): a resend
+    SELECT r.conn_id, r.stream_id, g.lost_packets,
+        200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0)
+    FROM requests_in_range AS r
+    JOIN connections AS c USING (conn_id)
+    JOIN upstream_gaps AS g ON g.conn_id = r.conn_id AND g.gap_ns = epoch_ns(r.request_start)
+    WHERE g.recovery_ms >= 0.9 * (200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0))
+),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
@@ -71,22 +176,38 @@ SELECT
     r.response_messages,
     r.response_bytes,
     r.seen_at AS started_at,
-    coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) AS finished_at,
+    -- no answer at all, on a connection that went on (or ended) a second or more after it
+    -- was sent: the request failed; its latency is at least the rest of the connection
+    r.response_headers IS NULL AND r.first_message IS NULL AND r."end" IS NULL AND r.reset_code IS NULL
+        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000 AS unanswered,
+    CASE WHEN unanswered THEN c."end"
+         ELSE coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) END AS finished_at,
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    coalesce(r.latency_client_est_ms, r.latency_ms) + coalesce(w.client_read_wait_ms, 0) AS latency_eff_ms,
+    CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
+         ELSE coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0) END
+        + coalesce(u.upstream_delay_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
-    CASE WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
+    CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
+         WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
-         ELSE coalesce(r.ttft_client_est_ms, r.ttft_ms) END AS ttft_eff_ms,
+         ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END
+        + coalesce(u.upstream_delay_ms, 0) AS ttft_eff_ms,
     coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
-    r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
-    CAST(floor(epoch_ns(r.seen_at) / (getvariable('window_s') * 1e9)) AS BIGINT) AS window_id
+    coalesce(k.end_held_ms, 0) AS ack_held_ms,
+    coalesce(u.upstream_delay_ms, 0) AS upstream_delay_ms,
+    coalesce(u.lost_packets, 0) AS upstream_lost_packets,
+    CAST(make_timestamp_ns(epoch_ns(r.seen_at) - CAST(round(coalesce(u.upstream_delay_ms, 0) * 1e6) AS BIGINT)) AS TIMESTAMPTZ_NS) AS client_started_at,
+    r.latency_client_est_ms IS NOT NULL AS client_side_estimated
 FROM requests_in_range AS r
+JOIN connections AS c USING (conn_id)
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
+LEFT JOIN ack_held AS k USING (conn_id, stream_id)
+LEFT JOIN (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms, max(lost_packets) AS lost_packets
+           FROM upstream GROUP BY ALL) AS u USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL

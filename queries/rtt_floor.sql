@@ -1,9 +1,9 @@
--- How inflated was each RTT sample over its path's floor? The floor is the minimum RTT
--- seen on the same path (client address, server address, direction) over the trailing
--- 60 seconds, across all connections on that path: a trailing floor, not the global
--- minimum, so a route change or a long capture does not make everything look queued.
--- inflation_ms = rtt_ms - floor_ms (queueing delay when the queue sits on that path).
--- depends_on: rtt_samples, connections
+-- How inflated was each RTT sample over its path's floor? Every RTT sample with its path
+-- (client address, server address) and the floor of that path and direction at the time
+-- (path_rtt: the minimum over the trailing 60 seconds, across all connections on the
+-- path, by 100 ms buckets); inflation_ms = rtt_ms - floor_ms. For drilling down into one
+-- connection; the analysis reads path_rtt.
+-- depends_on: rtt_samples, connections, path_rtt
 SELECT
     s.conn_id,
     s.ts,
@@ -12,15 +12,10 @@ SELECT
     s.source,
     c.client_addr,
     c.server_addr,
-    min(s.rtt_ms) OVER (
-        PARTITION BY c.client_addr, c.server_addr, s.direction
-        ORDER BY epoch_ns(s.ts)
-        RANGE BETWEEN 60000000000 PRECEDING AND CURRENT ROW
-    ) AS floor_ms,
-    s.rtt_ms - min(s.rtt_ms) OVER (
-        PARTITION BY c.client_addr, c.server_addr, s.direction
-        ORDER BY epoch_ns(s.ts)
-        RANGE BETWEEN 60000000000 PRECEDING AND CURRENT ROW
-    ) AS inflation_ms
+    p.floor_ms,
+    s.rtt_ms - p.floor_ms AS inflation_ms
 FROM rtt_samples AS s
 JOIN connections AS c USING (conn_id)
+LEFT JOIN path_rtt AS p
+  ON p.client_addr = c.client_addr AND p.server_addr = c.server_addr AND p.direction = s.direction
+ AND p.bucket = epoch_ns(s.ts) // 100000000

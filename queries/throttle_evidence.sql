@@ -22,10 +22,11 @@
 --            (the sends they delay pass with an empty bucket too). The detail also
 --            gives the delivery rate inside vs around the episode (wire bytes, median
 --            of 500 ms windows). delay = the loss stalls
--- Columns: conn_id, stream_id, throttle_kind, throttle_detail, throttle_delay_ms.
+-- Columns: capture_id, conn_id, stream_id, started_at, throttle_kind, throttle_detail, throttle_delay_ms.
 -- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections, policer_bucket
+-- materialize: capture
 WITH req AS (
-    SELECT conn_id, stream_id, client_addr, server_addr,
+    SELECT capture_id, started_at, conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
         epoch_ns(finished_at) // 1000000000 AS last_second,
         greatest(queue_inflation_ms, queue_inflation_end_ms) AS queue_inflation_ms, queue_delay_ms,
@@ -73,8 +74,8 @@ episode_queue AS (
 ),
 rates AS (  -- 500 ms delivery and offer rates of the inference connections, wire bytes
     SELECT client_addr, server_addr, bucket,
-        sum(delivered + 66 * packets) OVER w AS delivered_500ms,
-        sum(sent + 66 * packets) OVER w AS offered_500ms
+        sum(delivered + header_bytes() * packets) OVER w AS delivered_500ms,
+        sum(sent + header_bytes() * packets) OVER w AS offered_500ms
     FROM (
         SELECT c.client_addr, c.server_addr, epoch_ns(f.ts) // 100000000 AS bucket,
             sum(f.bytes_acked) AS delivered, sum(f.bytes_sent) AS sent, sum(f.packets_sent) AS packets
@@ -102,11 +103,11 @@ policed AS (
     JOIN episode_queue AS q USING (client_addr, server_addr, episode)
     JOIN policer_bucket AS b USING (client_addr, server_addr, episode)
     LEFT JOIN rate_test AS t USING (client_addr, server_addr, episode)
-    WHERE coalesce(q.max_inflation_ms, 0) < greatest(getvariable('queue_min_ms'), 0.5 * coalesce(q.floor_ms, 0))
+    WHERE NOT queued(coalesce(q.max_inflation_ms, 0), q.floor_ms)
       AND e.losses >= 5
       AND b.bucket_consistent
 )
-SELECT r.conn_id, r.stream_id,
+SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
     'shaper' AS throttle_kind,
     format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s), RTT up to +{:.0f} ms, no cross traffic',
            e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
@@ -117,9 +118,9 @@ FROM req AS r
 JOIN shaped AS e
   ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
  AND r.last_second >= e.first_second AND r.first_second <= e.last_second
-WHERE r.queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor_ms)
+WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 UNION ALL
-SELECT r.conn_id, r.stream_id,
+SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
     'policer',
     format('{} losses without queueing, as a token bucket drops them: ~{:.0f} kbit/s (goodput between first and last loss), depth ~{:.0f} B; {:.0f}% of {} lost segments vs {:.0f}% of the passed ones sent with the bucket empty; delivery {:.0f} kbit/s under {:.0f} kbit/s offered, {:.0f} kbit/s around the episode',
            p.losses, p.token_rate_bps / 1000, p.bucket_depth_bytes, 100 * p.lost_empty_share, p.judged_losses,

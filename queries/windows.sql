@@ -2,8 +2,9 @@
 -- window_s seconds: requests, errors and p50/p99/p99.9 of each metric (client-side
 -- estimates where available, see request_metrics).
 -- depends_on: request_metrics
+-- materialize: session
 SELECT
-    window_id,
+    window_of(started_at) AS window_id,
     CAST(make_timestamp_ns(CAST(window_id * getvariable('window_s') * 1e9 AS BIGINT)) AS TIMESTAMPTZ) AS window_start,
     count(*) AS requests,
     count(*) FILTER (WHERE coalesce(grpc_status, 0) <> 0 OR http_status >= 400) AS errors,
@@ -18,5 +19,5 @@ SELECT
     quantile_cont(gap_eff_ms, 0.99) AS gap_p99_ms,
     quantile_cont(gap_eff_ms, 0.999) AS gap_p999_ms
 FROM request_metrics
-GROUP BY window_id
+GROUP BY ALL
 ORDER BY window_id

@@ -83,7 +83,7 @@ def analyze(
     force: Annotated[bool, typer.Option("--force", help="Re-ingest captures already in the store (their rows are replaced).")] = False,
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, show_default="one per core; a single file split from 4 cores", help="Processes: several capture files are ingested in parallel; with 2 or more, a single capture of 16 MiB or more is split between two processes by connection (the same rows as one process).")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
-    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: about 15 windows over the capture).")] = None,
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: chosen from the time span: at most 20 windows).")] = None,
 ) -> None:
     """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
 
@@ -103,33 +103,24 @@ def sql(
     fmt: Annotated[SqlFormat, typer.Option("--format", "-f", help="Output format.")] = SqlFormat.table,
 ) -> None:
     """Run SQL against the store, with every table and every queries/ model defined as a view."""
-    from telemetry import render
-    from telemetry.db import connect
-    from telemetry.store import Store
+    from telemetry.sql_verb import open_analysis, run_sql
 
-    if not store_dir.is_dir():
-        err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
-        raise typer.Exit(EXIT_STORE)
-    try:
-        con = connect(Store(store_dir))
-    except RuntimeError as exc:  # a queries/ model does not bind on this store
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    if query is None:
-        _shell(con)
+    if query is not None:
+        code = run_sql(query, store_dir, fmt.value)
+        if code:
+            raise typer.Exit(code)
         return
-    try:
-        rows = render.rows_of(con, query)
-    except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
-        err.print(f"[red]error:[/red] {str(exc).splitlines()[0]}")
-        raise typer.Exit(EXIT_INPUT) from None
-    render.emit(console, fmt.value, {"result": rows})
+    con = open_analysis(store_dir, materialize=False)  # the user may SET VARIABLE in the shell
+    if isinstance(con, int):
+        raise typer.Exit(con)
+    _shell(con)
 
 
 def _shell(con) -> None:
     from telemetry import render
+    from telemetry.schema import TABLES
 
-    err.print("tailtap SQL shell: views " + ", ".join(r[0] for r in con.execute("SELECT view_name FROM duckdb_views() WHERE NOT internal ORDER BY 1").fetchall()))
+    err.print("tailtap SQL shell: tables " + ", ".join(TABLES) + "; models " + ", ".join(sorted(con.models)))
     err.print("End statements with ';'. .quit or Ctrl-D quits.")
     buf = ""
     while True:
@@ -178,7 +169,7 @@ def _open_store(store_dir: Path):
 @app.command()
 def report(
     store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
-    window: Annotated[str, typer.Option("--window", "-w", help="Window length for the timeline and spikes (e.g. 10s, 500ms).")] = "10s",
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length for the timeline and spikes (e.g. 10s, 500ms); default: chosen from the time span (at most 20 windows), as everywhere else.")] = None,
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs instead of p99 baselines, e.g. ttft=300ms,latency=2s,gap=100ms.")] = None,
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this time (ISO-8601 or epoch s).")] = None,
     until: Annotated[str | None, typer.Option("--until", help="Only requests before this time.")] = None,
@@ -190,7 +181,7 @@ def report(
     from telemetry.report import report_sections
 
     params = {
-        "window_s": parse_duration_ms(window) / 1000.0,
+        "window_s": parse_duration_ms(window) / 1000.0 if window else None,
         "since_ns": parse_time_ns(since),
         "until_ns": parse_time_ns(until),
         "slowest_n": top,
@@ -213,7 +204,7 @@ def report(
 def explain(
     request: Annotated[str, typer.Option("--request", "-r", help="CONN_ID:STREAM_ID, as listed by analyze/report.")],
     store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
-    window: Annotated[str, typer.Option("--window", "-w", help="Window length used to judge slowness.")] = "10s",
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spikes (default: chosen from the time span).")] = None,
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
 ) -> None:
@@ -224,7 +215,7 @@ def explain(
     conn_id, sep, stream = request.strip().rpartition(":")
     if not sep or not conn_id or not stream.isdigit():
         raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
-    params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}
+    params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     try:
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
     except (RequestNotFound, RuntimeError) as exc:
@@ -260,13 +251,13 @@ def dashboards_export(
 def dashboards_db(
     out: Annotated[Path, typer.Option("--out", "-o", help="DuckDB file for the Grafana DuckDB data source.")] = Path("tailtap.duckdb"),
     store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
-    window: Annotated[str, typer.Option("--window", "-w", help="Window length of the timeline views.")] = "10s",
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the timeline views (default: chosen from the time span, written into the file).")] = None,
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
 ) -> None:
     """Write a DuckDB file with every table and model as a view over the store (atomically replaced)."""
     from telemetry.db import export_database
 
-    params = {"window_s": parse_duration_ms(window) / 1000.0, **parse_slo(slo)}
+    params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     path = export_database(_open_store(store_dir), out, params)
     console.print(f"wrote {path}: point the motherduck-duckdb-datasource (uid tailtap) at it")
 

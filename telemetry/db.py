@@ -1,34 +1,35 @@
-"""DuckDB over the Parquet store: base views per table, then the SQL models in queries/.
+"""DuckDB over the Parquet store: a view per table, and the SQL models of queries/ defined
+on first use.
 
-Each file ``queries/<name>.sql`` is one model: a header comment saying what question it
-answers, an optional ``-- depends_on: a, b`` line naming the views it reads, and one
-SELECT. It becomes the view ``<name>``. Parameters are DuckDB variables read in SQL with
-``getvariable('name')``; :func:`connect` sets them. Python only loads, parameterises and
-renders: the analysis lives in the SQL.
+The models (telemetry.models) are the analysis; this module only decides how each is
+computed when a query reads it: as a view, once per connection (``session``), or read
+back from what was stored with each capture at ingest (``capture``, see
+telemetry.stored_models) when every capture in scope has it and the settings are the
+defaults. Parameters are DuckDB variables read in SQL with ``getvariable('name')``;
+:func:`connect` sets them. A model is defined only when a query names it (with what it
+reads): defining all of them binds every view chain, which costs seconds.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import duckdb
 
+from telemetry.models import Model, load_models, macros_sql, settings_of, stored_key
 from telemetry.schema import TABLES
 from telemetry.store import Store
 
-QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
-_DEPENDS = re.compile(r"^--\s*depends_on:\s*(.*)$", re.MULTILINE)
-
-# Defaults for the SQL variables (getvariable) the models read.
+# Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {
-    "window_s": 10.0,
-    "bucket_s": 1.0,  # bucket of the per-connection time view (conn_timeline)  # window length for timelines and spikes
-    "baseline_windows": 6,  # trailing windows forming a spike's baseline
-    "spike_factor": 1.4,  # p99 above factor x baseline p99 ...
+    "window_s": None,  # window length; null: chosen from the scope's span (queries/settings.sql)
+    "bucket_s": 1.0,  # bucket of the per-connection time view (conn_timeline)
+    "spike_factor": 1.4,  # a window's p99 above factor x its method's baseline p99 ...
     "spike_min_delta_ms": 10.0,  # ... and at least this many ms above it
-    "min_window_requests": 5,  # windows with fewer requests do not make spikes
+    "baseline_min_requests": 10,  # calm requests a method needs for its p99 to judge by
+    "calm_factor": 1.4,  # a window whose p99 is within this of its method's typical p99 is calm
     "slo_ttft_ms": None,  # user SLOs (null: p99-based)
     "slo_latency_ms": None,
     "slo_gap_ms": None,
@@ -38,52 +39,6 @@ DEFAULT_PARAMS: dict[str, object] = {
     "queue_min_ms": 5.0,  # RTT inflation that counts as queueing (and >= half the floor)
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
 }
-
-
-@dataclass(frozen=True)
-class Model:
-    name: str
-    path: Path
-    sql: str
-    depends_on: tuple[str, ...]
-    doc: str
-
-
-def load_models(folder: Path = QUERIES_DIR) -> list[Model]:
-    """All SQL models, in dependency order."""
-    models: dict[str, Model] = {}
-    for path in sorted(folder.glob("*.sql")):
-        text = path.read_text()
-        deps: list[str] = []
-        for m in _DEPENDS.finditer(text):
-            deps += [d.strip() for d in m.group(1).split(",") if d.strip()]
-        doc_lines = []
-        for line in text.splitlines():
-            if not line.startswith("--"):
-                break
-            if not _DEPENDS.match(line):
-                doc_lines.append(line[2:].strip())
-        body = text.strip().rstrip(";")
-        models[path.stem] = Model(path.stem, path, body, tuple(deps), " ".join(doc_lines).strip())
-    ordered: list[Model] = []
-    seen: set[str] = set()
-
-    def visit(name: str, stack: tuple[str, ...]) -> None:
-        if name in seen or name in TABLES:
-            return
-        if name in stack:
-            raise ValueError(f"queries: dependency cycle {' -> '.join(stack + (name,))}")
-        model = models.get(name)
-        if model is None:
-            raise ValueError(f"queries: {stack[-1]}.sql depends on unknown view {name!r}")
-        for dep in model.depends_on:
-            visit(dep, stack + (name,))
-        seen.add(name)
-        ordered.append(model)
-
-    for name in models:
-        visit(name, ())
-    return ordered
 
 
 def _sql_literal(value: object) -> str:
@@ -98,11 +53,141 @@ def _sql_literal(value: object) -> str:
     return "'" + str(value).replace("'", "''") + "'"
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _DUCKDB_TYPES = {
     "string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN",
     "double": "DOUBLE", "timestamp[ns, tz=UTC]": "TIMESTAMPTZ",
 }
-_GETVARIABLE = re.compile(r"getvariable\('(\w+)'\)")
+
+
+def _inline(sql: str, params: dict[str, object]) -> str:
+    from telemetry.models import _GETVARIABLE
+
+    return _GETVARIABLE.sub(lambda m: _sql_literal(params.get(m.group(1))), sql)
+
+
+class Analysis:
+    """A DuckDB connection over a store on which every queries/ model can be read by name:
+    :meth:`execute` defines the models a query names (and what they read) first. Other
+    attributes are the DuckDB connection's."""
+
+    def __init__(
+        self,
+        con: duckdb.DuckDBPyConnection,
+        store: Store,
+        params: dict[str, object],
+        *,
+        inline_params: bool = False,
+        materialize: bool = True,
+        use_stored: bool = True,
+    ) -> None:
+        self.con = con
+        self.store = store
+        self.params = params
+        self.models = {m.name: m for m in load_models()}
+        self._inline = inline_params
+        self._materialize = materialize
+        self._use_stored = use_stored
+        self._defined: set[str] = set()
+        self._scope_captures: list[str] | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.con, name)
+
+    # -- queries ----------------------------------------------------------------------
+    def execute(self, query: str, parameters: Sequence[object] | None = None) -> duckdb.DuckDBPyConnection:
+        self.define_for(query)
+        return self.con.execute(query, parameters or [])
+
+    def sql(self, query: str) -> duckdb.DuckDBPyRelation:
+        self.define_for(query)
+        return self.con.sql(query)
+
+    def close(self) -> None:
+        self.con.close()
+
+    def define_for(self, query: str) -> None:
+        """Define the models ``query`` names: every word of it that is a model's name (a
+        name that is only a column or in a comment costs a definition, nothing more; a
+        parse would not do: DuckDB binds CREATE/INSERT statements to find their tables)."""
+        self.define(w for w in set(_WORD.findall(query)) if w in self.models)
+
+    def forget(self, name: str) -> None:
+        """Define ``name`` afresh at its next use (its parameters changed)."""
+        self._defined.discard(name)
+
+    def define_all(self) -> None:
+        self.define(self.models)
+
+    def define(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name in self.models and name not in self._defined:
+                self._define(self.models[name])
+
+    # -- how each model is computed ---------------------------------------------------
+    def _define(self, model: Model) -> None:
+        if "window_s" in settings_of(self.models, model.name) and model.name != "settings":
+            self._resolve_settings()
+        stored = self._stored_files(model) if model.materialize == "capture" else None
+        if stored is None:
+            self.define(model.depends_on)
+            sql = _inline(model.sql, self.params) if self._inline else model.sql
+            kind = "TEMP TABLE" if self._materialize and model.materialize in ("session", "capture") else "VIEW"
+        else:
+            sql = _stored_view_sql(stored)
+            kind = "VIEW"
+        try:
+            self.con.execute(f"CREATE OR REPLACE {kind} {model.name} AS {sql}")
+        except duckdb.Error as exc:
+            raise RuntimeError(f"queries/{model.path.name}: {exc}") from exc
+        self._defined.add(model.name)
+
+    def _resolve_settings(self) -> None:
+        """Settings left to the analysis (window_s null: chosen from the scope) are read
+        from the ``settings`` model once and set as variables, so every model, and every
+        surface, uses the same values."""
+        if self.params.get("window_s") is not None or "settings" not in self.models:
+            return
+        self.define(["settings"])
+        (window_s,) = self.con.execute("SELECT window_s FROM settings").fetchone()
+        self.params["window_s"] = float(window_s)
+        self.con.execute(f"SET VARIABLE window_s = {_sql_literal(float(window_s))}")
+
+    def _stored_files(self, model: Model) -> list[str] | str | None:
+        """The stored rows of ``model`` for every capture in scope, or None when it must be
+        computed (a capture lacks them, or the settings are not the defaults)."""
+        if not self._use_stored:
+            return None
+        if any(self.params.get(v) != DEFAULT_PARAMS.get(v) for v in settings_of(self.models, model.name)):
+            return None
+        key = stored_key(self.models, model.name, DEFAULT_PARAMS)
+        files = []
+        for capture_id in self._captures_in_scope():
+            path = self.store.model_file(key, model.name, capture_id)
+            if not path.exists():
+                return None
+            files.append(str(path))
+        if not files:  # nothing in scope: computing it over the empty tables is as quick
+            return None
+        if self._inline:  # a database file read later: captures stored since count too
+            return str(self.store.model_file(key, model.name, "*").resolve())
+        return files
+
+    def _captures_in_scope(self) -> list[str]:
+        if self._scope_captures is None:
+            wanted = self.params.get("capture_ids")
+            present = self.store.capture_ids()
+            self._scope_captures = [c for c in present if c in set(wanted)] if wanted else present
+        return self._scope_captures
+
+
+def _stored_view_sql(files: list[str] | str) -> str:
+    scope = (
+        "(getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id))"
+        " AND (getvariable('since_ns') IS NULL OR epoch_ns(started_at) >= getvariable('since_ns'))"
+        " AND (getvariable('until_ns') IS NULL OR epoch_ns(started_at) < getvariable('until_ns'))"
+    )
+    return f"SELECT * FROM read_parquet({_sql_literal(files)}) WHERE {scope}"
 
 
 def connect(
@@ -110,18 +195,27 @@ def connect(
     params: dict[str, object] | None = None,
     database: str = ":memory:",
     inline_params: bool = False,
-) -> duckdb.DuckDBPyConnection:
-    """A DuckDB connection with every store table and every model defined as a view.
+    *,
+    materialize: bool = True,
+    use_stored: bool = True,
+) -> Analysis:
+    """A connection with every store table as a view and every model readable by name.
 
-    With ``inline_params`` the parameters are written into the views as literals, for a
-    database file other programs open (variables are per session).
+    ``inline_params``: the parameters are written into the views as literals and every
+    model is defined now, for a database file other programs open (variables are per
+    session). ``materialize``: models marked ``session``/``capture`` are computed once
+    per connection (a temporary table) instead of at every read; off for the interactive
+    shell, where the user may change a variable. ``use_stored``: read models stored with
+    the captures where they serve.
     """
     con = duckdb.connect(database)
     con.execute("SET TimeZone = 'UTC'")
     for table, schema in TABLES.items():
-        if store.table_files(table):
-            glob = str(Path(store.table_glob(table)).resolve()) if inline_params else store.table_glob(table)
-            source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = true, union_by_name = true)"
+        files = store.table_files(table)
+        if files:
+            glob = [str(p.resolve()) for p in files] if inline_params else store.table_glob(table)
+            hive = "true" if isinstance(glob, str) else "false"  # explicit lists may mix layouts
+            source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = {hive}, union_by_name = true)"
             present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             # columns added after a store was written read as NULL, so old stores keep working
             cols = ", ".join(
@@ -138,15 +232,18 @@ def connect(
     merged.update(params or {})
     for name, value in merged.items():
         con.execute(f"SET VARIABLE {name} = {_sql_literal(value)}")
-    for model in load_models():
-        sql = model.sql
-        if inline_params:
-            sql = _GETVARIABLE.sub(lambda m: _sql_literal(merged.get(m.group(1))), sql)
-        try:
-            con.execute(f"CREATE OR REPLACE VIEW {model.name} AS {sql}")
-        except duckdb.Error as exc:
-            raise RuntimeError(f"queries/{model.path.name}: {exc}") from exc
-    return con
+    analysis = Analysis(con, store, merged, inline_params=inline_params,
+                        materialize=materialize and not inline_params, use_stored=use_stored)
+    macros = macros_sql()
+    if inline_params:  # literals: the settings are resolved first, and written in everywhere
+        analysis._resolve_settings()
+        analysis.forget("settings")
+        if macros.strip():
+            con.execute(_inline(macros, merged))
+        analysis.define_all()
+    elif macros.strip():
+        con.execute(macros)
+    return analysis
 
 
 def export_database(store: Store, path: Path, params: dict[str, object] | None = None) -> Path:

@@ -203,7 +203,7 @@ class IngestChain:
                 else:
                     pipeline.end_file()
                 pipeline.fill_result(result)
-                writer.commit(pipeline.capture_row(path, result))
+                writer.commit(pipeline.capture_row(path, result), derive=lambda w: _derive(w, result))
             except BaseException:
                 writer.abort()
                 self._last = None
@@ -229,12 +229,25 @@ class IngestChain:
             try:
                 pipeline.finish()
                 pipeline.fill_result(result)
-                writer.commit(pipeline.capture_row(Path(f"{last.path}{CLOSING_SUFFIX}"), result))
+                writer.commit(pipeline.capture_row(Path(f"{last.path}{CLOSING_SUFFIX}"), result), derive=lambda w: _derive(w, result))
             except BaseException:
                 writer.abort()
                 raise
         result.seconds = time.perf_counter() - started
         return result
+
+
+def _derive(writer: CaptureWriter, result: IngestResult) -> dict[Path, Path]:
+    """The models kept with the capture, computed from its written files (imported here:
+    DuckDB is not loaded until the capture's rows are written). If they cannot be computed
+    the capture is stored without them, with a warning: queries then compute them when read."""
+    from telemetry.stored_models import store_capture_models
+
+    try:
+        return store_capture_models(writer)
+    except Exception as exc:  # noqa: BLE001 - the rows are good; only the stored analysis is missing
+        result.issues.append(DecodeIssue("analysis_not_stored", 0, f"analysis not stored with the capture ({str(exc).splitlines()[0]}); queries compute it when read"))
+        return {}
 
 
 CLOSING_SUFFIX = "#close"  # path of the captures row of a chain's closing commit
@@ -286,7 +299,7 @@ def _ingest_split(
         writer.adopt(staged)
         _wait_child(peer)
         pipeline.fill_result(result)
-        writer.commit(pipeline.capture_row(path, result))
+        writer.commit(pipeline.capture_row(path, result), derive=lambda w: _derive(w, result))
     except BaseException as exc:
         status = _wait_child(peer, kill=True)
         writer.abort()

@@ -97,14 +97,43 @@ def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
     return kw
 
 
+_SQL_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-f": "fmt"}
+_SQL_FORMATS = ("table", "csv", "json")
+
+
+def fast_sql_args(argv: list[str]) -> dict[str, object] | None:
+    """Keyword arguments of `sql` for a plain one-query command line, or None (typer)."""
+    kw: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        i += 1
+        if arg in _SQL_OPTS and i < len(argv) and _SQL_OPTS[arg] not in kw:
+            kw[_SQL_OPTS[arg]] = argv[i]
+            i += 1
+        elif arg and arg[0] != "-" and "query" not in kw:
+            kw["query"] = arg
+        else:
+            return None
+    if "query" not in kw or kw.get("fmt", "table") not in _SQL_FORMATS:
+        return None
+    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    return kw
+
+
 def run_fast(kwargs: dict[str, object]) -> None:
-    """Run `analyze` as typer's standalone mode would: same exit codes and EPIPE handling."""
+    """Run `analyze` or `sql` as typer's standalone mode would: same exit codes and EPIPE handling."""
     import errno
 
-    from telemetry import analyze
-
     try:
-        code = analyze.run_analyze(**kwargs)
+        if "query" in kwargs:
+            from telemetry.sql_verb import run_sql
+
+            code = run_sql(**kwargs)  # type: ignore[arg-type]
+        else:
+            from telemetry import analyze
+
+            code = analyze.run_analyze(**kwargs)
     except KeyboardInterrupt:
         sys.exit(EXIT_INTERRUPTED)
     except OSError as exc:
@@ -120,7 +149,11 @@ def run_fast(kwargs: dict[str, object]) -> None:
 
 def main() -> None:
     argv = sys.argv[1:]
-    fast = fast_analyze_args(argv[1:]) if argv and argv[0] == "analyze" else None
+    fast = None
+    if argv and argv[0] == "analyze":
+        fast = fast_analyze_args(argv[1:])
+    elif argv and argv[0] == "sql":
+        fast = fast_sql_args(argv[1:])
     try:
         if fast is not None:
             run_fast(fast)

@@ -5,13 +5,15 @@ from __future__ import annotations
 from rich.console import Console
 
 from telemetry import render
-from telemetry.db import connect
+from telemetry.db import Analysis, connect
 from telemetry.store import Store
 
 
-def analyze_sections(store: Store, capture_ids: list[str] | None = None, params: dict | None = None) -> dict[str, render.Rows | str]:
+def analyze_sections(
+    store: Store, capture_ids: list[str] | None = None, params: dict | None = None, con: Analysis | None = None
+) -> dict[str, render.Rows | str]:
     """The `tailtap analyze` report: captures, connections, per-method percentiles, errors, slowest."""
-    con = connect(store, {**(params or {}), "capture_ids": capture_ids or None})
+    con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None})
     return {
         "captures": render.rows_of(con, "SELECT * FROM capture_overview"),
         "connections": render.rows_of(con, "SELECT * FROM connection_overview"),
@@ -21,27 +23,15 @@ def analyze_sections(store: Store, capture_ids: list[str] | None = None, params:
     }
 
 
-NICE_WINDOWS_S = (1, 2, 5, 10, 30, 60, 300, 900, 3600)
-
-
-def auto_window_s(store: Store, capture_ids: list[str] | None) -> float:
-    """A window length giving about 10-20 windows over the captures' time span."""
-    con = connect(store, {"capture_ids": capture_ids or None})
-    span = con.execute(
-        "SELECT (epoch_ns(max(last_ts)) - epoch_ns(min(first_ts))) / 1e9 FROM capture_overview"
-    ).fetchone()[0]
-    if not span:
-        return 10.0
-    return float(next((w for w in NICE_WINDOWS_S if span / w <= 20), NICE_WINDOWS_S[-1]))
-
-
 def analyze_report(
     store: Store, fmt: str, console: Console, capture_ids: list[str] | None = None, window_s: float | None = None
 ) -> None:
-    """Per-method summary, then the spike report, for the captures just analyzed."""
-    sections = analyze_sections(store, capture_ids)
-    window_s = window_s or auto_window_s(store, capture_ids)
-    report = report_sections(store, {"capture_ids": capture_ids or None, "window_s": window_s})
+    """Per-method summary, then the spike report, for the captures just analyzed. The
+    window is the analysis' own (queries/settings.sql) unless ``window_s`` is given."""
+    con = connect(store, {"capture_ids": capture_ids or None, "window_s": window_s})
+    sections = analyze_sections(store, con=con)
+    report = report_sections(store, con=con)
+    window_s = settings_window_s(con)
     if fmt == "table":
         print_analyze(console, sections)
         console.print(f"\n[bold]why p99 went bad[/bold] ({window_s:g} s windows; `tailtap report --window` to change)")
@@ -51,9 +41,14 @@ def analyze_report(
                     title="tailtap analyze")
 
 
-def report_sections(store: Store, params: dict | None = None) -> dict[str, render.Rows | str]:
+def settings_window_s(con: Analysis) -> float:
+    """The window length the analysis used (given, or chosen from the scope)."""
+    return float(con.execute("SELECT window_s FROM settings").fetchone()[0])
+
+
+def report_sections(store: Store, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows | str]:
     """The `tailtap report`: timeline, spikes, their attribution, slowest requests with cause."""
-    con = connect(store, params)
+    con = con or connect(store, params)
     spikes = render.rows_of(con, "SELECT * FROM spikes")
     return {
         "timeline": render.rows_of(
@@ -61,6 +56,7 @@ def report_sections(store: Store, params: dict | None = None) -> dict[str, rende
             "SELECT window_start, requests, errors, latency_p50_ms, latency_p99_ms, latency_p999_ms, "
             "ttft_p50_ms, ttft_p99_ms, ttft_p999_ms, gap_p50_ms, gap_p99_ms, gap_p999_ms FROM windows",
         ),
+        "baselines": render.rows_of(con, "SELECT * FROM baseline ORDER BY method"),
         "spikes": spikes,
         "spike_attribution": render.rows_of(con, "SELECT * FROM spike_attribution"),
         "slowest_requests": render.rows_of(con, "SELECT * FROM slowest_with_cause"),
@@ -180,10 +176,14 @@ def print_report(console: Console, s: dict) -> None:
         t.add_row(f"{w['window_start']:%H:%M:%S}{mark}", str(w["requests"]), *(_num(w[k]) for k in (
             "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "ttft_p50_ms", "ttft_p99_ms", "gap_p50_ms", "gap_p99_ms")))
     console.print(t)
+    for b in s.get("baselines", []):
+        if not b["judged"]:
+            console.print(f"[yellow]{b['method']}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
+                          "to judge it by its own p99 (SLOs and throttling still apply)")
     console.print(f"[bold]verdict[/bold]: {s['verdict']}")
     for sp in s["spikes"]:
         console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {', '.join(sp['spiked_metrics'])} "
-                      f"(latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
+                      f"of {', '.join(sp['spiked_methods'])} ({sp['method']}: latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
                       f"TTFT p99 {_num(sp['ttft_p99_ms'])} vs {_num(sp['ttft_baseline_p99_ms'])}, "
                       f"gap p99 {_num(sp['gap_p99_ms'])} vs {_num(sp['gap_baseline_p99_ms'])} ms baseline)")
         t = _table("cause", "slow reqs", "share", "delay ms", "where")

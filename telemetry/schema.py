@@ -174,7 +174,7 @@ TCP_EVENTS = _table(
     _CONN_ID,
     C("ts", TS, "Capture time of the packet that showed the event."),
     C("direction", pa.string(), "to_server or to_client: direction of the data concerned (for ACK-side events such as dup_ack, the data being acknowledged)."),
-    C("kind", pa.string(), "retransmission, fast_retransmission, rto_retransmission, spurious_retransmission, out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss."),
+    C("kind", pa.string(), "retransmission, fast_retransmission, rto_retransmission, spurious_retransmission, out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss, reassembly_skip, upstream_loss (packets of this direction lost before the capture point that carried no data the capture misses: its sender numbers packets one by one (IP id) and some numbers never passed, without a hole in the sequence space (lost ACKs, or the first copy of what this packet resends); bytes = packets missing, recovery_ms = time since its previous packet)."),
     C("seq", pa.int64(), "Relative sequence number (0 = first payload byte of that direction)."),
     C("bytes", pa.int64(), "Payload bytes concerned."),
     C("frame_no", pa.int64(), "Packet number in the capture file (1-based), to find it in Wireshark."),

@@ -30,6 +30,7 @@ from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
+MODELS = "models"  # models stored with each capture: MODELS/<key>/<model>/<capture_id>.parquet
 WRITE_THREADS = 2  # threads that encode Parquet (tables spread over them), all busy at the commit
 # while the parsers run, at most this many writes at once: a core is left to the parsers
 STREAMING_WRITES = max(1, min(WRITE_THREADS, (os.cpu_count() or 1) - 1))
@@ -52,6 +53,14 @@ class Store:
     def table_files(self, table: str) -> list[Path]:
         return sorted(self.table_dir(table).glob("**/*.parquet"))
 
+    def capture_ids(self) -> list[str]:
+        """Ids of the captures in the store (from the names of their captures files)."""
+        return sorted({p.name.split("-", 1)[0] for p in self.table_dir("captures").glob("**/*.parquet")})
+
+    def model_file(self, key: str, model: str, capture_id: str) -> Path:
+        """Where the rows of a model computed for one capture are kept (telemetry.models)."""
+        return self.root / MODELS / key / model / f"{capture_id}.parquet"
+
     def has_capture(self, capture_id: str) -> bool:
         return any(self.table_dir("captures").glob(f"**/{capture_id}-*.parquet"))
 
@@ -62,6 +71,9 @@ class Store:
             for path in self.table_dir(table).glob(f"**/{capture_id}-*.parquet"):
                 path.unlink()
                 removed += 1
+        for path in (self.root / MODELS).glob(f"*/*/{capture_id}.parquet"):
+            path.unlink()
+            removed += 1
         return removed
 
     def writer(self, capture_id: str, flush_rows: int = 65_536, part: int = 0) -> CaptureWriter:
@@ -291,10 +303,27 @@ class CaptureWriter:
         """Commit another part's staged files (:meth:`close_part`) with this capture's."""
         self._staged.update(staged)
 
-    def commit(self, capture_row: pa.Table) -> None:
-        """Flush everything, then move the capture's files into the store, captures last."""
+    def staged_files(self) -> dict[str, list[Path]]:
+        """The written staging files of each table (after :meth:`close_part` / in
+        :meth:`commit`'s ``derive``)."""
+        out: dict[str, list[Path]] = {}
+        for path, place in self._staged.items():
+            out.setdefault(place.parts[0], []).append(path)
+        return out
+
+    def stage_path(self, place: Path) -> Path:
+        """A staging file for ``place`` (a path inside the store) that the commit moves
+        there; the caller writes it and hands it back (:meth:`commit`'s ``derive``)."""
+        return self.staging / "~".join(place.parts)
+
+    def commit(self, capture_row: pa.Table, derive: Callable[[CaptureWriter], dict[Path, Path]] | None = None) -> None:
+        """Flush everything, then move the capture's files into the store, captures last.
+        ``derive``: computes further files from the written ones (the models kept with
+        the capture) into staging; they are committed with the rest."""
         self.append("captures", capture_row)
         self._write_out()
+        if derive is not None:
+            self._staged.update(derive(self))
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
         for src, place in sorted(self._staged.items(), key=lambda item: item[1].parts[0] == "captures"):
             dst = self.store.root / place

@@ -118,3 +118,38 @@ def test_fast_and_typer_paths_agree_on_a_missing_file(tmp_path):
                           capture_output=True, text=True, timeout=120, env=env)
     assert fast.returncode == slow.returncode == EXIT_INPUT
     assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+
+
+SQL_PLAIN = [["SELECT 1"], ["--store", "st", "SELECT 1"], ["-s", "st", "-f", "csv", "SELECT 2"], ["SELECT 3", "--format", "json"]]
+SQL_UNUSUAL = [[], ["--help"], ["--store=st", "SELECT 1"], ["SELECT 1", "SELECT 2"], ["-f", "xml", "SELECT 1"],
+               ["-s", "a", "-s", "b", "SELECT 1"], ["SELECT 1", "--store"]]
+
+
+@pytest.mark.parametrize("argv", SQL_PLAIN)
+def test_fast_sql_command_lines(argv):
+    kw = main.fast_sql_args(argv)
+    assert kw is not None and kw["query"].startswith("SELECT") and isinstance(kw["store_dir"], Path)
+
+
+@pytest.mark.parametrize("argv", SQL_UNUSUAL)
+def test_unusual_sql_command_lines_go_to_typer(argv):
+    assert main.fast_sql_args(argv) is None
+
+
+def test_fast_and_typer_sql_agree(tmp_path):
+    """The same answers, errors and exit codes whichever path runs `tailtap sql`."""
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    store = tmp_path / "store"
+    sample = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    subprocess.run([TAILTAP, "analyze", str(sample), "--out", str(store), "--no-report"], check=True,
+                   capture_output=True, timeout=300, env=env)
+    for query, code in (("SELECT count(*) AS n FROM request_cause", 0), ("SELEC 1", EXIT_INPUT)):
+        fast = subprocess.run([TAILTAP, "sql", "--store", str(store), "-f", "csv", query],
+                              capture_output=True, text=True, timeout=120, env=env)
+        slow = subprocess.run([TAILTAP, "sql", f"--store={store}", "-f", "csv", query],
+                              capture_output=True, text=True, timeout=120, env=env)
+        assert fast.returncode == slow.returncode == code
+        assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+    missing = subprocess.run([TAILTAP, "sql", "--store", str(tmp_path / "none"), "SELECT 1"],
+                             capture_output=True, text=True, timeout=120, env=env)
+    assert missing.returncode == EXIT_STORE and "no store here" in missing.stderr

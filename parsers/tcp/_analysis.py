@@ -54,7 +54,7 @@ from __future__ import annotations
 from parsers.records import ACK, FIN, RST, SYN, ConnectionSummary, RttSample, TcpEvent
 from parsers.tcp import _reassembly as ra
 from parsers.tcp._flows import addr_str, make_conn_id, server_is_lo
-from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, PendingRetx
+from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, PendingRetx, ipid_sequential
 
 M32 = 0xFFFFFFFF
 _SFR = SYN | FIN | RST
@@ -268,10 +268,20 @@ class PacketPath:
             if D.ipid_last >= 0:
                 delta = (ipid - D.ipid_last) & 0xFFFF
                 if 0 < delta <= 64:
+                    if delta > 1:
+                        if ipid_sequential(D) and not (D.holes and D.holes[-1].frame == fr):
+                            # packets the sender numbered between its last one and this
+                            # never passed the capture point, and they carried no data
+                            # this packet skips (that would be a hole: lost_segment): lost
+                            # ACKs, or the first copy of what this packet resends
+                            self._events.append(TcpEvent(ts, conn.key, d, "upstream_loss", D.hi, delta - 1, fr,
+                                                         (ts - D.ipid_last_ts) / 1e6))
+                        D.ipid_gaps += 1
                     D.ipid_good += 1
                 else:
                     D.ipid_bad += 1
             D.ipid_last = ipid
+            D.ipid_last_ts = ts
         return conn
 
     # ------------------------------------------------------------------ handshake

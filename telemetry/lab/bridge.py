@@ -172,7 +172,7 @@ class Bridge:
             )
             for w in self.cfg.get("windows", [])
         ]
-        self.impairer = Impairer(ws)
+        self.impairer = Impairer(ws, base=self.cfg.get("base", {}), seed=int(self.cfg.get("seed", 0)))
         self.t0_ns = t0_ns
 
     def _send(self, out: int, frame: bytes, release: int, row: list | None) -> bool:
@@ -277,7 +277,8 @@ class Bridge:
             self.pending[out] -= 1
             now = time.time_ns()
             if row is None:  # an unimpaired frame that queued behind older ones
-                self.idle_delay.append(now - t_rx)
+                # (with a path delay configured, what the bridge added beyond it)
+                self.idle_delay.append(now - (release if self.cfg.get("base") else t_rx))
             limit -= 1
 
     def run(self) -> None:

@@ -43,7 +43,7 @@ def run(
         bool, typer.Option(help="Keep configs, logs and raw reports in OUT/work.")
     ] = False,
     client_capture: Annotated[
-        bool, typer.Option(help="Also capture at the client's veth (OUT/work/capture_client.pcap).")
+        bool, typer.Option(help="Also capture at the client's veth (OUT/capture_client.pcap).")
     ] = False,
     protocol: Annotated[
         str, typer.Option(help="The LLM service's protocol: grpc (grpcio), openai-http1 (an OpenAI-compatible "
@@ -71,6 +71,45 @@ def run(
     run_scenario(scenario, out, duration=duration, seed=seed, rate=rate, keep_work=keep_work,
                  client_capture=client_capture, log=typer.echo, protocol=protocol)  # fmt: skip
     typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet")
+
+
+@lab_app.command("sweep")
+def sweep(
+    out: Annotated[Path, typer.Option("--out", help="Folder of the runs (one sub-folder each; resumable).")],
+    seed: Annotated[int, typer.Option(help="Seed of the sweep: run i's parameters are drawn from (seed, i).")] = 1,
+    runs: Annotated[int, typer.Option(help="How many runs.")] = 80,
+    start: Annotated[int, typer.Option(help="Index of the first run.")] = 0,
+) -> None:
+    """Run a randomized sweep: each run's path (RTT floor, link rate), load (unary and
+    streaming mix, concurrency), capture point (server or client) and impairment (cause,
+    magnitudes, a 3-60 s window in a 30 s-10 min run) drawn from ranges, each run assigned
+    to the tuning or the held-out split before any scoring (telemetry/lab/sweep.py)."""
+    from telemetry.lab.runner import missing_requirements
+    from telemetry.lab.sweep import run_sweep
+
+    missing = missing_requirements()
+    if missing:
+        typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
+        raise typer.Exit(2)
+    metas = run_sweep(seed, runs, out, start, log=typer.echo)
+    counts: dict[str, int] = {}
+    for m in metas:
+        counts[m["status"]] = counts.get(m["status"], 0) + 1
+    typer.echo(f"{len(metas)} runs in {out}: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
+
+
+@lab_app.command("sweep-report")
+def sweep_report(
+    folder: Annotated[Path, typer.Argument(help="The sweep's folder (`tailtap lab sweep --out`).")],
+    readme: Annotated[Path | None, typer.Option(help="Write the tables into this Markdown file, between its sweep markers.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores here.")] = None,
+) -> None:
+    """Score every run of a sweep (ingest, then the attribution as `tailtap sql` reads it
+    with the default settings) against the client's own timings, and print the confusion
+    matrices and the per-run table, split by tuning and held-out runs."""
+    from telemetry.lab.sweep_score import report
+
+    typer.echo(report(folder, readme, json_out, log=typer.echo))
 
 
 @lab_app.command("cleanup")

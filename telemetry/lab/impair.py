@@ -319,11 +319,19 @@ class Decision:
 
 @dataclass
 class Impairer:
-    """Decides per frame, for both directions, from a list of windows."""
+    """Decides per frame, for both directions, from a list of windows, after the path's
+    own models (``base``: per direction, applied to every IP frame for the whole run, e.g.
+    the propagation delay that gives the path its RTT floor; a frame they delay still
+    counts as passed, not impaired)."""
 
     windows: list[Window] = field(default_factory=list)
+    base: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    seed: int = 0
 
     def __post_init__(self) -> None:
+        self._base: list[list[Model]] = [[model_from_spec(m) for m in self.base.get(d, [])] for d in DIRECTIONS]
+        self._base_rng = [random.Random(f"{self.seed}:base:{d}") for d in DIRECTIONS]
+        self._base_started = [False, False]
         self._by_dir: list[list[_Active]] = [[], []]
         for i, w in enumerate(self.windows):
             d = DIRECTIONS.index(w.direction)
@@ -343,19 +351,40 @@ class Impairer:
                 return a
         return None
 
+    def _path(self, direction: int, p: Pkt) -> None:
+        """The path's own models (``base``) on a frame."""
+        models = self._base[direction]
+        if not self._base_started[direction]:
+            for m in models:
+                m.start(p.t_ns, self._base_rng[direction])
+            self._base_started[direction] = True
+        for m in models:
+            m.apply(p, self._base_rng[direction])
+            if p.dropped:
+                return
+
     def decide(self, direction: int, t_ns: int, size: int, payload: int, is_ip: bool) -> Decision:
         a = self.active(direction, t_ns) if is_ip else None
+        p = Pkt(t_ns, size, payload, is_ip)
+        if is_ip and self._base[direction]:
+            self._path(direction, p)
+            if p.dropped:
+                return Decision(None, DROP, "base", p.by)
+            p.by = ""  # the path's delay is not an impairment
         if a is None:
-            if self.fifo_tail[direction] > t_ns:
-                return Decision(
-                    self.fifo_tail[direction], BACKLOG, self.fifo_window[direction], "fifo"
-                )
-            return Decision(t_ns, PASS, None, "")
+            tail = self.fifo_tail[direction]
+            if tail > p.t_ns and self.fifo_window[direction] is not None:
+                return Decision(tail, BACKLOG, self.fifo_window[direction], "fifo")
+            release = max(p.t_ns, tail)
+            if self._base[direction]:
+                self.fifo_tail[direction] = release
+                self.fifo_window[direction] = None
+            return Decision(release, PASS, None, "")
         if not a.started:
             for m in a.models:
                 m.start(a.w.start_ns, a.rng)
             a.started = True
-        p = Pkt(t_ns, size, payload, is_ip)
+        passed = p.t_ns  # when it would have left without the window
         for m in a.models:
             m.apply(p, a.rng)
             if p.dropped:
@@ -365,6 +394,6 @@ class Impairer:
         release = max(p.t_ns, self.fifo_tail[direction])
         self.fifo_tail[direction] = release
         self.fifo_window[direction] = a.w.name
-        if release > t_ns:
+        if release > passed:
             return Decision(release, DELAY, a.w.name, p.by or "fifo")
         return Decision(release, FORWARD, a.w.name, "")

@@ -376,7 +376,7 @@ def run_scenario(
     if work.exists():
         shutil.rmtree(work)
     work.mkdir()
-    for stale in ("capture.pcap", "labels.json", "client.parquet", "bridge_events.parquet"):
+    for stale in ("capture.pcap", "capture_client.pcap", "labels.json", "client.parquet", "bridge_events.parquet"):
         (out / stale).unlink(missing_ok=True)
     removed = cleanup_stale()
     if removed:
@@ -468,7 +468,7 @@ def _run(
     # 1. bridge, under real-time priority when chrt is there
     bcfg = {"if_client": "bc", "if_server": "bs", "windows": bridge_windows, "seed": seed,
             "max_runtime_s": max_runtime, "out": str(work / "bridge.json"),
-            "late_threshold_ms": 2.0}  # fmt: skip
+            "late_threshold_ms": 2.0, "base": scn.path}  # fmt: skip
     (work / "bridge_cfg.json").write_text(json.dumps(bcfg))
     chrt = ["chrt", "-r", "10"] if shutil.which("chrt") else []
     procs["bridge"] = Proc("bridge", net.exec_argv("bridge", [*chrt, *_py("telemetry.lab.bridge", str(work / "bridge_cfg.json"))]), work / "bridge.log")  # fmt: skip
@@ -497,7 +497,7 @@ def _run(
                "-n", "-Z", "root"]  # fmt: skip
     procs["tcpdump"] = Proc("tcpdump", net.exec_argv("server", tcpdump), work / "tcpdump.log", stdin=False)  # fmt: skip
     if client_capture:
-        tc = [*tcpdump[:6], CLIENT_IF, "-w", str(work / "capture_client.pcap"), *tcpdump[9:]]
+        tc = [*tcpdump[:6], CLIENT_IF, "-w", str(out / "capture_client.pcap"), *tcpdump[9:]]
         procs["tcpdump_client"] = Proc("tcpdump_client", net.exec_argv("client", tc), work / "tcpdump_client.log", stdin=False)  # fmt: skip
         procs["tcpdump_client"].wait_log("listening on", 15)
     procs["tcpdump"].wait_log("listening on", 15)
@@ -795,7 +795,11 @@ def _finish(
             **pcap,
             **{f"tcpdump_{k}": v for k, v in tcpdump_stats.items()},
         },
+        "client_capture": {"file": "capture_client.pcap", "point": "client", "interface": CLIENT_IF,
+                           **read_pcap_summary(out / "capture_client.pcap")}
+        if (out / "capture_client.pcap").exists() else None,
         "path": {
+            "models": scn.path,
             "mtu": MTU,
             "offloads": net.offloads,
             "congestion_control": net.congestion_control,

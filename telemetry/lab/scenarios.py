@@ -44,6 +44,9 @@ class Scenario:
     server: dict[str, Any] = field(default_factory=dict)
     bulk: bool = False  # competing bulk download during the queueing windows
     sysctls: dict[str, dict[str, str]] = field(default_factory=dict)  # role -> sysctls
+    # the path's own models for the whole run, per direction (impair.py specs): e.g. a
+    # constant delay that sets the RTT floor, a link rate
+    path: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 # Load and server defaults (a 2-core machine copes with this alongside the bridge).

@@ -1,0 +1,34 @@
+-- Macros the models share: one definition of each predicate and constant.
+
+-- The report window a time falls in (variable window_s seconds, aligned on the epoch).
+CREATE OR REPLACE MACRO window_of(ts) AS
+    CAST(floor(epoch_ns(ts) / (getvariable('window_s') * 1e9)) AS BIGINT);
+
+-- A window's p99 spikes when it is at least spike_factor times its baseline p99 and
+-- spike_min_delta_ms more (both: a 2 ms method is not spiking at 3 ms, nor a 2 s one at
+-- 2.01 s).
+CREATE OR REPLACE MACRO above_baseline(p99_ms) AS
+    greatest(p99_ms * getvariable('spike_factor'), p99_ms + getvariable('spike_min_delta_ms'));
+
+-- A method's window is calm when its p99 stays within calm_factor of the method's typical
+-- window p99 (and 5 ms): only calm windows' requests make the baseline.
+CREATE OR REPLACE MACRO calm(p99_ms, typical_p99_ms) AS
+    p99_ms <= greatest(typical_p99_ms * getvariable('calm_factor'), typical_p99_ms + 5);
+
+-- A request is slow when it exceeds its method's baseline p99 by 10% and 5 ms (a p99
+-- estimated from one capture is noisy; the margin is the one the lab's ground truth uses).
+CREATE OR REPLACE MACRO slow_threshold(p99_ms) AS
+    greatest(1.1 * p99_ms, p99_ms + 5);
+
+-- RTT inflation over the path's floor that counts as queueing: at least queue_min_ms, and
+-- at least half the floor (on a long path a few ms of jitter is not a queue).
+CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
+    inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0));
+
+-- The longest a receiver holds an ACK (Linux TCP_DELACK_MAX, 200 ms): an ACK later than
+-- that was late for another reason.
+CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;
+
+-- Header bytes a shaper or policer meters with each segment's payload: Ethernet (14),
+-- IPv4 (20) and TCP with timestamps (32).
+CREATE OR REPLACE MACRO header_bytes() AS 66;

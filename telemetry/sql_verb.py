@@ -1,0 +1,56 @@
+"""The `tailtap sql` verb: one query against the store, every model readable by name.
+
+Kept apart from the typer app (telemetry/cli.py), like `analyze`: `tailtap sql --store S
+QUERY` is what scripts and dashboards' authors run over and over, and building the typer
+app costs more than answering a small query.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
+
+
+def _error(text: str) -> None:
+    if sys.stderr.isatty():
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True).print(f"[red]error:[/red] {escape(text)}")
+    else:
+        print(f"error: {text}", file=sys.stderr)
+
+
+def open_analysis(store_dir: Path, materialize: bool = True):
+    """The store's Analysis connection, or an exit code and a one-line error."""
+    from telemetry.db import connect
+    from telemetry.store import Store
+
+    if not store_dir.is_dir():
+        _error(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+        return EXIT_STORE
+    try:
+        return connect(Store(store_dir), materialize=materialize)
+    except RuntimeError as exc:  # a queries/ model does not bind on this store
+        _error(str(exc).splitlines()[0])
+        return EXIT_INPUT
+
+
+def run_sql(query: str, store_dir: Path, fmt: str = "table") -> int:
+    """Run ``query`` and print its rows in ``fmt`` (table, csv, json); returns the exit code."""
+    from telemetry import render
+
+    con = open_analysis(store_dir)
+    if isinstance(con, int):
+        return con
+    try:
+        rows = render.rows_of(con, query)
+    except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
+        _error(str(exc).splitlines()[0])
+        return EXIT_INPUT
+    from rich.console import Console
+
+    render.emit(Console(), fmt, {"result": rows})
+    return EXIT_OK

@@ -1,0 +1,104 @@
+"""The models kept with each capture (``-- materialize: capture``, telemetry.models),
+computed when the capture is committed: the per-request evidence, causes' inputs and
+client-side metrics are derived once, not by every query that reads them.
+
+They are computed from the capture's own rows and from the captures already in the store
+that overlap its time span (a connection that went on across rotated files, the path's
+trailing RTT floor), with the default settings, exactly as the SQL models compute them
+over the whole store; the files are staged with the capture's tables and committed (and
+replaced) with them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from telemetry.schema import TABLES
+from telemetry.store import CaptureWriter, Store
+
+LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
+
+
+class FileStore(Store):
+    """A store seen through explicit files per table (staged and committed ones)."""
+
+    def __init__(self, root: Path, files: dict[str, list[Path]]) -> None:
+        super().__init__(root)
+        self._files = files
+
+    def table_files(self, table: str) -> list[Path]:
+        return self._files.get(table, [])
+
+    def table_glob(self, table: str):  # type: ignore[override]
+        return [str(p) for p in self.table_files(table)]
+
+
+def _overlapping_captures(store: Store, capture_id: str, staged: dict[str, list[Path]]) -> list[str]:
+    """Committed captures whose time span overlaps what the new capture's requests look at."""
+    import duckdb
+
+    committed = store.table_files("captures")
+    if not committed or not staged.get("captures"):
+        return []
+    con = duckdb.connect()
+    try:
+        files = [str(p) for p in staged["captures"]]
+        lo, hi = con.execute(
+            f"SELECT min(epoch_ns(first_ts)), max(epoch_ns(last_ts)) FROM read_parquet({files!r})"
+        ).fetchone()
+        if staged.get("requests"):
+            req = [str(p) for p in staged["requests"]]
+            first_request = con.execute(
+                f"SELECT min(epoch_ns(coalesce(request_start, response_headers, first_message, \"end\"))) FROM read_parquet({req!r})"
+            ).fetchone()[0]
+            if first_request is not None and (lo is None or first_request < lo):
+                lo = first_request
+        if lo is None or hi is None:
+            return []
+        rows = con.execute(
+            f"SELECT DISTINCT capture_id FROM read_parquet({[str(p) for p in committed]!r}) "
+            "WHERE capture_id <> ? AND epoch_ns(last_ts) >= ? AND epoch_ns(first_ts) <= ?",
+            [capture_id, lo - LOOKBACK_NS, hi],
+        ).fetchall()
+    finally:
+        con.close()
+    return [r[0] for r in rows]
+
+
+def _exact_select(con, name: str) -> str:
+    """SELECT of a model whose values read back as they were: Parquet has no 128-bit
+    integers (DuckDB's sums of BIGINTs), which would come back as doubles; they are sums of
+    counts and fit a BIGINT."""
+    cols = con.execute(f"DESCRIBE SELECT * FROM {name}").fetchall()
+    return "SELECT " + ", ".join(
+        f'CAST("{c[0]}" AS BIGINT) AS "{c[0]}"' if c[1] in ("HUGEINT", "UHUGEINT") else f'"{c[0]}"' for c in cols
+    ) + f" FROM {name}"
+
+
+def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
+    """Compute the capture-kept models for the capture ``writer`` is about to commit (its
+    files written and closed) into its staging folder; returns staging file -> place."""
+    from telemetry.db import DEFAULT_PARAMS, connect
+    from telemetry.models import stored_key
+
+    store, capture_id = writer.store, writer.capture_id
+    staged = writer.staged_files()
+    files = {t: list(staged.get(t, [])) for t in TABLES}
+    for other in _overlapping_captures(store, capture_id, staged):
+        for table in TABLES:
+            files[table] += store.table_dir(table).glob(f"**/{other}-*.parquet")
+    analysis = connect(FileStore(store.root, files), {"capture_ids": [capture_id]}, use_stored=False)
+    out: dict[Path, Path] = {}
+    try:
+        for model in analysis.models.values():
+            if model.materialize != "capture":
+                continue
+            analysis.define([model.name])
+            key = stored_key(analysis.models, model.name, DEFAULT_PARAMS)
+            place = store.model_file(key, model.name, capture_id).relative_to(store.root)
+            path = writer.stage_path(place)
+            analysis.con.execute(f"COPY ({_exact_select(analysis.con, model.name)}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+            out[path] = place
+    finally:
+        analysis.close()
+    return out
