@@ -743,17 +743,17 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
     # tshark's gRPC messages per stream, both directions, against ours
     r = subprocess.run([TSHARK, "-r", str(cap.out), "-d", f"tcp.port=={port},http2", "-o", "tcp.reassemble_out_of_order:TRUE",
                         "-Y", "grpc", "-T", "fields", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "http2.streamid",
-                        "-e", "grpc.message_length"], capture_output=True, text=True, timeout=120)  # fmt: skip
+                        "-e", "http2.type", "-e", "grpc.message_length"], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 0, r.stderr
     theirs: dict[tuple[int, int, str], int] = {}
     for line in r.stdout.splitlines():
-        sport, dport, sids, lens = line.split("\t")
+        sport, dport, sids, types, lens = line.split("\t")
         client, direction = (int(dport), "response") if int(sport) == port else (int(sport), "request")
-        ids, lengths = sids.split(","), lens.split(",")
-        if len(set(ids)) == 1:  # one stream's frames: every message is its
-            ids = ids[:1] * len(lengths)
-        for sid in ids[: len(lengths)]:
-            key = (client, int(sid), direction)
+        # a packet's frames (any type, any stream) and its gRPC messages: each message
+        # belongs to a DATA frame's stream (several messages: the last DATA frame's)
+        data_ids = [sid for sid, typ in zip(sids.split(","), types.split(","), strict=True) if typ == "0"]
+        for k in range(len(lens.split(","))):
+            key = (client, int(data_ids[min(k, len(data_ids) - 1)]), direction)
             theirs[key] = theirs.get(key, 0) + 1
     ours = {(p_, sid, d): n for p_, sid, d, n in con.execute(
         """SELECT r.client_port, m.stream_id, m.direction, count(*) FROM messages AS m
