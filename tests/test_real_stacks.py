@@ -532,10 +532,9 @@ def tshark_h1(capture: Path, port: int) -> tuple[list[tuple[int, str]], list[tup
     for line in r.stdout.splitlines():
         t, uri, code = (line.split("\t") + ["", ""])[:3]
         ns = int(round(float(t) * 1e9))
-        if uri:
-            reqs.append((ns, uri))
-        if code:
-            resps.append((ns, int(code)))
+        # several messages completed by one frame (pipelined requests): one value each
+        reqs += [(ns, u) for u in uri.split(",") if u]
+        resps += [(ns, int(c)) for c in code.split(",") if c]
     return reqs, resps
 
 
@@ -607,6 +606,49 @@ def test_http1_servers_with_openai_httpx_and_curl(tmp_path, run_server, server):
     curl_fb = [r for s in seen if s.client == "curl" for r in [s.first_byte_ms] if r is not None]
     assert curl_fb, "curl reported no first-byte time"
     check_tshark_h1(con, cap.out, port, len(seen))
+
+
+def _raw_request(model: str, tokens: int) -> bytes:
+    body = json.dumps(body_of(model, tokens)).encode()
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))  # fmt: skip
+
+
+def _read_responses(sock: socket.socket, n: int) -> bytes:
+    """Bytes until n chunked responses ended (their last-chunk marker)."""
+    got = b""
+    while got.count(b"\r\n0\r\n\r\n") < n:
+        data = sock.recv(65536)
+        assert data, "server closed early"
+        got += data
+    return got
+
+
+def test_http1_capture_begun_mid_stream_then_pipelined(tmp_path, run_server):
+    """uvicorn (h11): the capture begins while a long stream is being sent on a keep-alive
+    connection (its request never captured), then three requests are pipelined in one
+    write. tailtap skips into the next response head and finds the three, with their
+    models and token counts, in the order tshark shows them."""
+    port = run_server("uvicorn-h11")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(_raw_request("rs-long", 250))  # ~1 s of tokens
+        sock.recv(100)  # the stream is flowing
+        cap = Capture(port, tmp_path / "mid.pcap")
+        try:
+            _read_responses(sock, 1)
+            wanted = [("rs-pipe-0", 4), ("rs-pipe-1", 9), ("rs-pipe-2", 2)]
+            sock.sendall(b"".join(_raw_request(m, n) for m, n in wanted))
+            _read_responses(sock, 3)
+        finally:
+            cap.stop()
+    con = analyze(cap.out, tmp_path)
+    rows = con.execute("""SELECT model, completion_tokens, response_messages, kind, http_status, stream_id
+                          FROM requests WHERE model IS NOT NULL ORDER BY request_start""").fetchall()  # fmt: skip
+    assert [(m, t, n) for m, t, n, *_ in rows] == [(m, n, n + 3) for m, n in wanted]
+    assert all(k == "sse" and st == 200 for *_, k, st, _sid in rows)
+    assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 3  # nothing made up of the cut stream
+    reqs, resps = tshark_h1(cap.out, port)
+    assert len(reqs) == 3 and [c for _t, c in resps][-3:] == [200, 200, 200]
 
 
 def test_stdlib_server_with_curl_as_in_the_issue(tmp_path, run_server):
@@ -714,6 +756,9 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
                 grpc.channel_ready_future(ch).result(timeout=10)  # connected before the first call
                 gen = ch.unary_stream("/tailtap.test.LLM/Generate")
                 infer = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+                # one call first: grpcio's first streaming call pays its lazy set-up (a few
+                # ms before the first message reaches the caller), not the network's
+                list(gen(_pb_str(1, "warm-up") + _pb_int(2, 2), timeout=10))
                 for i, n in enumerate(TOKENS):
                     start = time.time_ns()
                     arrivals = [time.time_ns() for _ in gen(_pb_str(1, f"m{i}") + _pb_int(2, n), timeout=10)]
@@ -728,12 +773,14 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
         server.stdin.close()
         server.wait(10)
     con = analyze(cap.out, tmp_path)
-    gen_rows = con.execute("""SELECT response_messages, grpc_status, ttft_ms FROM requests
-                              WHERE path = '/tailtap.test.LLM/Generate' ORDER BY request_start""").fetchall()
+    gen_rows = con.execute("""SELECT response_messages, grpc_status, ttft_ms, epoch_ns(request_start), epoch_ns(first_message)
+                              FROM requests WHERE path = '/tailtap.test.LLM/Generate' ORDER BY request_start""").fetchall()
+    gen_rows = gen_rows[1:]  # the warm-up call
     assert len(gen_rows) == len(calls)
     fig = Figures("grpc-js + grpcio", requests=len(calls), found=len(gen_rows))
-    for (msgs, status, ttft_ms), (n, start, arrivals) in zip(gen_rows, calls, strict=True):
+    for (msgs, status, ttft_ms, _start, first), (n, start, arrivals) in zip(gen_rows, calls, strict=True):
         assert (msgs, status) == (n, 0)
+        assert 0 <= arrivals[0] - first < 50_000_000  # seen before the client got it, and soon
         fig.ttft_err_ms.append(ttft_ms - (arrivals[0] - start) / 1e6)
     FIGURES.append(fig.line())
     assert median(sorted(abs(x) for x in fig.ttft_err_ms)) < TTFT_BAR_MS, fig.line()
