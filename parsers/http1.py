@@ -49,6 +49,7 @@ _METHOD_NAMES = b"|".join(m.strip() for m in METHODS if m != b"PRI ")
 # a start line after a line end: where a side resynchronises
 REQUEST_START = re.compile(rb"\n((?:" + _METHOD_NAMES + rb") \S+ HTTP/1\.[01]\r?\n)")
 RESPONSE_START = re.compile(rb"\n(HTTP/1\.[01] [1-5]\d\d(?: [^\r\n]*)?\r?\n)")
+_METHOD_START = re.compile(rb"[A-Z][A-Z0-9_-]{0,19}( |$)")
 _SYNC_KEEP = 8192  # bytes kept between feeds while looking for a start line (a long target)
 
 
@@ -314,11 +315,13 @@ class Http1Conn:
 
     @staticmethod
     def _head_start_ok(side: _Side) -> bool:
-        """Whether the buffered bytes can begin a message head of this side."""
-        b = bytes(side.buf[:8])
+        """Whether the buffered bytes can begin a message head of this side (a request:
+        any method token, as _REQ_LINE takes it)."""
         if side.is_req:
-            return any(m.startswith(b) or b.startswith(m) for m in METHODS if m != b"PRI ")
-        return b"HTTP/1.".startswith(b[:7])
+            b = bytes(side.buf[:21])
+            m = _METHOD_START.match(b)
+            return m is not None and (m.group(1) == b" " or len(b) < 21)
+        return b"HTTP/1.".startswith(bytes(side.buf[:7]))
 
     def _sync(self, side: _Side, data: bytes, i: int, n: int) -> bytes | None:
         """Skip bytes up to the next start line of this side (after a line end): the bytes

@@ -451,3 +451,16 @@ def test_event_splitter_first_token_is_content_not_role() -> None:
     out: list = []
     sp.feed(ROLE + tok("x"), 0, len(ROLE + tok("x")), 0, 7, out)
     assert len(out) == 2 and sp.first_off == len(ROLE + tok("x")) and sp.first_ts == 7
+
+
+def test_http1_other_methods_still_parse() -> None:
+    """A method outside the common ones (WebDAV) on a keep-alive connection is a request
+    head, not a reason to resynchronise."""
+    conv = Conv()
+    conv.send(0, b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n", 0)
+    conv.send(1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", 1)
+    conv.send(0, b"PROPFIND /d HTTP/1.1\r\nHost: h\r\nContent-Length: 0\r\n\r\n", 2)
+    conv.send(1, b"HTTP/1.1 207 Multi-Status\r\nContent-Length: 0\r\n\r\n", 3)
+    _s, r = run_session(conv.chunks)
+    assert [(q.method, q.http_status) for q in sorted(r.requests, key=lambda q: q.stream_id)] == [("GET", 200), ("PROPFIND", 207)]
+    assert not r.issues
