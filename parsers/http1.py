@@ -26,7 +26,7 @@ import re
 from collections import deque
 
 from parsers.llm.taps import EventSplitter, JsonBodyTap, llm_facts, tap_for
-from parsers.records import DecodeIssue, MessageRecord, RequestRecord
+from parsers.records import DecodeIssue, MessageRecord, RequestRecord, unpack_flags
 
 _HEAD_MAX = 64 * 1024
 _REQ_LINE = re.compile(rb"^([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01])$")
@@ -444,8 +444,7 @@ class Http1Conn:
             tap.feed(data, i, j, off, ts, tmp)
             for t, size, flags, end in tmp:
                 self.messages.append(
-                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end,
-                                  (flags >> 8) & 0xF, (flags >> 12) - 1 if flags >> 12 else None)  # fmt: skip
+                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end, *unpack_flags(flags)[1:])
                 )
                 ex.msgs += 1
             tmp.clear()

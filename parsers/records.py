@@ -327,12 +327,18 @@ def message_flags(compressed: bool, event: int = 0, tokens: int | None = None) -
     return flags
 
 
+def unpack_flags(flags: int) -> tuple[bool, int, int | None]:
+    """compressed, event kind, tokens (None: not said) of message flags."""
+    f = int(flags)
+    return bool(f & 1), (f >> 8) & 0xF, (f >> 12) - 1 if f >> 12 else None
+
+
 def message_from_row(conn_key: int, row: tuple) -> MessageRecord:
     """A MessageRecord from a MessageRow (stream_id, direction, index, ts_ns, size, flags,
     end_offset)."""
     sid, d, idx, ts, size, flags, end = row
-    f = int(flags)
-    return MessageRecord(conn_key, sid, d, idx, ts, size, bool(f & 1), end, (f >> 8) & 0xF, (f >> 12) - 1 if f >> 12 else None)
+    compressed, event, tokens = unpack_flags(flags)
+    return MessageRecord(conn_key, sid, d, idx, ts, size, compressed, end, event, tokens)
 
 
 @dataclass(slots=True)
