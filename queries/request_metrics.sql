@@ -36,31 +36,33 @@
 -- TTFT and latency run at least to the connection's last packet (finished_at).
 -- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
-WITH read_times AS (  -- keyed by a number for the self-join below (text keys: several times slower)
-    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, "index", epoch_ns(coalesce(read_ts, ts)) AS t
+WITH read_times AS (  -- the token messages, keyed by a number for the self-join below (text
+    -- keys: several times slower)
+    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t
     FROM client_read
+    WHERE token_index IS NOT NULL  -- gaps between tokens, not to a role or usage chunk
 ),
-read_gaps AS (  -- each message and the one before it: a join on the next index, not a window
-    -- over every message (which costs ten times more on a long capture)
+read_gaps AS (  -- each token message and the one before it: a join on the next index, not a
+    -- window over every message (which costs ten times more on a long capture)
     SELECT any_value(b.conn_id) AS conn_id, any_value(b.stream_id) AS stream_id,
         max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
     FROM read_times AS a
-    JOIN read_times AS b ON b.k = a.k AND b."index" = a."index" + 1
+    JOIN read_times AS b ON b.k = a.k AND b.token_index = a.token_index + 1
     GROUP BY b.k
 ),
-first_two AS (
+first_two AS (  -- the first two messages carrying tokens
     SELECT conn_id, stream_id,
-        max(epoch_ns(ts)) FILTER (WHERE "index" = 0) AS t0,
-        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 0) AS a0,
-        max(epoch_ns(ts)) FILTER (WHERE "index" = 1) AS t1,
-        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 1) AS a1
-    FROM messages
-    WHERE direction = 'response' AND "index" < 2
+        max(epoch_ns(ts)) FILTER (WHERE token_index = 0) AS t0,
+        max(epoch_ns(acked_ts)) FILTER (WHERE token_index = 0) AS a0,
+        max(epoch_ns(ts)) FILTER (WHERE token_index = 1) AS t1,
+        max(epoch_ns(acked_ts)) FILTER (WHERE token_index = 1) AS a1
+    FROM client_read
+    WHERE token_index < 2
     GROUP BY conn_id, stream_id
 ),
 read_stalls AS (  -- read times of the first and last response message, when stalled
     SELECT conn_id, stream_id,
-        max(epoch_ns(read_ts)) FILTER (WHERE "index" = 0 AND read_stalled) AS first_read_ns,
+        max(epoch_ns(read_ts)) FILTER (WHERE token_index = 0 AND read_stalled) AS first_read_ns,
         max(epoch_ns(read_ts)) FILTER (WHERE read_stalled) AS last_read_ns
     FROM client_read
     GROUP BY conn_id, stream_id
