@@ -31,7 +31,7 @@ def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]
     for cap in captures:
         with tempfile.TemporaryDirectory() as tmp:
             store = Store(tmp)
-            res = ingest_file(cap, store, IngestOptions(force=True, processes=processes))
+            res = ingest_file(cap, store, IngestOptions(force=True, processes=processes, store_models=False))
             tables: dict[str, object] = {"error": res.error, "issues": sorted(i.kind for i in res.issues)}
             for table in TABLES:
                 files = store.table_files(table)

@@ -76,6 +76,9 @@ class IngestOptions:
     # processes a single capture of SPLIT_MIN_BYTES or more may use (1 or 2): split by
     # connection, same rows as one process
     processes: int = 1
+    # compute the models kept with each capture at its commit (telemetry.stored_models);
+    # off, queries compute them when read (the same answers)
+    store_models: bool = True
 
 
 @dataclass
@@ -203,7 +206,7 @@ class IngestChain:
                 else:
                     pipeline.end_file()
                 pipeline.fill_result(result)
-                writer.commit(pipeline.capture_row(path, result), derive=lambda w: _derive(w, result))
+                writer.commit(pipeline.capture_row(path, result), derive=_deriver(self.options, result))
             except BaseException:
                 writer.abort()
                 self._last = None
@@ -229,12 +232,17 @@ class IngestChain:
             try:
                 pipeline.finish()
                 pipeline.fill_result(result)
-                writer.commit(pipeline.capture_row(Path(f"{last.path}{CLOSING_SUFFIX}"), result), derive=lambda w: _derive(w, result))
+                writer.commit(pipeline.capture_row(Path(f"{last.path}{CLOSING_SUFFIX}"), result), derive=_deriver(self.options, result))
             except BaseException:
                 writer.abort()
                 raise
         result.seconds = time.perf_counter() - started
         return result
+
+
+def _deriver(options: IngestOptions, result: IngestResult) -> Callable[[CaptureWriter], dict[Path, Path]] | None:
+    """What the commit computes from the written files: the models kept with the capture."""
+    return (lambda w: _derive(w, result)) if options.store_models else None
 
 
 def _derive(writer: CaptureWriter, result: IngestResult) -> dict[Path, Path]:
@@ -299,7 +307,7 @@ def _ingest_split(
         writer.adopt(staged)
         _wait_child(peer)
         pipeline.fill_result(result)
-        writer.commit(pipeline.capture_row(path, result), derive=lambda w: _derive(w, result))
+        writer.commit(pipeline.capture_row(path, result), derive=_deriver(options, result))
     except BaseException as exc:
         status = _wait_child(peer, kill=True)
         writer.abort()

@@ -1,48 +1,56 @@
-"""The whole pipeline writes the same tables with and without the optional C extensions
-(record walks and header gather, HTTP/2 fast path over ChunkRuns, smoothed RTT), on the bench capture and real ones."""
+"""The whole pipeline writes the same tables with and without the optional C extensions,
+switched off the way users switch them off (TAILTAP_PURE_PYTHON=1, a fresh process: every
+C path at once), over every bundled sample, every shared capture and the bench capture."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from parsers.capture import _container, _gather
+from parsers.capture import _container, _packets
 from parsers.h2 import _conn
-from parsers.tcp import _fast
+from parsers.tcp import _fast, _flows
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from gen_grpc_capture import write_capture  # noqa: E402
-from golden_outputs import dump  # noqa: E402
 from shared_paths import CAPTURES  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    _conn._speedups is None or _container._speedups is None or _fast._speedups is None,
+    any(m._speedups is None for m in (_conn, _container, _packets, _fast, _flows)),
     reason="C extensions not built (pip install -e .)",
 )
-SHARED = CAPTURES
 
 
 def _captures(tmp_path: Path) -> list[str]:
     bench = tmp_path / "bench.pcap"
     write_capture(str(bench), 20_000, connections=3, tokens=30)
-    out = [str(bench), str(ROOT / "samples/loss_burst/capture.pcap")]
-    for name in ("grpc-go_bidi_streaming.pcapng", "derived_grpc-go_bidi_streaming_midstream.pcapng"):
-        if (SHARED / name).exists():
-            out.append(str(SHARED / name))
+    out = [str(bench)]
+    out += sorted(str(p) for p in (ROOT / "samples").glob("**/capture.pcap"))
+    out += sorted(str(p) for p in CAPTURES.glob("*.pcap*"))
     return out
 
 
-def test_same_tables_with_and_without_c(tmp_path, monkeypatch):
+def _dump(caps: list[str], out: Path, pure: bool) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "TAILTAP_PURE_PYTHON"}
+    if pure:
+        env["TAILTAP_PURE_PYTHON"] = "1"
+    subprocess.run([sys.executable, str(ROOT / "bench" / "golden_outputs.py"), str(out), *caps],
+                   check=True, env=env, timeout=900)
+    return json.loads(out.read_text())
+
+
+def test_same_tables_with_and_without_c(tmp_path):
     caps = _captures(tmp_path)
-    fast = dump(caps)
-    with monkeypatch.context() as m:
-        m.setattr(_conn, "_speedups", None)
-        m.setattr(_container, "_speedups", None)
-        m.setattr(_gather, "_speedups", None)
-        m.setattr(_fast, "_speedups", None)
-        pure = dump(caps)
-    assert fast == pure
+    assert len(caps) > 30
+    fast = _dump(caps, tmp_path / "c.json", pure=False)
+    pure = _dump(caps, tmp_path / "pure.json", pure=True)
+    assert fast.keys() == pure.keys()
+    for cap in fast:
+        assert fast[cap] == pure[cap], cap
     assert fast[f"{tmp_path.name}/bench.pcap"]["messages"]["rows"] > 10_000

@@ -15,13 +15,13 @@ blocks (SPB, obsolete PB) stop the fast loop and go through a careful per-block 
 
 from __future__ import annotations
 
-import os
 import struct
 import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
+from parsers._native import speedups
 from parsers.records import DecodeIssue, PacketBatch
 
 from . import _linktypes
@@ -29,12 +29,7 @@ from ._gather import take_rows, take_struct
 
 # Optional C record walks (parsers/capture/_speedups.c, built by `pip install -e .`);
 # without it, or with TAILTAP_PURE_PYTHON=1, the Python walks below give the same offsets.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
+_speedups = speedups("parsers.capture")
 
 # Larger records are taken as corruption rather than waited for. Like libpcap, a pcap
 # record may not exceed 256 KiB (or the file's snaplen when that is larger); like

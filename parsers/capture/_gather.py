@@ -7,20 +7,15 @@ exposes the big- or little-endian fields of those rows without per-packet Python
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
+
+from parsers._native import speedups
 
 # Optional C gather (parsers/capture/_speedups.c): one memcpy per row instead of numpy's
 # fancy indexing of the strided view; without it, or with TAILTAP_PURE_PYTHON=1, the
 # numpy code below gives the same bytes.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
+_speedups = speedups("parsers.capture")
 
 
 def as_bytes(buf: np.ndarray) -> np.ndarray:

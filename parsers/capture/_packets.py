@@ -8,11 +8,11 @@ per pass. Python-level work per packet only happens for SACK lists (building the
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from parsers._native import speedups
 from parsers.records import DecodeIssue, DecodeStats, PacketBatch, SegmentBatch
 
 from . import _linktypes as lt
@@ -23,12 +23,7 @@ from ._tcp_options import walk_options
 # Optional C header decode (parsers/capture/_speedups.c): one pass per packet instead of
 # numpy passes per header field; without it, or with TAILTAP_PURE_PYTHON=1, the numpy
 # code below gives the same segments, counts and issues.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
+_speedups = speedups("parsers.capture")
 
 # Per-packet outcome; the counts go to DecodeStats.
 _PENDING, _TCP, _UDP, _OTHER_IP, _NON_IP, _FRAG, _TRUNC, _MALFORMED, _UNKNOWN_LT = range(9)

@@ -11,12 +11,12 @@ the time of the packet that completed *it*, not the whole frame.
 
 from __future__ import annotations
 
-import os
 import struct
 from functools import partial
 
 import numpy as np
 
+from parsers._native import speedups
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
 from parsers.records import (
     ChunkRun,
@@ -142,16 +142,11 @@ class _Dir:
 # Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
 # `pip install -e .`); without it, or with TAILTAP_PURE_PYTHON=1, the same Python code
 # runs and gives the same records.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from . import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
-    else:
-        _speedups.init(
-            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
-        )
+_speedups = speedups("parsers.h2")
+if _speedups is not None:
+    _speedups.init(
+        GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
+    )
 # {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, for the
 # pipeline's flow_rates counting; None without the extension
 sent_runs = _speedups.sent_runs if _speedups is not None else None

@@ -22,22 +22,16 @@ window scales above 14).
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from parsers._native import speedups
 from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
 from parsers.tcp._analysis import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
 # Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
 # with TAILTAP_PURE_PYTHON=1, the numpy code and the Python loop give the same results.
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from parsers.tcp import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
+_speedups = speedups("parsers.tcp")
 
 _SFR = SYN | FIN | RST
 _M32 = np.int64(0xFFFFFFFF)

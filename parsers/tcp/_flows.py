@@ -12,20 +12,15 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import os
 import struct
 from dataclasses import dataclass
 
 import numpy as np
 
+from parsers._native import speedups
 from parsers.records import SegmentBatch
 
-_speedups = None
-if not os.environ.get("TAILTAP_PURE_PYTHON"):
-    try:
-        from parsers.tcp import _speedups  # type: ignore[no-redef]
-    except ImportError:
-        pass
+_speedups = speedups("parsers.tcp")
 
 # Ports that are servers far more often than clients. Below 1024 everything counts.
 SERVICE_PORTS = frozenset(
