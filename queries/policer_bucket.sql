@@ -33,7 +33,7 @@
 --              is 0.64-0.83 for the policer, -0.20-0.13 for loss_burst and mixed. A
 --              shaper's or a bottleneck queue's drops also come when its bucket is empty
 --              (0.35-0.50 there): they are told apart by the RTT inflation before the
---              losses, judged in throttle_evidence.
+--              losses, judged in policer_evidence.
 -- Sends are as seen at the capture point: meaningful for a capture on the sender's side
 -- of the policer (server-side capture, responses toward the client).
 -- Columns: client_addr, server_addr, episode, first_loss_ts, last_loss_ts, lost_segments,

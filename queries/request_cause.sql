@@ -14,7 +14,7 @@
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
 --                (sender blocked on WINDOW_UPDATE, plus the time the client left the
 --                end of the response unread: client_read), application (429/503,
---                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (throttle_evidence)
+--                RESOURCE_EXHAUSTED, UNAVAILABLE), shaper or policer (shaper_evidence, policer_evidence)
 --   server       the network explains less than half of the excess (or nothing):
 --                delay = the excess it does not explain
 --   unknown      the capture cannot tell (one direction only, no RTT at all)

@@ -52,7 +52,7 @@ def test_stored_models_answer_as_computing_them_does(lossy_store):
     for name in CAPTURE_MODELS + ["request_cause", "latency_decomposition", "spikes", "spike_attribution"]:
         got, want = _rows(stored, name), _rows(live, name)
         assert got == want, name
-        assert got or name in ("throttle_evidence",), f"{name} has rows on a lossy capture"
+        assert got or name in ("shaper_evidence", "policer_evidence"), f"{name} has rows on a lossy capture"
     # the stored rows were really read: the view is over the stored files
     (sql,) = stored.execute("SELECT sql FROM duckdb_views() WHERE view_name = 'request_evidence'").fetchone()
     assert f"/{MODELS}/" in sql
@@ -62,10 +62,10 @@ def test_stored_models_answer_as_computing_them_does(lossy_store):
 def test_other_settings_compute_the_model_afresh(lossy_store):
     default = connect(lossy_store)
     other = connect(lossy_store, {"queue_min_ms": 1000.0})
-    other.execute("SELECT count(*) FROM throttle_evidence").fetchone()
-    assert other.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'throttle_evidence'").fetchone()[0] == 0
-    default.execute("SELECT count(*) FROM throttle_evidence").fetchone()
-    assert default.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'throttle_evidence'").fetchone()[0] == 1
+    other.execute("SELECT count(*) FROM policer_evidence").fetchone()
+    assert other.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'policer_evidence'").fetchone()[0] == 0
+    default.execute("SELECT count(*) FROM policer_evidence").fetchone()
+    assert default.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'policer_evidence'").fetchone()[0] == 1
 
 
 @needs_samples
