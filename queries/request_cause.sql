@@ -64,6 +64,14 @@ causes AS (
                 ELSE '' END
     FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'
     UNION ALL
+    -- a shaper's queue and a bottleneck link saturated by traffic the capture does not see
+    -- look the same in packets: the queue is reported too, its delay counted once (the
+    -- shaper's)
+    SELECT conn_id, stream_id, 'queueing', NULL, queue_direction, 0,
+        format('RTT {:.1f} ms above the {:.2f} ms path floor: the shaper''s queue, or a bottleneck link at that rate with competing traffic the capture does not see (delay counted under throttling/shaper)',
+               queue_inflation_ms, path_floor_ms)
+    FROM net WHERE queued AND throttle_kind = 'shaper'
+    UNION ALL
     SELECT conn_id, stream_id, 'throttling', 'receive_window', window_directions, window_wait_ms,
         format('{} zero-window / window-full event(s), {:.1f} ms waiting', window_events, window_wait_ms)
     FROM net WHERE window_events > 0

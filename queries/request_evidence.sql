@@ -5,7 +5,9 @@
 -- stall they caused (and its own first bytes lost before the capture point; a server
 -- retransmission the client did not need, after client packets were lost upstream, is a
 -- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
--- retransmissions) and how late it was, duplicate ACKs, receive-window stalls, HTTP/2
+-- retransmissions, and holes the receiver's duplicate ACKs reported that filled without a
+-- resend: late_arrival, a segment overtaken past the capture point) and how late it was,
+-- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
 -- percentiles, robust to delayed ACKs; and the largest inflation over its final 500 ms,
@@ -15,6 +17,26 @@
 -- materialize: capture
 WITH upstream_gaps AS (
     SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
+),
+dup_runs AS (  -- the receiver's duplicate ACKs for each hole (its next expected byte)
+    SELECT conn_id, direction, seq, min(frame_no) AS first_frame,
+        epoch_ns(min(ts)) AS first_ns, epoch_ns(max(ts)) AS last_ns
+    FROM tcp_events WHERE kind = 'dup_ack'
+    GROUP BY ALL
+),
+resends AS (
+    SELECT conn_id, direction, seq, epoch_ns(ts) AS t_ns FROM tcp_events
+    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission')
+),
+late_arrivals AS (  -- holes the receiver reported that filled without a resend: the segment
+    -- came late past the capture point (reordering downstream of it); how late: from the
+    -- first duplicate ACK to the last
+    SELECT e.* REPLACE ('late_arrival' AS kind, (d.last_ns - d.first_ns) / 1e6 AS recovery_ms)
+    FROM dup_runs AS d
+    ANTI JOIN resends AS r
+      ON r.conn_id = d.conn_id AND r.direction = d.direction AND r.seq = d.seq
+     AND r.t_ns BETWEEN d.first_ns AND d.last_ns + 1000000000
+    JOIN tcp_events AS e ON e.conn_id = d.conn_id AND e.frame_no = d.first_frame AND e.kind = 'dup_ack'
 ),
 events AS (  -- a server retransmission the client did not need, after the client's packets
     -- were lost before the capture point (upstream_loss in the 2 s before): its ACKs were
@@ -26,6 +48,8 @@ events AS (  -- a server retransmission the client did not need, after the clien
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
     FROM tcp_events AS e
     ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
+    UNION ALL
+    SELECT * FROM late_arrivals
 ),
 ev AS (  -- from when the client began (before a lost first packet) to its finish; joined by
     -- the seconds each request spans (a range join alone pairs every request of a
@@ -63,9 +87,9 @@ loss AS (
 ),
 other AS (
     SELECT conn_id, stream_id,
-        count(*) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_events,
-        string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_directions,
-        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission')) AS reorder_wait_ms,
+        count(*) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_events,
+        string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_directions,
+        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_wait_ms,
         count(*) FILTER (WHERE kind = 'dup_ack') AS dup_acks,
         count(*) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_events,
         sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_wait_ms,

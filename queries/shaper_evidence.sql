@@ -5,13 +5,18 @@
 --            path built up (seconds with RTT inflation over the floor, at most 1 s
 --            apart; from 1 s before it to its peak, leaving out the drain) the inference
 --            connections offered more than got delivered (sent >= 1.1 x acknowledged: a
---            backlog builds behind the ceiling) and no cross traffic explains the queue
---            (cross bytes < 1/4 of ours); each request in flight
+--            backlog builds behind the ceiling), or, 100 ms at a time while queued, their
+--            busy deliveries stayed well under their busy sends (90th percentiles, at most
+--            0.4: bursts go in, a capped rate comes out; a delay, however jittery, lets the
+--            bursts through: 0.64-0.82 on the lab's queue and jitter runs, 0.25-0.32 on its
+--            shapers), and no cross traffic explains the queue (cross bytes < 1/4 of ours):
+--            packets cannot tell a shaper from a bottleneck link saturated by traffic the
+--            capture does not see, so request_cause reports the queue too; each request in flight
 --            during it with inflated RTT is shaped; delay = the inflation its last
 --            bytes met, plus the loss stalls when the shaper's queue overflowed
 -- Columns: capture_id, conn_id, stream_id, started_at, throttle_kind ('shaper'),
 -- throttle_detail, throttle_delay_ms.
--- depends_on: request_evidence, path_timeline, path_episodes
+-- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections
 -- materialize: capture
 WITH req AS (
     SELECT capture_id, started_at, conn_id, stream_id, client_addr, server_addr,
@@ -30,23 +35,42 @@ episode_span_q AS (
     FROM queue_episodes
     GROUP BY ALL
 ),
+buckets AS (  -- the inference connections' sends and deliveries toward the client per 100 ms
+    SELECT c.client_addr, c.server_addr, epoch_ns(f.ts) // 100000000 AS bucket,
+        sum(f.bytes_sent + header_bytes() * f.packets_sent) AS sent, sum(f.bytes_acked) AS acked
+    FROM connections AS c
+    JOIN flow_rates AS f ON f.conn_id = c.conn_id AND f.direction = 'to_client' AND c.requests > 0
+    GROUP BY ALL
+),
+ceiling AS (  -- while queued: the busy 100 ms deliveries against the busy sends (90th
+    -- percentiles); a rate limit lets bursts in and a capped rate out
+    SELECT e.client_addr, e.server_addr, e.episode,
+        quantile_cont(b.acked, 0.9) / nullif(quantile_cont(b.sent, 0.9), 0) AS out_in_ratio
+    FROM episode_span_q AS e
+    JOIN buckets AS b
+      ON b.client_addr = e.client_addr AND b.server_addr = e.server_addr
+     AND b.bucket // 10 BETWEEN e.first_second AND e.last_second
+    GROUP BY ALL
+),
 shaped AS (  -- offered vs delivered while the queue built: from 1 s before it to its peak
     SELECT e.client_addr, e.server_addr, e.episode, e.first_second, e.last_second, e.max_inflation_ms,
         sum(p.sent_bytes) AS sent, sum(p.acked_bytes) AS acked, sum(p.cross_bytes) AS cross_bytes,
-        count(*) AS seconds
+        count(*) AS seconds, any_value(x.out_in_ratio) AS out_in_ratio
     FROM episode_span_q AS e
     JOIN path_timeline AS p
       ON p.client_addr = e.client_addr AND p.server_addr = e.server_addr
      AND p.second BETWEEN e.first_second - 1 AND greatest(e.peak_second, e.first_second)
-    GROUP BY ALL
-    HAVING sum(p.sent_bytes) >= 1.1 * sum(p.acked_bytes)
+    LEFT JOIN ceiling AS x
+      ON x.client_addr = e.client_addr AND x.server_addr = e.server_addr AND x.episode = e.episode
+    GROUP BY e.client_addr, e.server_addr, e.episode, e.first_second, e.last_second, e.max_inflation_ms
+    HAVING (sum(p.sent_bytes) >= 1.1 * sum(p.acked_bytes) OR any_value(x.out_in_ratio) <= 0.4)
        AND sum(p.cross_bytes) < 0.25 * sum(p.acked_bytes)
 )
 SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
     'shaper' AS throttle_kind,
-    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s), RTT up to +{:.0f} ms, no cross traffic',
+    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s; busiest 100 ms out/in {:.2f}), RTT up to +{:.0f} ms, no cross traffic',
            e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
-           e.seconds, e.max_inflation_ms) AS throttle_detail,
+           e.seconds, coalesce(e.out_in_ratio, 0), e.max_inflation_ms) AS throttle_detail,
     -- drops when the shaper's queue overflowed are part of it too
     r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
 FROM req AS r
