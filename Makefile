@@ -6,10 +6,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SAMPLE ?= samples/loss_burst/capture.pcap
 DEMO_STORE ?= out/demo-store
-APT_PACKAGES := tshark tcpdump iproute2 procps
-# real-stack tests (tests/test_real_stacks.py): grpc-js runs on Debian's nodejs; curl and
+# command:package pairs; a package is installed only when its command is missing (a machine
+# with NodeSource's nodejs has npm without Debian's npm package, and the two conflict)
+APT_PACKAGES := tshark:tshark tcpdump:tcpdump ip:iproute2 ps:procps
+# real-stack tests (tests/test_real_stacks.py): grpc-js runs on nodejs; curl and
 # nghttp2's h2load are clients
-APT_PACKAGES += nodejs npm curl nghttp2-client
+APT_PACKAGES += node:nodejs npm:npm curl:curl h2load:nghttp2-client
 NODE_DIR := tests/node
 
 .PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report clean
@@ -31,7 +33,8 @@ demo: venv
 # Installs tshark/tcpdump with apt-get when they are missing and we are root; otherwise
 # the tests that need them say what is missing and skip.
 system-deps:
-	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for cp in $(APT_PACKAGES); do \
+	  command -v $${cp%%:*} >/dev/null 2>&1 || missing="$$missing $${cp#*:}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing:$$missing"; \
