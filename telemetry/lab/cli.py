@@ -70,6 +70,8 @@ def sweep(
     seed: Annotated[int, typer.Option(help="Seed of the sweep: run i's parameters are drawn from (seed, i).")] = 1,
     runs: Annotated[int, typer.Option(help="How many runs.")] = 80,
     start: Annotated[int, typer.Option(help="Index of the first run.")] = 0,
+    ranges: Annotated[int, typer.Option(help="Which ranges to draw from: 1 (the first sweep's) or 2 (wider: cross traffic, uplink variants, zero window, two windows).")] = 1,
+    realtime: Annotated[bool, typer.Option(help="Run the lab's server, client and tcpdump under chrt -r 10 like its bridge.")] = True,
 ) -> None:
     """Run a randomized sweep: each run's path (RTT floor, link rate), load (unary and
     streaming mix, concurrency), capture point (server or client) and impairment (cause,
@@ -82,7 +84,10 @@ def sweep(
     if missing:
         typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
         raise typer.Exit(2)
-    metas = run_sweep(seed, runs, out, start, log=typer.echo)
+    if ranges not in (1, 2):
+        typer.echo(f"--ranges must be 1 or 2, not {ranges}", err=True)
+        raise typer.Exit(2)
+    metas = run_sweep(seed, runs, out, start, log=typer.echo, ranges=ranges, realtime=realtime)
     counts: dict[str, int] = {}
     for m in metas:
         counts[m["status"]] = counts.get(m["status"], 0) + 1
@@ -93,14 +98,24 @@ def sweep(
 def sweep_report(
     folder: Annotated[Path, typer.Argument(help="The sweep's folder (`tailtap lab sweep --out`).")],
     readme: Annotated[Path | None, typer.Option(help="Write the tables into this Markdown file, between its sweep markers.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores (with every miss) here.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per run (parameters, scores) here.")] = None,
+    diagnosis: Annotated[Path | None, typer.Option(help="Write where the attribution fails (tuning runs) here, as Markdown.")] = None,
+    stores: Annotated[Path | None, typer.Option(help="Keep each run's store in STORES/<run> (default: in the run's folder).")] = None,
+    reingest: Annotated[bool, typer.Option(help="Ingest every capture again (otherwise only when the parsers changed).")] = False,
+    only: Annotated[list[str] | None, typer.Option(help="Score only this run (repeatable), e.g. sweep-1-004.")] = None,
 ) -> None:
-    """Score every run of a sweep (ingest, then the attribution as `tailtap sql` reads it
-    with the default settings) against the client's own timings, and print the confusion
-    matrices and the per-run table, split by tuning and held-out runs."""
+    """Score every run of a sweep (ingest once, then the attribution as `tailtap sql` reads
+    it with the default settings and as `tailtap analyze`'s report reads it) against the
+    client's own timings, and print the confusion matrices and the per-run table, split by
+    tuning and held-out runs. After a change of queries/ this only runs the SQL again."""
     from telemetry.lab.sweep_score import report
 
-    typer.echo(report(folder, readme, json_out, log=typer.echo))
+    if not folder.is_dir():
+        typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
+        raise typer.Exit(2)
+    typer.echo(report(folder, readme, json_out, log=lambda m: typer.echo(m, err=True), reingest=reingest,
+                      stores=stores, csv_out=csv_out, diagnosis_out=diagnosis, only=only))
 
 
 @lab_app.command("cleanup")
