@@ -8,7 +8,7 @@ SAMPLE ?= samples/loss_burst/capture.pcap
 DEMO_STORE ?= out/demo-store
 APT_PACKAGES := tshark tcpdump iproute2 procps
 
-.PHONY: demo test venv system-deps lint bench clean
+.PHONY: demo test venv system-deps lint bench sweep sweep-report clean
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,25 @@ test: system-deps venv lint
 
 bench: venv
 	$(BIN)/python bench/bench_pipeline.py
+
+# The randomized lab sweep (root; about 3 hours for 90 runs): each run's network, load,
+# capture point and impairment drawn from ranges (telemetry/lab/sweep.py), split into
+# tuning and held-out runs before scoring. sweep-report scores every run against the
+# client's own timings (stores kept in $(SWEEP_DIR)-stores: after a change of queries/
+# only the SQL runs again, a few minutes) and writes the tables into the README,
+# bench/results/sweep*.
+SWEEP_DIR ?= out/sweep
+SWEEP_SEED ?= 1
+SWEEP_RUNS ?= 90
+SWEEP_RANGES ?= 1
+sweep: venv
+	$(BIN)/tailtap lab sweep --out $(SWEEP_DIR) --seed $(SWEEP_SEED) --runs $(SWEEP_RUNS) --ranges $(SWEEP_RANGES)
+	$(MAKE) sweep-report
+
+sweep-report: venv
+	@mkdir -p bench/results
+	nice $(BIN)/tailtap lab sweep-report $(SWEEP_DIR) --stores $(SWEEP_DIR)-stores --readme README.md \
+	  --json bench/results/sweep.json --csv bench/results/sweep_runs.csv --diagnosis bench/results/sweep_diagnosis.md
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info

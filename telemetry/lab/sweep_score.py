@@ -336,6 +336,9 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     def causes_of(side: dict) -> dict:  # to 0.1 ms: DuckDB sums in parallel, in no fixed order
         return {k: sorted((c[0], round(c[1], 1)) for c in v["causes"]) for k, v in side.items()}
 
+    for key in ("misses", "outside_blamed", "decomp_off"):  # kept once when the two ways agree
+        if figures["report"][key] == figures["sql"][key]:
+            figures["report"][key] = "same as sql"
     excluded = sum(1 for t in truth if t["conn_reconnected"])
     matched = sum(1 for t in truth if (t["conn_local_port"], t["stream_id"]) in sides["sql"] and not t["conn_reconnected"])
     return {
@@ -509,8 +512,8 @@ def report(folder: Path, readme: Path | None = None, json_out: Path | None = Non
     from telemetry.lab.sweep_diagnose import diagnosis
 
     scores = score_all(folder, reingest, log, stores, only)
-    if json_out:
-        json_out.write_text(json.dumps(scores, indent=1, default=str) + "\n")
+    if json_out:  # one run per line: diffs of a re-scoring stay readable
+        json_out.write_text("[\n" + ",\n".join(json.dumps(s, default=str) for s in scores) + "\n]\n")
     if csv_out:
         csv_out.write_text(csv_rows(scores))
     if diagnosis_out:
