@@ -104,18 +104,40 @@ def sweep_report(
     stores: Annotated[Path | None, typer.Option(help="Keep each run's store in STORES/<run> (default: in the run's folder).")] = None,
     reingest: Annotated[bool, typer.Option(help="Ingest every capture again (otherwise only when the parsers changed).")] = False,
     only: Annotated[list[str] | None, typer.Option(help="Score only this run (repeatable), e.g. sweep-1-004.")] = None,
+    split: Annotated[str | None, typer.Option(help="Score only the runs of this split (tuning while choosing settings).")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--set", help="Score with a setting other than its default, e.g. --set calm_factor=1.6 (repeatable; not with --readme).")] = None,
 ) -> None:
     """Score every run of a sweep (ingest once, then the attribution as `tailtap sql` reads
     it with the default settings and as `tailtap analyze`'s report reads it) against the
     client's own timings, and print the confusion matrices and the per-run table, split by
     tuning and held-out runs. After a change of queries/ this only runs the SQL again."""
+    import json
+
+    from telemetry.db import DEFAULT_PARAMS
     from telemetry.lab.sweep_score import report
 
+    params = {}
+    for item in settings or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in DEFAULT_PARAMS:
+            typer.echo(f"--set {item}: expected NAME=VALUE with NAME one of {', '.join(DEFAULT_PARAMS)}", err=True)
+            raise typer.Exit(2)
+        try:
+            params[name] = json.loads(value)
+        except ValueError:
+            params[name] = value
+    if params and readme:
+        typer.echo("--readme takes the default settings' scores only (drop --set)", err=True)
+        raise typer.Exit(2)
+    if split not in (None, "tuning", "heldout"):
+        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
+        raise typer.Exit(2)
     if not folder.is_dir():
         typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
         raise typer.Exit(2)
     typer.echo(report(folder, readme, json_out, log=lambda m: typer.echo(m, err=True), reingest=reingest,
-                      stores=stores, csv_out=csv_out, diagnosis_out=diagnosis, only=only))
+                      stores=stores, csv_out=csv_out, diagnosis_out=diagnosis, only=only, split=split,
+                      params=params or None))
 
 
 @lab_app.command("cleanup")

@@ -97,6 +97,19 @@ def _failed_windows(runs: list[dict[str, Any]]) -> list[str]:
     return lines or ["- none"]
 
 
+def _quiet_windows(scores: list[dict[str, Any]]) -> list[str]:
+    """Windows the client saw no (or too few) slow requests in: the impairment was too mild
+    for this load (a lab fact, not tailtap's answer, so held-out runs are listed too)."""
+    lines = []
+    for s in sorted(scores, key=lambda s: s["run"]):
+        if "error" in s:
+            continue
+        for w in s["windows"]:
+            if w["ok"] is None:
+                lines.append(f"- {s['run']} ({s['split']}) window {w['window']}: {w['slow']} truth-slow. Run: {s['params']}")
+    return lines or ["- none"]
+
+
 def _by_factor(runs: list[dict[str, Any]]) -> list[str]:
     lines = ["| factor | range | runs | windows right | carry | outside blamed on network | decomposition within 20% |",
              "|---|---|---|---|---|---|---|"]
@@ -164,7 +177,8 @@ def diagnosis(scores: list[dict[str, Any]]) -> str:
     out += ["", f"Runs where `tailtap sql` and the report give different causes: {', '.join(differ) or 'none'}", "",
             "## Per injected cause", "", *_by_cause(tuning), "", "## Windows whose dominant cause is wrong", "",
             *_failed_windows(tuning), "", "## By parameter range", "", *_by_factor(tuning), "",
-            "## Outside the windows", "", *_outside(tuning), "", "## Decomposition", "", *_decomp(tuning)]
+            "## Outside the windows", "", *_outside(tuning), "", "## Decomposition", "", *_decomp(tuning), "",
+            "## Windows too mild to judge (fewer than 3 truth-slow requests; all runs)", "", *_quiet_windows(scores)]
     errors = [s for s in scores if "error" in s]
     if errors:
         out += ["", "## Runs that could not be scored", ""] + [f"- {s['run']}: {s['error']}" for s in errors]

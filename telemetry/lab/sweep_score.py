@@ -477,16 +477,21 @@ def csv_rows(scores: list[dict[str, Any]]) -> str:
 
 
 def score_all(folder: Path, reingest: bool = False, log: Any = print, stores: Path | None = None,
-              only: list[str] | None = None) -> list[dict[str, Any]]:
+              only: list[str] | None = None, split: str | None = None,
+              params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Score the runs of a sweep folder (``split``: only those of one split, e.g. ``tuning``
+    while choosing settings; ``params``: settings other than the defaults)."""
     scores = []
     runs = sorted(p for p in folder.iterdir() if (p / "sweep.json").exists())
     for i, run in enumerate(runs):
         meta = json.loads((run / "sweep.json").read_text())
         if meta.get("status") not in ("ok", "disturbed") or (only and meta["name"] not in only):
             continue
+        if split and meta["split"] != split:
+            continue
         log(f"[{i + 1}/{len(runs)}] scoring {meta['name']} ({meta['impairment']}, {meta['duration_s']:g} s)")
         try:
-            scores.append(score_run(run, reingest, store_dir=stores / meta["name"] if stores else None))
+            scores.append(score_run(run, reingest, params, store_dir=stores / meta["name"] if stores else None))
         except Exception as exc:  # noqa: BLE001 - one broken run is reported, the rest scored
             scores.append({"run": meta["name"], "split": meta["split"], "impairment": meta["impairment"],
                            "status": meta["status"],
@@ -508,10 +513,11 @@ def write_readme(readme: Path, text: str) -> None:
 
 def report(folder: Path, readme: Path | None = None, json_out: Path | None = None, log: Any = print,
            reingest: bool = False, stores: Path | None = None, csv_out: Path | None = None,
-           diagnosis_out: Path | None = None, only: list[str] | None = None) -> str:
+           diagnosis_out: Path | None = None, only: list[str] | None = None, split: str | None = None,
+           params: dict[str, Any] | None = None) -> str:
     from telemetry.lab.sweep_diagnose import diagnosis
 
-    scores = score_all(folder, reingest, log, stores, only)
+    scores = score_all(folder, reingest, log, stores, only, split, params)
     if json_out:  # one run per line: diffs of a re-scoring stay readable
         json_out.write_text("[\n" + ",\n".join(json.dumps(s, default=str) for s in scores) + "\n]\n")
     if csv_out:
@@ -519,6 +525,8 @@ def report(folder: Path, readme: Path | None = None, json_out: Path | None = Non
     if diagnosis_out:
         diagnosis_out.write_text(diagnosis(scores) + "\n")
     text = markdown(scores)
+    if params:
+        text = "Settings other than the defaults: " + ", ".join(f"{k}={v}" for k, v in params.items()) + "\n\n" + text
     if readme:
         write_readme(readme, text)
     return text
