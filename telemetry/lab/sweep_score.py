@@ -231,7 +231,7 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
             want = expected_labels(windows[t["in_window"]])
             per_window[t["in_window"]].append(primary)
             carry[0] += 1
-            confusion[("/".join(sorted(want)), primary)] += 1
+            confusion[(" + ".join(sorted(want)), primary)] += 1
             if labels & want:
                 carry[1] += 1
             else:
@@ -258,7 +258,7 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
         counts = Counter(prim)
         dominant = max(counts, key=lambda k: (counts[k], k)) if prim else None
         judged = len(prim) >= MIN_WINDOW_SLOW
-        window_rows.append({"window": name, "injected": "/".join(sorted(want)), "slow": len(prim),
+        window_rows.append({"window": name, "injected": " + ".join(sorted(want)), "expected": sorted(want), "slow": len(prim),
                             "dominant": dominant, "primaries": dict(counts.most_common()),
                             "ok": (dominant in want) if judged else None})
     return {"windows": window_rows, "carry": carry, "outside": outside, "decomp": dec,
@@ -378,8 +378,10 @@ def summarize(scores: list[dict[str, Any]], split: str, path: str = "sql") -> di
     wins = [w for s in runs for w in s["windows"] if w["ok"] is not None]
     all_wins = [w for s in runs for w in s["windows"]]
     tot = {k: [sum(s[k][0] for s in runs), sum(s[k][1] for s in runs)] for k in ("carry", "outside", "decomp")}
+    spike_verdicts = [w.get("report_cause") in w["expected"] for w in wins if "report_spikes" in w]
     m = {
         "split": split, "path": path, "runs": len(runs), "windows": len(all_wins),
+        "spike_verdict_ok": _share([len(spike_verdicts), sum(spike_verdicts)]),
         "windows_judged": len(wins), "windows_thin": sum(1 for w in all_wins if 0 < w["slow"] < MIN_WINDOW_SLOW),
         "windows_no_slow": sum(1 for w in all_wins if w["slow"] == 0),
         "window_ok": _share([len(wins), sum(w["ok"] for w in wins)]),
@@ -434,14 +436,16 @@ def markdown(scores: list[dict[str, Any]]) -> str:
            f"A window is judged when it holds at least {MIN_WINDOW_SLOW} truth-slow requests. "
            "`sql`: `tailtap sql` with the default settings; `report`: `tailtap analyze`'s report.", "",
            "| split | read by | runs | windows judged (thin, none slow) | dominant right | truth-slow in windows | "
-           "carry injected | outside blamed on network | decomposition within 20% | sql = report | disturbed runs left out |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "carry injected | outside blamed on network | decomposition within 20% | sql = report | disturbed runs left out | "
+           "report's spike verdict right |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for split in ("tuning", "heldout"):
         for path in PATHS:
             m = summarize(scores, split, path)
             out.append(f"| {split} | {path} | {m['runs']} | {m['windows_judged']} ({m['windows_thin']}, {m['windows_no_slow']}) | "
                        f"{_pct(m['window_ok'])} | {m['slow_in_windows']} | {_pct(m['carry'])} | {_pct(m['outside_net'])} | "
-                       f"{_pct(m['decomp_ok'])} | {'yes' if m['report_agrees'] else 'NO'} | {m['disturbed_runs']} |")
+                       f"{_pct(m['decomp_ok'])} | {'yes' if m['report_agrees'] else 'NO'} | {m['disturbed_runs']} | "
+                       f"{_pct(m['spike_verdict_ok']) if path == 'report' else ''} |")
     for split in ("heldout", "tuning"):
         out += ["", f"Confusion per window ({split}, sql: injected x dominant attributed cause):", "",
                 _confusion(scores, split, "window"),
