@@ -106,7 +106,10 @@ def _quiet_windows(scores: list[dict[str, Any]]) -> list[str]:
             continue
         for w in s["windows"]:
             if w["ok"] is None:
-                lines.append(f"- {s['run']} ({s['split']}) window {w['window']}: {w['slow']} truth-slow. Run: {s['params']}")
+                note = f", {s['reconnected_excluded']} calls left out after a reconnection" if s["reconnected_excluded"] else ""
+                status = "" if s["status"] == "ok" else f", {s['status']}"
+                lines.append(f"- {s['run']} ({s['split']}{status}) window {w['window']}: {w['slow']} truth-slow{note}. "
+                             f"Run: {s['params']}")
     return lines or ["- none"]
 
 
