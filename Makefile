@@ -8,7 +8,7 @@ SAMPLE ?= samples/loss_burst/capture.pcap
 DEMO_STORE ?= out/demo-store
 APT_PACKAGES := tshark tcpdump iproute2 procps
 
-.PHONY: demo test venv system-deps lint bench sweep sweep-report clean
+.PHONY: demo test venv system-deps lint bench bench-users sweep sweep-report clean
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,13 @@ test: system-deps venv lint
 
 bench: venv
 	$(BIN)/python bench/bench_pipeline.py
+
+# What users run (analyze with its report, report, sql, the ingest alone) against tshark on
+# realistic traffic (200k, 1M, 10M packets), the lab's captures and the ideal capture:
+# bench/results/users.md (takes about an hour; tshark needs ~7 GB for 10M packets).
+BENCH_CAPTURES ?= out/bench-captures
+bench-users: venv
+	$(BIN)/python bench/bench_users.py --cache $(BENCH_CAPTURES)
 
 # The randomized lab sweep (root; about 3 hours for 90 runs): each run's network, load,
 # capture point and impairment drawn from ranges (telemetry/lab/sweep.py), split into

@@ -18,6 +18,7 @@ record (client port + HTTP/2 stream id) and compute:
                 decomposition total is within 20% of the latency the client measured
 
 Usage: python bench/score_attribution.py [RUN_DIR ...] [--window 2s] [--json out.json]
+(the window defaults to the analysis' own, as `tailtap sql` and `report` read it)
 (default: every folder under samples/). Prints one row per run.
 """
 
@@ -77,7 +78,7 @@ def _label(cause: str, kind: str | None) -> str:
     return cause
 
 
-def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> Score:
+def score_run(run: Path, window_s: float | None = None, workdir: Path | None = None) -> Score:
     labels = json.loads((run / "labels.json").read_text())
     scenario = labels.get("scenario", run.name)
     windows = labels.get("windows", [])
@@ -95,6 +96,7 @@ def score_run(run: Path, window_s: float = 2.0, workdir: Path | None = None) -> 
         score.notes.append(result.error)
         return score
     con = connect(store, {"window_s": window_s})
+    window_s = float(con.execute("SELECT window_s FROM settings").fetchone()[0])
     con.execute(f"CREATE TABLE truth AS SELECT * FROM read_parquet('{run / 'client.parquet'}')")
     con.execute("CREATE TABLE windows_truth (name VARCHAR, cause VARCHAR, kind VARCHAR, label VARCHAR[], start_ns BIGINT, effect_end_ns BIGINT)")
     for w in windows:
@@ -217,10 +219,10 @@ def _fmt(v) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="*", type=Path)
-    ap.add_argument("--window", default="2s")
+    ap.add_argument("--window", default=None, help="e.g. 2s (default: the analysis' own)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    window_s = float(args.window.rstrip("s"))
+    window_s = float(args.window.rstrip("s")) if args.window else None
     runs = args.runs or sorted(p for p in (ROOT / "samples").iterdir() if (p / "labels.json").exists())
     not_runs = [r for r in runs if not (r / "labels.json").is_file()]
     for r in not_runs:

@@ -28,3 +28,7 @@ CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
 -- The longest a receiver holds an ACK (Linux TCP_DELACK_MAX, 200 ms): an ACK later than
 -- that was late for another reason.
 CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;
+
+-- Header bytes a shaper or policer meters with each segment's payload: Ethernet (14),
+-- IPv4 (20) and TCP with timestamps (32).
+CREATE OR REPLACE MACRO header_bytes() AS 66;

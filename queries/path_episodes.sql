@@ -8,7 +8,7 @@
 WITH marked AS (
     SELECT 'queue' AS kind, 1 AS max_gap_s, *
     FROM path_timeline
-    WHERE inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0))
+    WHERE queued(inflation_ms, floor_ms)
     UNION ALL
     SELECT 'loss', 2, *
     FROM path_timeline

@@ -23,7 +23,7 @@ WITH candidates AS (  -- loss episodes that lost at least 1% of what the path se
 ),
 sends AS (  -- the path's sends around its candidate episodes (their resends come within seconds)
     SELECT DISTINCT s.conn_id, c.client_addr, c.server_addr, s.ts, epoch_ns(s.ts) AS t_ns, s.seq, s.bytes, s.kind,
-        s.bytes + 66 AS wire_bytes
+        s.bytes + header_bytes() AS wire_bytes
     FROM segment_sends AS s
     JOIN connections AS c USING (conn_id)
     JOIN candidates AS e

@@ -4,7 +4,8 @@
 -- point-to-client side of the path; to_server the other way; both comma-separated; null
 -- for server, application and unknown):
 --   loss_burst   retransmissions / lost segments on its connection while in flight;
---                delay = head-of-line stall until each burst's hole was filled
+--                delay = head-of-line stall until each burst's hole was filled (for a
+--                request never answered, the whole wait)
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= half the
 --                floor) while in flight (25th percentile) or when its last bytes went
@@ -33,14 +34,16 @@ WITH s AS (
 net AS (
     SELECT
         *,
-        greatest(queue_inflation_ms, queue_inflation_end_ms) >= greatest(getvariable('queue_min_ms'), 0.5 * path_floor_ms) AS queued,
+        coalesce(queued(greatest(queue_inflation_ms, queue_inflation_end_ms), path_floor_ms), false) AS queued,
         -- a policer's drops, and a shaper's when its queue overflows, are the throttling
         loss_events > 0 AND coalesce(throttle_kind, '') NOT IN ('policer', 'shaper') AS lossy,
         reorder_events > 0 AS reordered
     FROM s
 ),
 causes AS (
-    SELECT conn_id, stream_id, 'loss_burst' AS cause, NULL AS kind, loss_directions AS direction, loss_stall_ms AS delay_ms,
+    SELECT conn_id, stream_id, 'loss_burst' AS cause, NULL AS kind, loss_directions AS direction,
+        -- never answered while its connection lost packets: stuck behind them to the end
+        CASE WHEN unanswered THEN greatest(loss_stall_ms, excess_ms) ELSE loss_stall_ms END AS delay_ms,
         format('{} lost segment(s) in {} burst(s) (longest {}), {}, stall {:.1f} ms',
                loss_events, loss_bursts, longest_burst, loss_directions, loss_stall_ms) AS evidence
     FROM net WHERE lossy

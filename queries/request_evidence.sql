@@ -40,6 +40,10 @@ loss_bursts AS (
     FROM ev
     WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
     GROUP BY ALL
+    UNION ALL  -- packets lost before the capture point while it waited: counted, no stall of their own
+    SELECT conn_id, stream_id, direction, -frame_no, sum(bytes), 0
+    FROM ev WHERE kind = 'upstream_loss'
+    GROUP BY ALL
     UNION ALL  -- its own first bytes, lost before the capture point and resent
     SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms
     FROM request_metrics WHERE upstream_delay_ms > 0

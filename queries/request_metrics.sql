@@ -21,15 +21,20 @@
 -- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
 -- client holds an ACK, was the held ACK (ack_held_ms).
 -- A request lost before the capture point is undone too. When its first bytes filled a
--- hole (a to_server retransmission) after a gap in the client's IP ids (upstream_loss: the
--- lost packets' numbers were skipped), the client sent them before that gap, after its
--- previous packet and at most a retransmission timeout (200 ms plus the path's RTT)
--- earlier. When they came right after such a gap with no hole (nothing else sent
--- meanwhile), they are a retransmission the capture cannot tell from a first send if the
--- client had been silent for at least a retransmission timeout: the client began one
--- timeout earlier (otherwise the missing packets were only ACKs). upstream_delay_ms is that
--- wait; client_started_at (started_at less it) is when the client began.
--- depends_on: requests_in_range, messages, tcp_events, client_read, path_rtt, connections
+-- hole in the client's bytes (a later packet showed them missing), the client had sent
+-- them before the hole showed, after its last packet seen before (an ACK that gave an RTT
+-- sample) and at most a retransmission timeout (200 ms, Linux's floor, plus the path's
+-- RTT) earlier. When they came right
+-- after skipped IP ids (upstream_loss: the client numbers its packets one by one) with no
+-- hole (nothing else sent meanwhile), they are a resend the capture cannot tell from a
+-- first send if the client had been silent for at least a retransmission timeout: the
+-- client began one timeout earlier (otherwise the missing packets were only ACKs).
+-- upstream_delay_ms is that wait (the largest, if both); client_started_at (started_at
+-- less it) is when the client began.
+-- A request with no answer at all (no response headers, message, end or reset) on a
+-- connection that went on for a second or more after it is unanswered: it failed, and its
+-- TTFT and latency run at least to the connection's last packet (finished_at).
+-- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
 WITH read_gaps AS (
     SELECT conn_id, stream_id,
@@ -117,30 +122,36 @@ upstream_gaps AS (
     FROM tcp_events
     WHERE kind = 'upstream_loss' AND direction = 'to_server'
 ),
-resent_starts AS (  -- requests whose first bytes came in a client retransmission
-    SELECT DISTINCT r.conn_id, r.stream_id
-    FROM requests_in_range AS r
-    JOIN tcp_events AS e
-      ON e.conn_id = r.conn_id AND e.direction = 'to_server' AND e.ts = r.request_start
-     AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample)
+    SELECT conn_id, epoch_ns(ts) AS ack_ns FROM rtt_samples WHERE direction = 'to_client'
+),
+filled_holes AS (  -- holes in the client's bytes, when they showed and when resent bytes filled them
+    SELECT e.conn_id, epoch_ns(e.ts) AS shown_ns, epoch_ns(e.ts) + CAST(round(e.recovery_ms * 1e6) AS BIGINT) AS filled_ns,
+        e.recovery_ms, a.ack_ns AS before_ns
+    FROM tcp_events AS e
+    ASOF LEFT JOIN client_acks AS a ON a.conn_id = e.conn_id AND a.ack_ns < epoch_ns(e.ts)
+    WHERE e.kind = 'lost_segment' AND e.direction = 'to_server' AND e.recovery_ms IS NOT NULL
 ),
 upstream AS (
-    SELECT conn_id, stream_id, lost_packets,
-        CASE WHEN resent THEN (start_ns - gap_ns) / 1e6 + least(recovery_ms, rto_ms)
-             WHEN recovery_ms >= 0.9 * rto_ms THEN rto_ms END AS upstream_delay_ms
-    FROM (
-        SELECT r.conn_id, r.stream_id, g.lost_packets, g.recovery_ms, g.gap_ns, epoch_ns(r.request_start) AS start_ns,
-            x.conn_id IS NOT NULL AS resent,
-            -- the client's retransmission timeout: 200 ms (Linux's floor) plus the path's RTT
-            200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0) AS rto_ms
-        FROM requests_in_range AS r
-        JOIN connections AS c USING (conn_id)
-        ASOF JOIN upstream_gaps AS g ON g.conn_id = r.conn_id AND g.gap_ns <= epoch_ns(r.request_start)
-        LEFT JOIN resent_starts AS x USING (conn_id, stream_id)
-        WHERE g.gap_ns = epoch_ns(r.request_start)
-           OR (x.conn_id IS NOT NULL AND epoch_ns(r.request_start) - g.gap_ns <= 3000000000)
-    )
-    WHERE resent OR recovery_ms >= 0.9 * rto_ms
+    -- its first bytes filled a hole: they were sent before the hole showed, after the
+    -- client's last packet seen before it, at most a retransmission timeout earlier
+    SELECT r.conn_id, r.stream_id, 1 AS lost_packets,
+        max(h.recovery_ms + least(coalesce(h.shown_ns - h.before_ns, 0) / 1e6,
+                                  200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0))) AS upstream_delay_ms
+    FROM requests_in_range AS r
+    JOIN connections AS c USING (conn_id)
+    JOIN filled_holes AS h
+      ON h.conn_id = r.conn_id AND abs(h.filled_ns - epoch_ns(r.request_start)) <= 1000000
+    GROUP BY ALL
+    UNION ALL
+    -- they came right after skipped IP ids, on a connection silent for at least a
+    -- retransmission timeout (200 ms, Linux's floor, plus the path's RTT): a resend
+    SELECT r.conn_id, r.stream_id, g.lost_packets,
+        200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0)
+    FROM requests_in_range AS r
+    JOIN connections AS c USING (conn_id)
+    JOIN upstream_gaps AS g ON g.conn_id = r.conn_id AND g.gap_ns = epoch_ns(r.request_start)
+    WHERE g.recovery_ms >= 0.9 * (200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0))
 ),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
@@ -165,14 +176,21 @@ SELECT
     r.response_messages,
     r.response_bytes,
     r.seen_at AS started_at,
-    coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) AS finished_at,
+    -- no answer at all, on a connection that went on (or ended) a second or more after it
+    -- was sent: the request failed; its latency is at least the rest of the connection
+    r.response_headers IS NULL AND r.first_message IS NULL AND r."end" IS NULL AND r.reset_code IS NULL
+        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000 AS unanswered,
+    CASE WHEN unanswered THEN c."end"
+         ELSE coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) END AS finished_at,
     r.latency_ms,
     r.ttft_ms,
     r.max_gap_ms,
-    coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0)
+    CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
+         ELSE coalesce(r.latency_client_est_ms - coalesce(k.end_held_ms, 0), r.latency_ms) + coalesce(w.client_read_wait_ms, 0) END
         + coalesce(u.upstream_delay_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
-    CASE WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
+    CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
+         WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
          ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END
         + coalesce(u.upstream_delay_ms, 0) AS ttft_eff_ms,
@@ -184,10 +202,12 @@ SELECT
     CAST(make_timestamp_ns(epoch_ns(r.seen_at) - CAST(round(coalesce(u.upstream_delay_ms, 0) * 1e6) AS BIGINT)) AS TIMESTAMPTZ_NS) AS client_started_at,
     r.latency_client_est_ms IS NOT NULL AS client_side_estimated
 FROM requests_in_range AS r
+JOIN connections AS c USING (conn_id)
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
 LEFT JOIN ack_held AS k USING (conn_id, stream_id)
-LEFT JOIN upstream AS u USING (conn_id, stream_id)
+LEFT JOIN (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms, max(lost_packets) AS lost_packets
+           FROM upstream GROUP BY ALL) AS u USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL

@@ -28,7 +28,8 @@ SELECT
         [CASE WHEN latency_eff_ms > latency_threshold_ms THEN 'latency' END,
          CASE WHEN ttft_eff_ms > ttft_threshold_ms THEN 'ttft' END,
          CASE WHEN gap_eff_ms > gap_threshold_ms THEN 'gap' END,
-         CASE WHEN app_throttled THEN 'throttled' END],
+         CASE WHEN app_throttled THEN 'throttled' END,
+         CASE WHEN unanswered THEN 'unanswered' END],
         lambda x: x IS NOT NULL) AS slow_metrics,
     greatest(
         CASE WHEN latency_eff_ms > latency_threshold_ms THEN latency_eff_ms - coalesce(latency_typical_p50_ms, 0) END,
@@ -40,3 +41,4 @@ WHERE latency_eff_ms > latency_threshold_ms
    OR ttft_eff_ms > ttft_threshold_ms
    OR gap_eff_ms > gap_threshold_ms
    OR app_throttled
+   OR unanswered

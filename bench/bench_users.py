@@ -1,0 +1,177 @@
+"""What users run, timed against tshark's gRPC dissection in the same run.
+
+For each input capture, each command as a whole process (CPU seconds = user + sys of the
+process and its children, from wait4; wall; peak RSS), median over ``--runs`` runs:
+
+* ``tailtap analyze FILE --out FRESH`` (the default command: ingest, per-capture
+  analysis, the report);
+* ``tailtap analyze FILE --out FRESH --no-report`` (the ingest alone);
+* ``tailtap report --store S`` and ``tailtap sql --store S "SELECT 1"`` on that store;
+* tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``.
+
+Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, the
+lab's captures (real kernel TCP), and the ideal capture of bench/gen_grpc_capture.py as
+one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
+
+Usage: python bench/bench_users.py [--sizes 200k,1m,10m] [--runs 3] [--cache DIR]
+       [--out bench/results/users.md] [--no-tshark-above 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TAILTAP = str(Path(sys.executable).parent / "tailtap")
+SIZES = {"200k": 200_000, "1m": 1_000_000, "10m": 10_000_000}
+LAB = ("loss_burst", "throttle_shaper", "mixed")
+
+
+@dataclass
+class Timing:
+    cpu: list[float] = field(default_factory=list)
+    wall: list[float] = field(default_factory=list)
+    rss_mib: list[float] = field(default_factory=list)
+
+    def add(self, cpu: float, wall: float, rss_kib: int) -> None:
+        self.cpu.append(cpu)
+        self.wall.append(wall)
+        self.rss_mib.append(rss_kib / 1024)
+
+    def med(self, what: str) -> float | None:
+        values = getattr(self, what)
+        return statistics.median(values) if values else None
+
+
+def run(argv: list[str], timing: Timing, stdout: int = subprocess.DEVNULL) -> None:
+    """Run a command to its end; add its CPU, wall time and peak RSS (with its children)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "COLUMNS": "120"})
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) not in (0,):
+        raise RuntimeError(f"{' '.join(argv)} exited with {os.waitstatus_to_exitcode(status)}")
+    timing.add(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss)
+
+
+def tshark_argv(capture: Path) -> list[str]:
+    return ["tshark", "-n", "-r", str(capture), "-d", "tcp.port==50051,http2", "-o", "tcp.reassemble_out_of_order:TRUE",
+            "-Y", "grpc", "-T", "fields", "-e", "frame.time_epoch", "-e", "http2.streamid", "-e", "grpc.message_length"]
+
+
+def bench_input(label: str, capture: Path, runs: int, tshark: bool) -> dict[str, object]:
+    timings = {k: Timing() for k in ("analyze", "ingest", "report", "sql", "tshark")}
+    packets = None
+    with tempfile.TemporaryDirectory(prefix="tailtap-bench-") as tmp:
+        for i in range(runs):
+            store = Path(tmp) / f"s{i}"
+            run([TAILTAP, "analyze", str(capture), "--out", str(store)], timings["analyze"])
+            shutil.rmtree(store)
+            run([TAILTAP, "analyze", str(capture), "--out", str(store), "--no-report"], timings["ingest"])
+            run([TAILTAP, "report", "--store", str(store)], timings["report"])
+            run([TAILTAP, "sql", "--store", str(store), "SELECT 1"], timings["sql"])
+            if packets is None:
+                out = subprocess.run([TAILTAP, "sql", "--store", str(store), "-f", "csv", "SELECT sum(packets) FROM captures"],
+                                     capture_output=True, text=True, check=True).stdout.split()
+                packets = int(out[-1])
+            shutil.rmtree(store)
+            if tshark and (i == 0 or runs <= 3):
+                run(tshark_argv(capture), timings["tshark"])
+    return {"label": label, "capture": str(capture), "packets": packets, "timings": timings}
+
+
+def _f(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def table(rows: list[dict[str, object]]) -> str:
+    lines = ["| input | packets | analyze CPU s (wall) | vs tshark | ingest CPU s | pkt/s (ingest CPU) | report CPU s (wall) | sql SELECT 1 wall s | analyze peak MiB | report peak MiB | tshark CPU s (peak MiB) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = r["timings"]
+        a, ing, rep, sql, ts = (t[k] for k in ("analyze", "ingest", "report", "sql", "tshark"))
+        ratio = ts.med("cpu") / a.med("cpu") if ts.med("cpu") and a.med("cpu") else None
+        pps = r["packets"] / ing.med("cpu") if r["packets"] and ing.med("cpu") else None
+        lines.append(
+            f"| {r['label']} | {r['packets']:,} | {_f(a.med('cpu'))} ({_f(a.med('wall'))}) | {_f(ratio, 1)}x | "
+            f"{_f(ing.med('cpu'))} | {'-' if pps is None else f'{pps / 1000:,.0f}k'} | {_f(rep.med('cpu'))} ({_f(rep.med('wall'))}) | "
+            f"{_f(sql.med('wall'))} | {_f(a.med('rss_mib'), 0)} | {_f(rep.med('rss_mib'), 0)} | "
+            f"{_f(ts.med('cpu'), 1)} ({_f(ts.med('rss_mib'), 0)}) |")
+    return "\n".join(lines)
+
+
+def growth(rows: list[dict[str, object]]) -> str:
+    by = {r["label"]: r for r in rows}
+    a, b = by.get("realistic 1M"), by.get("realistic 10M")
+    if not a or not b:
+        return ""
+    out = []
+    for cmd in ("analyze", "ingest", "report"):
+        ta, tb = a["timings"][cmd], b["timings"][cmd]
+        out.append(f"{cmd}: CPU x{tb.med('cpu') / ta.med('cpu'):.1f}, peak memory x{tb.med('rss_mib') / ta.med('rss_mib'):.2f}")
+    return "From 1M to 10M packets (x10): " + "; ".join(out) + "."
+
+
+def realistic(cache: Path, size: str) -> Path:
+    path = cache / f"realistic-{size}.pcap"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_realistic.py"), str(path), "--packets", str(SIZES[size])],
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def ideal(cache: Path) -> Path:
+    path = cache / "ideal-1m.pcap"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_grpc_capture.py"), str(path), "--packets", "1000000"],
+                       check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="200k,1m,10m")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "tailtap-bench-captures")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "users.md")
+    ap.add_argument("--no-lab", action="store_true")
+    ap.add_argument("--no-ideal", action="store_true")
+    args = ap.parse_args()
+    if shutil.which("tshark") is None:
+        sys.exit("tshark is needed as the peer (apt-get install tshark)")
+    rows = []
+    for size in filter(None, args.sizes.split(",")):
+        runs = 1 if SIZES[size] >= 10_000_000 else args.runs
+        rows.append(bench_input(f"realistic {size.upper()}", realistic(args.cache, size), runs, tshark=True))
+        print(table(rows[-1:]), flush=True)
+    if not args.no_lab:
+        for name in LAB:
+            rows.append(bench_input(f"lab {name}", ROOT / "samples" / name / "capture.pcap", args.runs, tshark=True))
+            print(table(rows[-1:]), flush=True)
+    if not args.no_ideal:
+        rows.append(bench_input("ideal 1M (best case)", ideal(args.cache), args.runs, tshark=True))
+        print(table(rows[-1:]), flush=True)
+    load = os.getloadavg()
+    text = "\n".join([
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {os.cpu_count()} cores "
+        f"(load average {load[0]:.1f} at the end; medians of {args.runs} runs, 1 for 10M packets).", "",
+        table(rows), "", growth(rows), ""])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
