@@ -3,7 +3,7 @@ sweep_diagnose.py).
 
 Drawing: a run's parameters depend on (seed, index) only, cover the ranges the sweep
 promises, and the split is fixed by the same draw (the same for both ranges). Scoring: on
-a real sweep run (samples/uplink_loss), both ways of reading the attribution give the same
+a real sweep run (samples/sweep/uplink_loss), both ways of reading the attribution give the same
 figures, every miss says why, and the README block is rewritten in place. One short real
 run of the wider ranges (cross traffic over a limited link, client-side capture, real-time
 priority) in namespaces, when the machine can run the lab.
@@ -31,7 +31,7 @@ from telemetry.lab.sweep_score import (
     write_readme,
 )
 
-SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "uplink_loss"
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "uplink_loss"
 N = 300
 
 
@@ -111,7 +111,7 @@ def test_wider_ranges_add_cross_traffic_uplink_throttling_and_two_windows():
 @pytest.fixture(scope="module")
 def sample_score(tmp_path_factory):
     if not (SAMPLE / "capture.pcap").exists():
-        pytest.skip("samples/uplink_loss missing")
+        pytest.skip("samples/sweep/uplink_loss missing")
     run = tmp_path_factory.mktemp("sweep") / "sweep-1-000"
     run.mkdir()
     for f in SAMPLE.iterdir():
