@@ -107,7 +107,7 @@ def _quiet_windows(scores: list[dict[str, Any]]) -> list[str]:
         for w in s["windows"]:
             if w["ok"] is None:
                 note = f", {s['reconnected_excluded']} calls left out after a reconnection" if s["reconnected_excluded"] else ""
-                status = "" if s["status"] == "ok" else f", {s['status']}"
+                status = "" if s["counted"] else ", left out: stalled"
                 lines.append(f"- {s['run']} ({s['split']}{status}) window {w['window']}: {w['slow']} truth-slow{note}. "
                              f"Run: {s['params']}")
     return lines or ["- none"]
@@ -175,7 +175,7 @@ def diagnosis(scores: list[dict[str, Any]]) -> str:
                        f"truth-slow request), carry {_pct(m['carry'])} of {m['slow_in_windows']}, outside blamed "
                        f"{_pct(m['outside_net'])} of {m['outside_requests']}, decomposition {_pct(m['decomp_ok'])} of "
                        f"{m['slow']}; bars met: {', '.join(m['bars_met']) or 'none'}; disturbed runs left out: "
-                       f"{m['disturbed_runs']}, errors: {m['error_runs']}")
+                       f"{m['disturbed_runs']} (and {m['stalled_requests']} stalled requests), errors: {m['error_runs']}")
     differ = [s["run"] for s in scores if "error" not in s and not s["report_agrees"]]
     out += ["", f"Runs where `tailtap sql` and the report give different causes: {', '.join(differ) or 'none'}", "",
             "## Per injected cause", "", *_by_cause(tuning), "", "## Windows whose dominant cause is wrong", "",

@@ -15,8 +15,11 @@ tailtap's attribution is read two ways, and both are scored:
   verdict per impairment window (the causes of the spikes overlapping it) is kept too.
 
 Scores, per split (tuning runs may be used to choose thresholds, held-out runs only to
-judge them); runs the lab marked ``disturbed`` (a scheduling stall of a lab process inside
-a window, still there after a rerun) are scored but left out of the split totals:
+judge them). The lab records when one of its processes ran late (labels.json
+``disturbed``); a request overlapping such a stall of STALL_MIN_LATE_MS or more is left
+out (its slowness may be the host's), and a run that loses more than MAX_STALLED of its
+windows' requests that way is scored but left out of the split totals (the sweep already
+ran it twice):
 
 * window_ok: of the impairment windows with at least MIN_WINDOW_SLOW truth-slow requests,
   those whose dominant primary cause (the most common largest-delay cause of their
@@ -64,6 +67,8 @@ EXPECTED = {  # injected (cause, kind) -> the labels that count as carrying it
 }
 MARK_BEGIN, MARK_END = "<!-- sweep:begin -->", "<!-- sweep:end -->"
 MIN_WINDOW_SLOW = 3  # truth-slow requests a window needs for its dominant cause to be judged
+STALL_MIN_LATE_MS = 20.0  # a lab process this late (labels.json "disturbed") may have slowed requests
+MAX_STALLED = 0.25  # a run whose stalls take out more of its windows' requests is left out
 PATHS = ("sql", "report")
 BARS = {"window_ok": 0.95, "carry": 0.90, "outside_net": 0.02, "decomp_ok": 0.90}
 ROOT = Path(__file__).resolve().parents[2]
@@ -214,7 +219,7 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
     misses, blamed, dec_off = [], [], []
     for t in truth:
         s = side.get((t["conn_local_port"], t["stream_id"]))
-        if s is None or t["conn_reconnected"]:
+        if s is None or t["conn_reconnected"] or t.get("stalled"):
             continue
         labels = {c[0] for c in s["causes"]}
         primary = s["causes"][0][0] if s["causes"] else "none"
@@ -290,6 +295,16 @@ def _report_verdicts(con: Any, store: Any, windows: dict[str, dict[str, Any]]) -
     return out
 
 
+def host_stalls(labels: dict[str, Any], meta: dict[str, Any]) -> list[tuple[int, int]]:
+    """The periods in which a lab process ran STALL_MIN_LATE_MS or more late. With the
+    small HTTP/2 windows of a slow-reader run the server's token timers run late whenever
+    its writes wait for the client's WINDOW_UPDATE, the injected cause itself: its
+    lateness says nothing about the host there."""
+    small_windows = any(o[0] == "grpc.http2.lookahead_bytes" for o in labels.get("load", {}).get("channel_options", []))
+    return [(d["start_ns"], d["end_ns"]) for d in labels.get("disturbed", [])
+            if d.get("max_late_ms", 0) >= STALL_MIN_LATE_MS and not (small_windows and d.get("source") == "server")]
+
+
 def params_summary(meta: dict[str, Any]) -> str:
     """The drawn parameters of a run in one short line."""
     parts = []
@@ -327,6 +342,12 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     report_con = connect(store, {**(params or {}), "capture_ids": store.capture_ids(), "window_s": None})
     truth = truth_of(folder / "client.parquet")
     windows = {w["name"]: w for w in labels["windows"]}
+    stalls = host_stalls(labels, meta)
+    for t in truth:  # a request a lab process's stall may have slowed is left out
+        end = t["end_ns"] or t["start_ns"]
+        t["stalled"] = any(t["start_ns"] < b and end > a for a, b in stalls)
+    in_windows = sum(1 for t in truth if t["in_window"])
+    stalled_in_windows = sum(1 for t in truth if t["in_window"] and t["stalled"])
     sides = {"sql": tailtap_side(sql_con), "report": tailtap_side(report_con)}
     figures = {p: judge(truth, sides[p], windows) for p in PATHS}
     verdicts = _report_verdicts(report_con, store, windows)
@@ -348,7 +369,10 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
         "window_s": [round(w["end_s"] - w["start_s"], 1) for w in meta.get("windows", [])],
         "params": params_summary(meta), "folder": str(folder),
         "requests": len(truth), "matched": matched, "reconnected_excluded": excluded,
-        "disturbed_periods": sum(1 for d in labels.get("disturbed", []) if d.get("max_late_ms", 0) >= 20),
+        "disturbed_periods": len(stalls), "stalled_excluded": sum(t["stalled"] for t in truth),
+        "stalled_in_windows": stalled_in_windows, "in_window_requests": in_windows,
+        # counted in the split's totals unless stalls took out more than MAX_STALLED of its windows' requests
+        "counted": stalled_in_windows <= MAX_STALLED * in_windows,
         "problems": labels.get("problems", []),
         **figures["sql"],
         "report": figures["report"], "report_window_s": verdicts["window_s"], "report_spikes": verdicts["spikes"],
@@ -369,8 +393,8 @@ def _figures(s: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def scored(scores: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
-    """The runs of a split that count: scored without error and not disturbed."""
-    return [s for s in scores if s.get("split") == split and "error" not in s and s.get("status") == "ok"]
+    """The runs of a split that count: scored without error and not too disturbed."""
+    return [s for s in scores if s.get("split") == split and "error" not in s and s.get("counted")]
 
 
 def summarize(scores: list[dict[str, Any]], split: str, path: str = "sql") -> dict[str, Any]:
@@ -389,7 +413,8 @@ def summarize(scores: list[dict[str, Any]], split: str, path: str = "sql") -> di
         "outside_net": _share(tot["outside"]), "outside_requests": tot["outside"][0],
         "decomp_ok": _share(tot["decomp"]), "slow": tot["decomp"][0],
         "report_agrees": all(s["report_agrees"] for s in scored(scores, split)),
-        "disturbed_runs": sum(1 for s in scores if s.get("split") == split and s.get("status") == "disturbed"),
+        "disturbed_runs": sum(1 for s in scores if s.get("split") == split and "error" not in s and not s["counted"]),
+        "stalled_requests": sum(s["stalled_excluded"] for s in scored(scores, split)),
         "error_runs": sum(1 for s in scores if s.get("split") == split and "error" in s),
     }
     m["bars_met"] = [k for k, bar in BARS.items() if m[k] is not None and (m[k] < bar if k == "outside_net" else m[k] >= bar)]
@@ -422,7 +447,7 @@ def _run_row(s: dict[str, Any]) -> str:
         wins = [w for w in f["windows"] if w["ok"] is not None]
         return f"{sum(w['ok'] for w in wins)}/{len(wins)}" if wins else "-"
     doms = ", ".join(f"{w['dominant'] or '-'} ({w['slow']})" for w in s["windows"]) or "-"
-    status = "" if s["status"] == "ok" else f" ({s['status']})"
+    status = "" if s["counted"] else f" (left out: {s['stalled_in_windows']} of {s['in_window_requests']} stalled)"
     return (f"| {s['run']} | {s['split']}{status} | {s['impairment']} | {s['capture_point']} | {s['rtt_floor_ms']:g} | "
             f"{s['duration_s']:g} | {s['params']} | {doms} | {right(s)} / {right(s['report'])} | "
             f"{_pct(_share(s['carry']))} / {_pct(_share(s['report']['carry']))} | "
@@ -430,13 +455,16 @@ def _run_row(s: dict[str, Any]) -> str:
 
 
 def markdown(scores: list[dict[str, Any]]) -> str:
-    out = ["Scores on the runs the lab did not mark disturbed (bars for the held-out split: dominant cause right in "
+    out = ["Scores (bars for the held-out split: dominant cause right in "
            ">= 95% of windows, injected cause carried by >= 90% of truth-slow requests in windows, < 2% of requests "
            "outside windows blamed on the network, decomposition within 20% for >= 90% of truth-slow requests). "
-           f"A window is judged when it holds at least {MIN_WINDOW_SLOW} truth-slow requests. "
+           f"A window is judged when it holds at least {MIN_WINDOW_SLOW} truth-slow requests; requests overlapping a "
+           f"stall of a lab process ({STALL_MIN_LATE_MS:g} ms or more late) are left out, and runs that lose more than "
+           f"{MAX_STALLED:.0%} of their windows' requests that way. "
            "`sql`: `tailtap sql` with the default settings; `report`: `tailtap analyze`'s report.", "",
            "| split | read by | runs | windows judged (thin, none slow) | dominant right | truth-slow in windows | "
-           "carry injected | outside blamed on network | decomposition within 20% | sql = report | disturbed runs left out | "
+           "carry injected | outside blamed on network | decomposition within 20% | sql = report | disturbed runs left out "
+           "(requests left out) | "
            "report's spike verdict right |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for split in ("tuning", "heldout"):
@@ -444,7 +472,7 @@ def markdown(scores: list[dict[str, Any]]) -> str:
             m = summarize(scores, split, path)
             out.append(f"| {split} | {path} | {m['runs']} | {m['windows_judged']} ({m['windows_thin']}, {m['windows_no_slow']}) | "
                        f"{_pct(m['window_ok'])} | {m['slow_in_windows']} | {_pct(m['carry'])} | {_pct(m['outside_net'])} | "
-                       f"{_pct(m['decomp_ok'])} | {'yes' if m['report_agrees'] else 'NO'} | {m['disturbed_runs']} | "
+                       f"{_pct(m['decomp_ok'])} | {'yes' if m['report_agrees'] else 'NO'} | {m['disturbed_runs']} ({m['stalled_requests']}) | "
                        f"{_pct(m['spike_verdict_ok']) if path == 'report' else ''} |")
     for split in ("heldout", "tuning"):
         out += ["", f"Confusion per window ({split}, sql: injected x dominant attributed cause):", "",
@@ -463,18 +491,19 @@ def csv_rows(scores: list[dict[str, Any]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["run", "split", "status", "impairment", "capture_point", "rtt_floor_ms", "link_mbps", "duration_s",
-                "connections", "rate", "window_s", "requests", "matched", "windows_judged", "windows_ok",
+                "connections", "rate", "window_s", "requests", "matched", "stalled_excluded", "counted", "windows_judged", "windows_ok",
                 "slow_in_windows", "carried", "outside", "outside_net", "slow", "decomp_ok",
                 "report_windows_ok", "report_carried", "report_agrees", "params", "error"])
     for s in sorted(scores, key=lambda s: s["run"]):
         if "error" in s:
-            w.writerow([s["run"], s.get("split"), s.get("status"), s.get("impairment")] + [""] * 20 + [s["error"]])
+            w.writerow([s["run"], s.get("split"), s.get("status"), s.get("impairment")] + [""] * 22 + [s["error"]])
             continue
         wins = [x for x in s["windows"] if x["ok"] is not None]
         rwins = [x for x in s["report"]["windows"] if x["ok"] is not None]
         w.writerow([s["run"], s["split"], s["status"], s["impairment"], s["capture_point"], s["rtt_floor_ms"],
                     s["link_mbps"] or "", s["duration_s"], s["connections"], s["rate"],
-                    "+".join(f"{x:g}" for x in s["window_s"]), s["requests"], s["matched"], len(wins),
+                    "+".join(f"{x:g}" for x in s["window_s"]), s["requests"], s["matched"], s["stalled_excluded"],
+                    s["counted"], len(wins),
                     sum(x["ok"] for x in wins), *s["carry"], *s["outside"], *s["decomp"],
                     sum(x["ok"] for x in rwins), s["report"]["carry"][1], s["report_agrees"], s["params"], ""])
     return buf.getvalue()
