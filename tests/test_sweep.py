@@ -44,6 +44,9 @@ def test_a_run_is_its_seed_and_index():
     run = sweep.draw(1, 0)
     assert (run.name, run.split, run.impairment, run.duration_s, run.rtt_floor_ms) == (
         "sweep-1-000", "tuning", "uplink_loss", 52.2, 3.371)
+    if (SAMPLE / "sweep.json").exists():  # drawn again exactly as the lab ran it
+        meta = json.loads((SAMPLE / "sweep.json").read_text())
+        assert (run.load, run.server, run.windows) == (meta["load"], meta["server"], meta["windows"])
     assert sweep.draw(1, 0, 2).name == "sweep-r2-1-000"
     with pytest.raises(ValueError):
         sweep.draw(1, 0, 3)

@@ -91,6 +91,24 @@ def _log_uniform(rng: random.Random, lo: float, hi: float) -> float:
     return math.exp(rng.uniform(math.log(lo), math.log(hi)))
 
 
+def _load_and_server(rng: random.Random, embed_share: tuple[float, float], embed_ms: tuple[float, float],
+                     prefill_ms: tuple[float, float]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The client's load (Poisson rate, connections, unary share, tokens asked) and the
+    server's timing model (Embed ~embed_ms; Generate prefill, then a token per interval)."""
+    load = {
+        "rate": round(rng.uniform(4, 20), 1),
+        "connections": rng.randint(1, 6),
+        "embed_share": round(rng.uniform(*embed_share), 2),
+        "max_tokens": sorted((rng.randint(20, 50), rng.randint(50, 80))),
+    }
+    server = {
+        "embed_base_ms": round(rng.uniform(*embed_ms), 1),
+        "prefill_base_ms": round(rng.uniform(*prefill_ms), 1),
+        "token_interval_ms": round(rng.uniform(8, 30), 1),
+    }
+    return load, server
+
+
 def draw(seed: int, index: int, ranges: int = 1) -> SweepRun:
     """The parameters of run ``index`` of the sweep ``seed`` (``ranges``: 1 or 2, see above)."""
     if ranges == 2:
@@ -105,17 +123,7 @@ def draw(seed: int, index: int, ranges: int = 1) -> SweepRun:
     link = None if rng.random() < 0.6 else round(rng.uniform(20, 200), 1)
     point = "server" if rng.random() < 0.7 else "client"
     impairment = IMPAIRMENTS[rng.randrange(len(IMPAIRMENTS))]
-    load = {
-        "rate": round(rng.uniform(4, 20), 1),
-        "connections": rng.randint(1, 6),
-        "embed_share": round(rng.uniform(0.1, 0.5), 2),
-        "max_tokens": sorted((rng.randint(20, 50), rng.randint(50, 80))),
-    }
-    server = {
-        "embed_base_ms": round(rng.uniform(5, 15), 1),
-        "prefill_base_ms": round(rng.uniform(10, 60), 1),
-        "token_interval_ms": round(rng.uniform(8, 30), 1),
-    }
+    load, server = _load_and_server(rng, embed_share=(0.1, 0.5), embed_ms=(5, 15), prefill_ms=(10, 60))
     length = min(rng.uniform(3, 60), 0.45 * duration)
     start = rng.uniform(0.15 * duration, 0.85 * duration - length)
     windows = _windows(rng, impairment, start, length, duration, floor)
@@ -208,17 +216,7 @@ def _draw_v2(seed: int, index: int) -> SweepRun:
         causes.append(IMPAIRMENTS_V2[rng.randrange(len(IMPAIRMENTS_V2))])
         if rng.random() < 0.3:
             causes.append(rng.choice([x for x in IMPAIRMENTS_V2 if x != causes[0]]))
-    load = {
-        "rate": round(rng.uniform(4, 20), 1),
-        "connections": rng.randint(1, 6),
-        "embed_share": round(rng.uniform(0.1, 0.6), 2),
-        "max_tokens": sorted((rng.randint(20, 50), rng.randint(50, 80))),
-    }
-    server = {
-        "embed_base_ms": round(rng.uniform(3, 20), 1),
-        "prefill_base_ms": round(rng.uniform(10, 80), 1),
-        "token_interval_ms": round(rng.uniform(8, 30), 1),
-    }
+    load, server = _load_and_server(rng, embed_share=(0.1, 0.6), embed_ms=(3, 20), prefill_ms=(10, 80))
     # each window in its own slot of [15 %, 90 %] of the run, leaving time to settle
     windows: list[dict[str, Any]] = []
     slot = 0.75 * duration / max(len(causes), 1)
