@@ -7,8 +7,12 @@ BIN := $(VENV)/bin
 SAMPLE ?= samples/loss_burst/capture.pcap
 DEMO_STORE ?= out/demo-store
 APT_PACKAGES := tshark tcpdump iproute2 procps
+# real-stack tests (tests/test_real_stacks.py): grpc-js runs on Debian's nodejs; curl and
+# nghttp2's h2load are clients
+APT_PACKAGES += nodejs npm curl nghttp2-client
+NODE_DIR := tests/node
 
-.PHONY: demo test venv system-deps lint bench bench-users sweep sweep-report clean
+.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report clean
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
@@ -35,10 +39,18 @@ system-deps:
 	  else echo "not root: cannot install$$missing (tests needing them will skip)"; fi; \
 	fi
 
+# The Node.js packages of the real-stack tests (grpc-js), exactly as locked, into tests/node
+node-deps: $(NODE_DIR)/node_modules/.package-lock.json
+
+$(NODE_DIR)/node_modules/.package-lock.json: $(NODE_DIR)/package.json $(NODE_DIR)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --prefix $(NODE_DIR) --no-audit --no-fund --loglevel=error; \
+	else echo "npm missing: cannot install $(NODE_DIR) (the grpc-js test will skip)"; fi
+
 lint: venv
 	$(BIN)/ruff check parsers telemetry tests bench
 
-test: system-deps venv lint
+test: system-deps venv node-deps lint
 	$(BIN)/pytest -q -ra
 
 bench: venv
@@ -71,4 +83,4 @@ sweep-report: venv
 	  --json bench/results/sweep.json --csv bench/results/sweep_runs.csv --diagnosis bench/results/sweep_diagnosis.md
 
 clean:
-	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info $(NODE_DIR)/node_modules

@@ -8,6 +8,10 @@ gRPC-Web uses the same framing and sends its trailers as a message whose flag ha
 arrive and reports each completed message as ``(ts_ns, size, flag, end_offset)``, where
 ``end_offset`` is the direction byte offset just after the message's last byte.
 
+:class:`ModelNameTap` also keeps the start of a KServe v2 / Triton ``ModelInfer`` request
+body, whose ``ModelInferRequest.model_name`` (protobuf field 1) names the model; it is read
+by field number (:func:`proto_string`), no generated code needed.
+
 When the start of the body was not seen (capture began mid-stream, or bytes were lost),
 the splitter *probes*: at each DATA frame start it tries a message boundary and only
 confirms it when the chain of prefixes lands exactly on a later frame boundary; messages
@@ -186,3 +190,92 @@ def looks_like_grpc(payload: bytes | bytearray | memoryview) -> bool:
             return False
         i += 5 + int.from_bytes(payload[i + 1 : i + 5], "big")
     return i == n
+
+
+# KServe v2 / Triton gRPC methods whose request message is a ModelInferRequest, with the
+# model's name as its field 1 (string model_name = 1)
+KSERVE_INFER = frozenset((
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/inference.GRPCInferenceService/ModelStreamInfer",
+))  # fmt: skip
+_HEAD_KEPT = 4096  # body bytes kept: field 1 comes first in a serialized message
+
+
+def _varint(b: bytes | bytearray, i: int) -> tuple[int, int] | None:
+    v = shift = 0
+    while i < len(b) and shift < 64:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        if c < 0x80:
+            return v, i
+        shift += 7
+    return None
+
+
+def proto_string(msg: bytes | bytearray, field: int) -> str | None:
+    """The first value of a string field of a serialized protobuf message, by number (None
+    when absent, truncated before it, or not UTF-8)."""
+    i, n = 0, len(msg)
+    while i < n:
+        kv = _varint(msg, i)
+        if kv is None:
+            return None
+        key, i = kv
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            kv = _varint(msg, i)
+            if kv is None:
+                return None
+            i = kv[1]
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        elif wire == 2:
+            kv = _varint(msg, i)
+            if kv is None:
+                return None
+            length, i = kv
+            if number == field:
+                if i + length > n:
+                    return None
+                try:
+                    return bytes(msg[i : i + length]).decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+            i += length
+        else:  # groups (3, 4) and invalid wire types: not a message we can walk
+            return None
+    return None
+
+
+class ModelNameTap(GrpcSplitter):
+    """A GrpcSplitter that also keeps the first bytes of the body (a KServe request)."""
+
+    __slots__ = ("head", "_open")
+
+    def __init__(self, probing: bool = False, keep_trailer: bool = False) -> None:
+        super().__init__(probing, keep_trailer)
+        self.head = bytearray()  # the body's first bytes
+        self._open = True  # head still contiguous from the body's first byte
+
+    def feed(self, data: bytes | bytearray | memoryview, i: int, n: int, off: int, ts: int, out: list[Message]) -> None:
+        if self._open:
+            take = min(n, i + _HEAD_KEPT - len(self.head))
+            self.head += data[i:take]
+            self._open = len(self.head) < _HEAD_KEPT
+        super().feed(data, i, n, off, ts, out)
+
+    def lost(self) -> None:
+        self._open = False
+        super().lost()
+
+    @property
+    def model_name(self) -> str | None:
+        """``model_name`` of the first (uncompressed) request message."""
+        h = self.head
+        if len(h) < 5 or h[0] != 0:
+            return None
+        size = int.from_bytes(h[1:5], "big")
+        return proto_string(h[5 : 5 + size], 1)

@@ -7,9 +7,17 @@ one :class:`RequestRecord` per exchange (``protocol='http1'``, ``stream_id`` = 0
 exchange index). Timings: ``request_start`` = the packet that completed the request
 head, ``request_end`` = request body end, ``response_headers`` = response head,
 ``first_message`` / ``last_message`` = first / last response body bytes (the response
-head when there is no body), ``end`` = response complete. A ``text/event-stream``
-response body is split into SSE events (MessageRecords); other bodies count as one
-"message" and emit no MessageRecords.
+head when there is no body), ``first_byte`` = first response body byte, ``end`` =
+response complete. A ``text/event-stream`` (or JSON-lines) response body is split into
+events (MessageRecords, :class:`parsers.llm.taps.EventSplitter`): ``first_message`` is then
+the first event carrying generated content; other bodies count as one "message" and emit
+no MessageRecords. JSON request and response bodies are read for the model, finish reason
+and token counts of LLM requests (:mod:`parsers.llm`).
+
+Keep-alive and pipelined requests pair with responses in order. A side whose bytes do not
+begin with a message head (the capture began inside a message) or that lost bytes
+(:meth:`Http1Conn.lost`) resynchronises at the next start line that follows a line end;
+the exchange cut by the loss is reported with what was seen of it.
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from __future__ import annotations
 import re
 from collections import deque
 
-from parsers.records import DecodeIssue, MessageRecord, RequestRecord
+from parsers.llm.taps import EventSplitter, JsonBodyTap, llm_facts, tap_for
+from parsers.records import DecodeIssue, MessageRecord, RequestRecord, unpack_flags
 
 _HEAD_MAX = 64 * 1024
 _REQ_LINE = re.compile(rb"^([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01])$")
@@ -35,7 +44,13 @@ METHODS = (
     b"PRI ",
 )
 
-HEAD, BODY_LEN, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILERS, BODY_CLOSE, HOLD, BROKEN = range(9)
+HEAD, BODY_LEN, CHUNK_SIZE, CHUNK_DATA, CHUNK_CRLF, TRAILERS, BODY_CLOSE, HOLD, BROKEN, SYNC = range(10)
+_METHOD_NAMES = b"|".join(m.strip() for m in METHODS if m != b"PRI ")
+# a start line after a line end: where a side resynchronises
+REQUEST_START = re.compile(rb"\n((?:" + _METHOD_NAMES + rb") \S+ HTTP/1\.[01]\r?\n)")
+RESPONSE_START = re.compile(rb"\n(HTTP/1\.[01] [1-5]\d\d(?: [^\r\n]*)?\r?\n)")
+_METHOD_START = re.compile(rb"[A-Z][A-Z0-9_-]{0,19}( |$)")
+_SYNC_KEEP = 8192  # bytes kept between feeds while looking for a start line (a long target)
 
 
 class Head:
@@ -95,10 +110,9 @@ class _Exchange:
         "req_bytes",
         "resp_bytes",
         "upgrade",
-        "sse",
+        "taps",
         "msgs",
-        "first_msg",
-        "first_msg_off",
+        "cut",
     )
 
     def __init__(self, index: int) -> None:
@@ -116,14 +130,14 @@ class _Exchange:
         self.req_bytes = 0
         self.resp_bytes = 0
         self.upgrade = False  # Upgrade: h2c requested
-        self.sse = None
+        # body readers by role (parsers.llm.taps): a JSON request; a response's events or JSON
+        self.taps: list[EventSplitter | JsonBodyTap | None] = [None, None]
         self.msgs = 0
-        self.first_msg: int | None = None
-        self.first_msg_off: int | None = None
+        self.cut = False  # bytes of its response were lost: it ends where they were
 
 
 class _Side:
-    __slots__ = ("is_req", "state", "buf", "left", "ex", "head_start_ts")
+    __slots__ = ("is_req", "state", "buf", "left", "ex", "head_start_ts", "heads", "skipped")
 
     def __init__(self, is_req: bool) -> None:
         self.is_req = is_req
@@ -132,6 +146,8 @@ class _Side:
         self.left = 0
         self.ex: _Exchange | None = None
         self.head_start_ts: int | None = None
+        self.heads = 0  # message heads parsed
+        self.skipped = 0  # bytes skipped while resynchronising
 
 
 class Http1Conn:
@@ -148,6 +164,7 @@ class Http1Conn:
         self.switch: str | None = None  # 'h2c' after 101, 'tunnel' after CONNECT 2xx
         self.upgraded: _Exchange | None = None
         self._frame_no = 0
+        self._tmp: list[tuple[int, int, int, int]] = []
 
     # -- feeding ---------------------------------------------------------------------
 
@@ -159,7 +176,10 @@ class Http1Conn:
         the rest belongs to whatever follows the upgrade / tunnel)."""
         self._frame_no = frame_no
         side = self.sides[role]
-        i, n = 0, len(data)
+        total = len(data)
+        end_off = off + total  # direction offset after data (also after any bytes that
+        # replace it below: resynchronising hands on bytes that end where data ends)
+        i, n = 0, total
         while i < n:
             st = side.state
             if st == HEAD:
@@ -172,6 +192,15 @@ class Http1Conn:
                     side.head_start_ts = ts
                 prev = len(side.buf)
                 side.buf += data[i:n]
+                if prev < 8 and (len(side.buf) >= 8 or b"\n" in side.buf) and not self._head_start_ok(side):
+                    # not a message head: the side began (or went on after lost bytes)
+                    # inside a message
+                    rest = bytes(side.buf)
+                    side.buf.clear()
+                    side.state = SYNC
+                    data, i, n = rest, 0, len(rest)
+                    off = end_off - n
+                    continue
                 k = side.buf.find(b"\r\n\r\n", max(0, prev - 3))
                 sep = 4
                 if k < 0:
@@ -179,9 +208,8 @@ class Http1Conn:
                     sep = 2
                 if k < 0:
                     if len(side.buf) > _HEAD_MAX:
-                        self._issue("http1_head_too_long", "no end of head within 64 KiB")
-                        side.state = BROKEN
-                    return n
+                        self._broken(role, "http1_head_too_long", "no end of head within 64 KiB")
+                    return total
                 raw = bytes(side.buf[:k])
                 rest = len(side.buf) - (k + sep)
                 side.buf.clear()
@@ -212,9 +240,9 @@ class Http1Conn:
                 if j < 0:
                     side.buf += data[i:n]
                     if len(side.buf) > 4096:
-                        self._issue("http1_bad_chunk", "chunk-size line too long")
-                        side.state = BROKEN
-                    return n
+                        side.buf.clear()
+                        self._broken(role, "http1_bad_chunk", "chunk-size line too long")
+                    return total
                 side.buf += data[i:j]
                 line = bytes(side.buf).strip()
                 side.buf.clear()
@@ -226,9 +254,8 @@ class Http1Conn:
                 try:
                     size = int(line.split(b";", 1)[0], 16)
                 except ValueError:
-                    self._issue("http1_bad_chunk", f"bad chunk size {line[:20]!r}")
-                    side.state = BROKEN
-                    return n
+                    self._broken(role, "http1_bad_chunk", f"bad chunk size {line[:20]!r}")
+                    continue
                 if size == 0:
                     side.state = TRAILERS
                 else:
@@ -237,23 +264,90 @@ class Http1Conn:
             elif st == BODY_CLOSE:
                 self._body(role, side, data, i, n, ts, off)
                 i = n
+            elif st == SYNC:
+                found = self._sync(side, data, i, n)
+                if found is None:
+                    return total
+                data, i, n = found, 0, len(found)
+                off = end_off - n
             elif st == HOLD:
-                return i
+                return total - (n - i)
             else:  # BROKEN: cannot find message boundaries any more
-                return n
-        return n
+                return total
+        return total
+
+    def lost(self, role: int) -> None:
+        """Bytes of this side were lost: the exchange in flight is cut, and the side
+        resynchronises at its next message head."""
+        side = self.sides[role]
+        if side.state == HOLD:
+            return
+        self._cut(role)
+        side.state = HEAD
+        side.buf.clear()
+        side.left = 0
 
     def _issue(self, kind: str, msg: str) -> None:
         self.issues.append(DecodeIssue(kind, self._frame_no, msg))
 
+    def _broken(self, role: int, kind: str, msg: str) -> None:
+        """The bytes of a message make no sense: cut its exchange, find the next head."""
+        self._issue(kind, msg)
+        self._cut(role)
+        self.sides[role].state = SYNC
+
+    def _cut(self, role: int) -> None:
+        side = self.sides[role]
+        ex, side.ex = side.ex, None
+        if ex is None:
+            return
+        for tap in ex.taps:
+            if tap is not None:
+                tap.lost()
+        if role == 1:  # what was seen of the response is all there is: report it now
+            ex.cut = True
+            try:
+                self.pending.remove(ex)
+            except ValueError:
+                pass
+            self.records.append(self._record(ex))
+        # a cut request stays pending: its response may still come
+
+    @staticmethod
+    def _head_start_ok(side: _Side) -> bool:
+        """Whether the buffered bytes can begin a message head of this side (a request:
+        any method token, as _REQ_LINE takes it)."""
+        if side.is_req:
+            b = bytes(side.buf[:21])
+            m = _METHOD_START.match(b)
+            return m is not None and (m.group(1) == b" " or len(b) < 21)
+        return b"HTTP/1.".startswith(bytes(side.buf[:7]))
+
+    def _sync(self, side: _Side, data: bytes, i: int, n: int) -> bytes | None:
+        """Skip bytes up to the next start line of this side (after a line end): the bytes
+        from it on, or None when it did not come yet."""
+        buf = side.buf
+        buf += data[i:n]
+        m = (REQUEST_START if side.is_req else RESPONSE_START).search(buf)
+        if m is None:
+            drop = max(0, len(buf) - _SYNC_KEEP)
+            side.skipped += drop
+            del buf[:drop]
+            return None
+        start = m.start(1)
+        self._issue("http1_resync", f"skipped {side.skipped + start} bytes to the next {'request' if side.is_req else 'response'} head")
+        side.skipped = 0
+        found = bytes(buf[start:])
+        buf.clear()
+        side.state = HEAD
+        return found
+
     def _head(self, role: int, side: _Side, raw: bytes, ts: int, end_off: int) -> None:
         h = parse_head(raw, side.is_req)
         if h is None:
-            self._issue(
-                "http1_bad_head", f"not an HTTP/1 {'request' if role == 0 else 'response'} head"
-            )
-            side.state = BROKEN
+            self._broken(role, "http1_bad_head", f"not an HTTP/1 {'request' if role == 0 else 'response'} head")
             return
+        side.heads += 1
         hd = h.headers
         if role == 0:
             ex = _Exchange(self.next_index)
@@ -267,6 +361,7 @@ class Http1Conn:
             if h.method == "CONNECT":
                 self._end(role, side, ts, end_off)
                 return
+            ex.taps[0] = tap_for(hd.get("content-type"), False)
             self._body_mode(side, hd, role, ts, end_off, no_body=False)
             return
         status = h.status or 0
@@ -298,12 +393,9 @@ class Http1Conn:
         if self.sides[0].state == HOLD:
             # upgrade / CONNECT refused: the client side goes on as HTTP/1.1
             self.sides[0].state = HEAD
-        if ct := hd.get("content-type"):
-            if ct.startswith("text/event-stream"):
-                from parsers.h2._streams import SseSplitter
-
-                ex.sse = SseSplitter()
         no_body = method == "HEAD" or status in (204, 304)
+        if not no_body:
+            ex.taps[1] = tap_for(hd.get("content-type"), True)
         self._body_mode(side, hd, role, ts, end_off, no_body)
 
     def _body_mode(
@@ -320,8 +412,7 @@ class Http1Conn:
             except ValueError:
                 cl = -1
             if cl < 0:
-                self._issue("http1_bad_length", "bad Content-Length")
-                side.state = BROKEN
+                self._broken(role, "http1_bad_length", "bad Content-Length")
             elif cl == 0:
                 self._end(role, side, ts, end_off)
             else:
@@ -336,8 +427,11 @@ class Http1Conn:
         ex = side.ex
         if ex is None or j <= i:
             return
+        tap = ex.taps[role]
         if role == 0:
             ex.req_bytes += j - i
+            if tap is not None:
+                tap.feed(data, i, j, off, ts, self._tmp)
             return
         ex.resp_bytes += j - i
         if ex.first_body is None:
@@ -345,16 +439,15 @@ class Http1Conn:
             ex.first_body_off = off + j
         ex.last_body = ts
         ex.end_off = off + j
-        if ex.sse is not None:
-            tmp: list = []
-            ex.sse.feed(data, i, j, off, ts, tmp)
-            for t, size, _flag, end in tmp:
-                if ex.msgs == 0:
-                    ex.first_msg, ex.first_msg_off = t, end
+        if tap is not None:
+            tmp = self._tmp
+            tap.feed(data, i, j, off, ts, tmp)
+            for t, size, flags, end in tmp:
                 self.messages.append(
-                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end)
+                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end, *unpack_flags(flags)[1:])
                 )
                 ex.msgs += 1
+            tmp.clear()
 
     def _end(self, role: int, side: _Side, ts: int, end_off: int) -> None:
         ex = side.ex
@@ -396,11 +489,14 @@ class Http1Conn:
         r.headers_known = ex.req is not None
         r.end = ex.end
         r.end_offset = ex.end_off
-        if ex.sse is not None:
-            r.kind = "sse"
+        r.first_byte = ex.first_body
+        events = ex.taps[1]
+        if isinstance(events, EventSplitter):
+            r.kind = "ndjson" if events.ndjson else "sse"
             r.response_messages = ex.msgs
-            r.first_message = ex.first_msg
-            r.first_message_end_offset = ex.first_msg_off
+            # the first event carrying generated content is the time-to-first-token point
+            r.first_message = events.first_ts
+            r.first_message_end_offset = events.first_off
             r.last_message = ex.last_body
         else:
             r.request_messages = 1 if ex.req_bytes else 0
@@ -408,6 +504,7 @@ class Http1Conn:
             r.first_message = ex.first_body if ex.first_body is not None else ex.resp_head
             r.first_message_end_offset = ex.first_body_off
             r.last_message = ex.last_body if ex.last_body is not None else ex.resp_head
+        r.model, r.finish_reason, r.prompt_tokens, r.completion_tokens = llm_facts(r.path, ex.taps[0], events)
         return r
 
     def finish(self, end_ns: int) -> None:

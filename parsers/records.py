@@ -291,6 +291,14 @@ class RequestRecord:
     first_message_end_offset: int | None = None  # response direction offset after 1st msg
     end_offset: int | None = None  # response direction offset after the last byte
     protocol: str = "h2"  # h2 or http1
+    # (parsers/h2/_speedups.c builds records slot by slot in this order: a new field goes
+    # there too)
+    first_byte: int | None = None  # first response body byte
+    # what an LLM request's bodies (or KServe model_name) said; None when they did not
+    model: str | None = None
+    finish_reason: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 @dataclass(slots=True)
@@ -305,6 +313,32 @@ class MessageRecord:
     size: int  # message payload bytes (without the 5-byte prefix)
     compressed: bool
     end_offset: int  # direction byte offset just after its last byte
+    event: int = 0  # LLM stream event kind (parsers.llm.semantics.EVENT_NAMES), 0: not an event
+    tokens: int | None = None  # tokens the event carries, when the stream says
+
+
+# MessageRow field 5 (message "flags", an int): bit 0 the gRPC compressed flag; bits 8-11
+# the event kind; bits 12 and up the event's tokens + 1 (0: not said). One int, so the
+# messages of every protocol travel as the same seven int64 columns.
+def message_flags(compressed: bool, event: int = 0, tokens: int | None = None) -> int:
+    flags = (1 if compressed else 0) | (event << 8)
+    if tokens is not None and tokens >= 0:
+        flags |= (tokens + 1) << 12
+    return flags
+
+
+def unpack_flags(flags: int) -> tuple[bool, int, int | None]:
+    """compressed, event kind, tokens (None: not said) of message flags."""
+    f = int(flags)
+    return bool(f & 1), (f >> 8) & 0xF, (f >> 12) - 1 if f >> 12 else None
+
+
+def message_from_row(conn_key: int, row: tuple) -> MessageRecord:
+    """A MessageRecord from a MessageRow (stream_id, direction, index, ts_ns, size, flags,
+    end_offset)."""
+    sid, d, idx, ts, size, flags, end = row
+    compressed, event, tokens = unpack_flags(flags)
+    return MessageRecord(conn_key, sid, d, idx, ts, size, compressed, end, event, tokens)
 
 
 @dataclass(slots=True)

@@ -34,7 +34,7 @@ import numpy as np
 from parsers.h2 import H2Connection
 from parsers.h2._conn import MessageRow
 from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
-from parsers.http1 import METHODS, Http1Conn
+from parsers.http1 import METHODS, REQUEST_START, RESPONSE_START, Http1Conn
 from parsers.records import (
     ChunkRun,
     DecodeIssue,
@@ -42,6 +42,8 @@ from parsers.records import (
     MessageRecord,
     PayloadChunk,
     RequestRecord,
+    message_flags,
+    message_from_row,
 )
 
 _SNIFF_MAX = 64 * 1024  # bytes per direction looked at before giving up
@@ -64,9 +66,10 @@ class SessionResult:
 
 def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
     return [
-        (m.stream_id, m.direction, m.index, m.ts_ns, m.size, m.compressed, m.end_offset)
+        (m.stream_id, m.direction, m.index, m.ts_ns, m.size,
+         message_flags(m.compressed, m.event, m.tokens), m.end_offset)
         for m in msgs
-    ]
+    ]  # fmt: skip
 
 
 _NO_COLS = np.zeros((0, 7), dtype=np.int64)
@@ -128,6 +131,19 @@ def _sniff_from(data: bytes | bytearray, final: bool = False, scan_from: int = 0
     return (None if n < _SNIFF_NOFRAMES else "unknown"), x
 
 
+_SNIFF_WAIT = 1 << 20  # undecidable bytes of one direction dropped while the other is silent
+
+
+def _http1_inside(data: bytes | bytearray, start: int = 0) -> str | None:
+    """'http1-request' / 'http1-response' when an HTTP/1.1 start line follows a line end
+    in ``data[start:]`` (bytes that began inside a message), else None."""
+    if RESPONSE_START.search(data, start):
+        return "http1-response"
+    if REQUEST_START.search(data, start):
+        return "http1-request"
+    return None
+
+
 def sniff_protocol(data: bytes, final: bool = False) -> str | None:
     """Protocol suggested by the first bytes of one direction: 'h2c' (preface or a
     run of valid frame headers), 'http1', 'tls', 'unknown', or None when more bytes
@@ -161,6 +177,7 @@ class AppSession:
         self._held: list[_Held] = []
         self._prefix = [bytearray(), bytearray()]
         self._scan_from = [0, 0]  # where the frame-chain scan of each prefix resumes
+        self._waited = [0, 0]  # bytes of each direction dropped undecided (see _sniff_step)
         self._h2: H2Connection | None = None
         self._h1: Http1Conn | None = None
         self._strip = [0, 0]  # preface bytes still to drop per TCP direction
@@ -257,7 +274,7 @@ class AppSession:
     def take_records(self) -> tuple[list[RequestRecord], list[MessageRecord], list[H2Event]]:
         reqs, rows, evs = self.take_rows()
         ck = self.conn_key
-        return reqs, [MessageRecord(ck, *row) for row in rows], evs
+        return reqs, [message_from_row(ck, row) for row in rows], evs
 
     def take_columns(self) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
         """Like :meth:`take_rows`, with messages as one int64 (n, 7) array of the
@@ -339,7 +356,7 @@ class AppSession:
             issues = issues[:_ISSUE_CAP]
             issues.append(DecodeIssue("issues_truncated", 0, f"{extra} more issues not kept"))
         ck = self.conn_key
-        msgs = [MessageRecord(ck, *row) for row in rows]
+        msgs = [message_from_row(ck, row) for row in rows]
         self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows)
         return self._finished
 
@@ -359,6 +376,18 @@ class AppSession:
                 self._decide(d, "h2-frames")
             return
         k, self._scan_from[d] = _sniff_from(p, False, self._scan_from[d])
+        if k is None or k == "unknown":
+            # the capture may have begun inside an HTTP/1.1 message: a start line after a
+            # line end says HTTP/1.1 (Http1Conn resynchronises there)
+            k = _http1_inside(p, max(0, len(p) - len(data) - 256)) or k
+        if k == "unknown" and not self._prefix[1 - d] and self._waited[d] < _SNIFF_WAIT:
+            # nothing from the other side yet (it may be about to send a request head):
+            # drop these bytes instead of giving up on the connection
+            self._waited[d] += len(p)
+            self._held = [it for it in self._held if it[0] != d]
+            p.clear()
+            self._scan_from[d] = 0
+            return
         if k is not None:
             self._decide(d, k)
 
@@ -463,9 +492,9 @@ class AppSession:
             return
         if gap:
             self._issues.append(
-                DecodeIssue("http1_gap", fno, f"{gap} bytes lost; HTTP/1.1 parsing stops")
+                DecodeIssue("http1_gap", fno, f"{gap} bytes lost; HTTP/1.1 parsing resumes at the next message head")
             )
-            h1.sides[role].state = 8  # BROKEN
+            h1.lost(role)
         used = h1.feed(role, data, ts, off, fno)
         if used < len(data) or h1.holding(role):
             rest = [(d, data[used:], ts, fno, off + used, 0)] if used < len(data) else []

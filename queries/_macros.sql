@@ -32,3 +32,9 @@ CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;
 -- Header bytes a shaper or policer meters with each segment's payload: Ethernet (14),
 -- IPv4 (20) and TCP with timestamps (32).
 CREATE OR REPLACE MACRO header_bytes() AS 66;
+
+-- The whole seconds a time span touches (epoch seconds), for joining events to the spans
+-- they fall in by equality on the second and then the exact range: a range join alone
+-- pairs every span of a connection with every event of it.
+CREATE OR REPLACE MACRO seconds_between(lo, hi) AS
+    range(epoch_ns(lo) // 1000000000, greatest(epoch_ns(hi), epoch_ns(lo)) // 1000000000 + 1);

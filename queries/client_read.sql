@@ -20,18 +20,20 @@
 -- read-stalled; null without ACK), read_stalled.
 -- depends_on: messages, h2_events, tcp_events
 -- materialize: session
-WITH sent AS (
-    SELECT conn_id, stream_id, "index", ts, acked_ts, epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns
+WITH sent AS (  -- (joined on a numeric key of the connection: ids as text make the
+    -- per-message joins several times slower)
+    SELECT conn_id, hash(conn_id) AS ck, stream_id, "index", ts, acked_ts, epoch_ns(ts) AS sent_ns,
+        epoch_ns(acked_ts) AS acked_ns
     FROM messages
     WHERE direction = 'response'
 ),
 ack_groups AS (  -- the messages one ACK covered: the last of them shows the path's delay then
-    SELECT conn_id, acked_ns, max(sent_ns) AS last_sent_ns
+    SELECT ck, acked_ns, max(sent_ns) AS last_sent_ns
     FROM sent WHERE acked_ns IS NOT NULL
     GROUP BY ALL
 ),
 trouble AS (
-    SELECT conn_id, epoch_ns(ts) AS trouble_ns
+    SELECT hash(conn_id) AS ck, epoch_ns(ts) AS trouble_ns
     FROM tcp_events
     WHERE direction = 'to_client'
       AND kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
@@ -40,8 +42,8 @@ trouble AS (
 arrived AS (
     SELECT s.*, g.last_sent_ns, t.trouble_ns
     FROM sent AS s
-    LEFT JOIN ack_groups AS g USING (conn_id, acked_ns)
-    ASOF LEFT JOIN trouble AS t ON t.conn_id = s.conn_id AND t.trouble_ns >= s.sent_ns
+    LEFT JOIN ack_groups AS g USING (ck, acked_ns)
+    ASOF LEFT JOIN trouble AS t ON t.ck = s.ck AND t.trouble_ns >= s.sent_ns
 ),
 response AS (
     SELECT conn_id, stream_id, "index", ts, acked_ts, acked_ns,

@@ -27,11 +27,15 @@ events AS (  -- a server retransmission the client did not need, after the clien
     FROM tcp_events AS e
     ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
 ),
-ev AS (  -- from when the client began (before a lost first packet) to its finish
-    SELECT m.conn_id, m.stream_id, e.*
-    FROM request_metrics AS m
-    JOIN events AS e
-      ON e.conn_id = m.conn_id AND e.ts BETWEEN m.client_started_at AND m.finished_at
+ev AS (  -- from when the client began (before a lost first packet) to its finish; joined by
+    -- the seconds each request spans (a range join alone pairs every request of a
+    -- connection with every event of it: quadratic in a long capture)
+    SELECT s.conn_id, s.stream_id, e.* EXCLUDE (sec)
+    FROM (SELECT conn_id, stream_id, client_started_at AS lo, finished_at AS hi,
+                 unnest(seconds_between(client_started_at, finished_at)) AS sec
+          FROM request_metrics) AS s
+    JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM events) AS e
+      ON e.conn_id = s.conn_id AND e.sec = s.sec AND e.ts BETWEEN s.lo AND s.hi
 ),
 loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
@@ -74,9 +78,11 @@ flow AS (
         count(*) AS flow_control_blocks,
         sum(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms,
         string_agg(DISTINCT h.direction, ',' ORDER BY h.direction) AS flow_control_directions
-    FROM request_metrics AS m
-    JOIN h2_events AS h
-      ON h.conn_id = m.conn_id AND h.kind = 'flow_control_blocked'
+    FROM (SELECT conn_id, stream_id, started_at, finished_at,
+                 unnest(seconds_between(started_at, finished_at)) AS sec
+          FROM request_metrics) AS m
+    JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM h2_events WHERE kind = 'flow_control_blocked') AS h
+      ON h.conn_id = m.conn_id AND h.sec = m.sec
      AND h.stream_id IN (0, m.stream_id)
      AND h.ts BETWEEN m.started_at AND m.finished_at
     GROUP BY ALL

@@ -36,16 +36,17 @@
 -- TTFT and latency run at least to the connection's last packet (finished_at).
 -- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
-WITH read_gaps AS (
-    SELECT conn_id, stream_id,
-        max(gap_ms) AS max_gap_client_est_ms
-    FROM (
-        SELECT conn_id, stream_id,
-            (epoch_ns(coalesce(read_ts, ts))
-             - lag(epoch_ns(coalesce(read_ts, ts))) OVER (PARTITION BY conn_id, stream_id ORDER BY "index")) / 1e6 AS gap_ms
-        FROM client_read
-    )
-    GROUP BY conn_id, stream_id
+WITH read_times AS (  -- keyed by a number for the self-join below (text keys: several times slower)
+    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, "index", epoch_ns(coalesce(read_ts, ts)) AS t
+    FROM client_read
+),
+read_gaps AS (  -- each message and the one before it: a join on the next index, not a window
+    -- over every message (which costs ten times more on a long capture)
+    SELECT any_value(b.conn_id) AS conn_id, any_value(b.stream_id) AS stream_id,
+        max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
+    FROM read_times AS a
+    JOIN read_times AS b ON b.k = a.k AND b."index" = a."index" + 1
+    GROUP BY b.k
 ),
 first_two AS (
     SELECT conn_id, stream_id,
@@ -93,12 +94,12 @@ path_queue AS (  -- the path's RTT inflation toward the client around each (path
 ),
 troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
     SELECT DISTINCT k.conn_id, k.stream_id, k.which
-    FROM acks AS k
-    JOIN tcp_events AS e
-      ON e.conn_id = k.conn_id AND e.direction = 'to_client'
-     AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
-                    'lost_segment', 'out_of_order', 'dup_ack')
-     AND epoch_ns(e.ts) BETWEEN k.t AND k.a
+    FROM (SELECT *, unnest(range(t // 1000000000, a // 1000000000 + 1)) AS sec FROM acks) AS k
+    JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events
+          WHERE direction = 'to_client'
+            AND kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
+                         'lost_segment', 'out_of_order', 'dup_ack')) AS e
+      ON e.conn_id = k.conn_id AND e.sec = k.sec AND e.t_ns BETWEEN k.t AND k.a
 ),
 ack_held AS (  -- how long the client held each ACK beyond the path delay (0 when troubled)
     SELECT k.conn_id, k.stream_id,
@@ -122,8 +123,11 @@ upstream_gaps AS (
     FROM tcp_events
     WHERE kind = 'upstream_loss' AND direction = 'to_server'
 ),
-client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample)
-    SELECT conn_id, epoch_ns(ts) AS ack_ns FROM rtt_samples WHERE direction = 'to_client'
+client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample), on the
+    -- connections whose client bytes had holes
+    SELECT conn_id, epoch_ns(ts) AS ack_ns FROM rtt_samples
+    WHERE direction = 'to_client'
+      AND conn_id IN (SELECT conn_id FROM tcp_events WHERE kind = 'lost_segment' AND direction = 'to_server')
 ),
 filled_holes AS (  -- holes in the client's bytes, when they showed and when resent bytes filled them
     SELECT e.conn_id, epoch_ns(e.ts) AS shown_ns, epoch_ns(e.ts) + CAST(round(e.recovery_ms * 1e6) AS BIGINT) AS filled_ns,
@@ -156,11 +160,15 @@ upstream AS (
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
+    ANTI JOIN (  -- a duplicate ACK from the client between them: something was late or lost
+        SELECT DISTINCT f.conn_id, f.stream_id
+        FROM (SELECT conn_id, stream_id, t0, a0, unnest(range(t0 // 1000000000, a0 // 1000000000 + 1)) AS sec
+              FROM first_two WHERE a0 = a1 AND t1 > t0) AS f
+        JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events
+              WHERE direction = 'to_client' AND kind = 'dup_ack') AS e
+          ON e.conn_id = f.conn_id AND e.sec = f.sec AND e.t_ns BETWEEN f.t0 AND f.a0
+    ) AS d USING (conn_id, stream_id)
     WHERE f.a0 = f.a1 AND f.t1 > f.t0
-      AND NOT EXISTS (
-          SELECT 1 FROM tcp_events AS e
-          WHERE e.conn_id = f.conn_id AND e.direction = 'to_client' AND e.kind = 'dup_ack'
-            AND epoch_ns(e.ts) BETWEEN f.t0 AND f.a0)
 )
 SELECT
     r.capture_id,

@@ -29,7 +29,7 @@ DEFAULT_PARAMS: dict[str, object] = {
     "spike_factor": 1.4,  # a window's p99 above factor x its method's baseline p99 ...
     "spike_min_delta_ms": 10.0,  # ... and at least this many ms above it
     "baseline_min_requests": 10,  # calm requests a method needs for its p99 to judge by
-    "calm_factor": 1.4,  # a window whose p99 is within this of its method's typical p99 is calm
+    "calm_factor": 1.2,  # a window whose p99 is within this of its method's typical p99 is calm (chosen on the sweep's tuning runs)
     "slo_ttft_ms": None,  # user SLOs (null: p99-based)
     "slo_latency_ms": None,
     "slo_gap_ms": None,

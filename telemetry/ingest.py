@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments, format_addr
 from parsers.h2 import sent_runs as _sent_runs
+from parsers.llm.semantics import EVENT_NAMES, TOKEN_KINDS
 from parsers.records import (
     DIRECTION_NAMES,
     MESSAGE_DIRECTION_NAMES,
@@ -386,7 +387,11 @@ def _stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progres
 
 _CONN_KEY = attrgetter("conn_key")
 _NO_TS = np.iinfo(np.int64).min  # acked_ts not (yet) known: null in the table
-_MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked")
+_MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked", "kind", "tokens")
+# messages TTFT and token gaps are measured on (the others are LLM stream events that carry
+# no generated content: role, usage, finish, ping...)
+_GAP_KINDS = np.array(sorted(TOKEN_KINDS), dtype=np.int64)
+_EVENT_NAMES = np.array(EVENT_NAMES, dtype=object)
 
 
 @dataclass(slots=True)
@@ -402,6 +407,8 @@ class _Msgs:
     end: np.ndarray  # int64 direction offset after the last byte
     gap: np.ndarray  # float64 ms since the previous message of the stream; NaN: none
     acked: np.ndarray  # int64 ns of the covering ACK; _NO_TS: none (yet)
+    kind: np.ndarray  # int64 LLM event kind (parsers.llm.semantics); 0: not an event
+    tokens: np.ndarray  # int64 tokens the event carries; -1: not said
 
     def __len__(self) -> int:
         return len(self.sid)
@@ -846,8 +853,38 @@ class CapturePipeline:
             a = rows
         else:
             a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
-        dirs, ts = a[:, 1], a[:, 3]  # (columns: sid, dir, idx, ts, size, comp, end)
-        key = a[:, 0] * 2 + dirs
+        dirs = a[:, 1]  # (columns: sid, dir, idx, ts, size, flags, end)
+        flags = a[:, 5]
+        kinds = (flags >> 8) & 0xF
+        if kinds.any():  # LLM stream events: gaps only between those carrying content
+            gap = np.full(n, np.nan)
+            sel = np.flatnonzero(np.isin(kinds, _GAP_KINDS))
+            if len(sel):
+                gap[sel] = self._gaps(conn, a[sel, 0], dirs[sel], a[sel, 3])
+        else:
+            gap = self._gaps(conn, a[:, 0], dirs, a[:, 3])
+        for d in (TO_SERVER, TO_CLIENT):
+            sel = np.flatnonzero(dirs == d)
+            m = len(sel)
+            if not m:
+                continue
+            # whole rows gathered once; the fields stay (strided) views of them
+            part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
+            pf = part[:, 5]
+            block = _Msgs(
+                part[:, 0], part[:, 2], part[:, 3], part[:, 4], (pf & 1) != 0, part[:, 6], part_gap,
+                np.full(m, _NO_TS, dtype=np.int64), (pf >> 8) & 0xF, (pf >> 12) - 1,
+            )
+            old = conn.pending[d]
+            conn.pending[d] = block if old is None else _Msgs.concat([old, block])
+
+    @staticmethod
+    def _gaps(conn: _Conn, sid: np.ndarray, dirs: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """ms since the previous message of the same stream and direction (NaN: none
+        known) of message rows in completion order; the response gaps are kept for the
+        requests' gap statistics."""
+        n = len(sid)
+        key = sid * 2 + dirs
         order = np.argsort(key, kind="stable")
         ks, tso = key[order], ts[order]
         first = np.ones(n, dtype=bool)  # first row of its key in this batch
@@ -864,19 +901,7 @@ class CapturePipeline:
         gap = np.empty(n, dtype=np.float64)
         gap[order] = np.where(has, diff / 1e6, np.nan)
         _note_response_gaps(conn.response_gaps, ks, diff, has)
-        for d in (TO_SERVER, TO_CLIENT):
-            sel = np.flatnonzero(dirs == d)
-            m = len(sel)
-            if not m:
-                continue
-            # whole rows gathered once; the fields stay (strided) views of them
-            part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
-            block = _Msgs(
-                part[:, 0], part[:, 2], part[:, 3], part[:, 4], part[:, 5] != 0, part[:, 6], part_gap,
-                np.full(m, _NO_TS, dtype=np.int64),
-            )
-            old = conn.pending[d]
-            conn.pending[d] = block if old is None else _Msgs.concat([old, block])
+        return gap
 
     # -- ACK times ---------------------------------------------------------------------
     def _ack_arrays(self, conn: _Conn, session_dir: int, summary: ConnectionSummary | None):
@@ -914,8 +939,13 @@ class CapturePipeline:
             done = pending if n_done == n else pending.part(0, n_done)
             conn.pending[session_dir] = None if n_done == n else pending.part(n_done, n)
             if session_dir == TO_CLIENT:
-                firsts = np.flatnonzero(done.idx == 0)
+                # the first response message's ACK; of an LLM stream, its first event
+                # carrying content (the TTFT point)
+                firsts = np.flatnonzero((done.idx == 0) & (done.kind == 0))
                 conn.first_acked.update(zip(done.sid[firsts].tolist(), done.acked[firsts].tolist(), strict=True))
+                events = np.flatnonzero((done.kind != 0) & np.isin(done.kind, _GAP_KINDS))
+                for sid, acked in zip(done.sid[events].tolist(), done.acked[events].tolist(), strict=True):
+                    conn.first_acked.setdefault(sid, acked)
             conn.rows.messages.append((session_dir, done))
         if final:
             ready, waiting = conn.pending_requests, []
@@ -1132,6 +1162,7 @@ class CapturePipeline:
             "size": pa.array(ms.size, pa.int64()),
             "compressed": pa.array(ms.comp, pa.bool_()),
             "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
+            **_event_columns(ms),
         })
 
     def _write_rates(self, conn: _Conn, base: _IdColumns, upto: int | None = None, final: bool = True) -> None:
@@ -1187,7 +1218,7 @@ class CapturePipeline:
         passthrough = zip(*map(_PASSTHROUGH_OF, records), strict=True)
         cols: dict[str, object] = dict(zip(_REQUEST_PASSTHROUGH, passthrough, strict=True))
         times = {}
-        for name in ("request_start", "request_end", "first_message", "last_message", "end"):
+        for name in ("request_start", "request_end", "first_message", "last_message", "end", "first_byte"):
             arr = pa.array(cols[name], _TS)
             cols[name] = arr
             times[name] = arr.to_numpy(zero_copy_only=False).view(np.int64)  # nulls: NaT = _NO_TS
@@ -1211,6 +1242,8 @@ class CapturePipeline:
         cols.update(
             app_throttled=throttled,
             ttft_ms=_float_col(_ms(ttft_from, times["first_message"])),
+            ttfb_ms=_float_col(_ms(ttft_from, times["first_byte"])),
+            tokens_per_s=_float_col(_tokens_per_s(cols["completion_tokens"], times["first_message"], times["last_message"])),
             latency_ms=_float_col(_ms(start, last)),
             gap_p50_ms=_float_col(p50),
             gap_p99_ms=_float_col(p99),
@@ -1304,7 +1337,7 @@ _REQUEST_PASSTHROUGH = (
     "request_start", "request_end", "response_headers", "first_message", "last_message", "end",
     "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
     "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
-    "headers_known",
+    "headers_known", "first_byte", "model", "finish_reason", "prompt_tokens", "completion_tokens",
 )
 _PASSTHROUGH_OF = attrgetter(*_REQUEST_PASSTHROUGH)
 
@@ -1457,6 +1490,28 @@ def _sort_within(owner: np.ndarray, values: np.ndarray) -> np.ndarray:
         key.sort(kind="stable")  # timsort: fast on the runs the groups already are
         return key - owner * span + lo
     return values[np.lexsort((values, owner))]
+
+
+def _event_columns(ms: _Msgs) -> dict[str, pa.Array]:
+    """messages.event and messages.tokens (all null without LLM stream events)."""
+    n = len(ms)
+    if not ms.kind.any():
+        return {"event": pa.nulls(n, pa.string()), "tokens": pa.nulls(n, pa.int64())}
+    return {
+        "event": pa.array(_EVENT_NAMES[ms.kind], pa.string()),
+        "tokens": pa.array(ms.tokens, pa.int64(), mask=ms.tokens < 0),
+    }
+
+
+def _tokens_per_s(completion: list[int | None], first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Decode rate: tokens after the first over the time from the first to the last
+    response message (vLLM's time per output token, inverted); NaN when not known."""
+    tokens = np.array([-1 if c is None else c for c in completion], dtype=np.float64)
+    span = _ms(first, last) / 1e3
+    ok = (tokens >= 2) & (span > 0)  # (NaN spans compare false)
+    out = np.full(len(tokens), np.nan)
+    out[ok] = (tokens[ok] - 1) / span[ok]
+    return out
 
 
 def _either(a: np.ndarray, b: np.ndarray) -> np.ndarray:

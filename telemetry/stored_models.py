@@ -11,12 +11,14 @@ replaced) with them.
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 from telemetry.schema import TABLES
 from telemetry.store import CaptureWriter, Store
 
 LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
+DERIVE_MEMORY = "512MB"  # DuckDB's share while a capture's models are computed (it spills beyond)
 
 
 class FileStore(Store):
@@ -88,6 +90,10 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
         for table in TABLES:
             files[table] += store.table_dir(table).glob(f"**/{other}-*.parquet")
     analysis = connect(FileStore(store.root, files), {"capture_ids": [capture_id]}, use_stored=False)
+    # bounded memory whatever the capture's size: DuckDB spills what does not fit
+    spill = writer.stage_path(Path("duckdb-spill"))
+    analysis.con.execute(f"SET memory_limit = '{DERIVE_MEMORY}'; SET temp_directory = '{spill}'; "
+                         "SET preserve_insertion_order = false")
     out: dict[Path, Path] = {}
     try:
         for model in analysis.models.values():
@@ -101,4 +107,5 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
             out[path] = place
     finally:
         analysis.close()
+        shutil.rmtree(spill, ignore_errors=True)
     return out

@@ -18,7 +18,7 @@ from h2_builders import (
 )
 
 from parsers.grpc import GrpcSplitter, looks_like_grpc
-from parsers.h2._streams import SseSplitter
+from parsers.llm.taps import EventSplitter
 from parsers.records import TO_CLIENT
 
 
@@ -81,7 +81,7 @@ def test_grpc_web_trailer_frame_is_not_a_message() -> None:
 
 
 def test_sse_events_crlf_and_split() -> None:
-    sp = SseSplitter()
+    sp = EventSplitter()
     out: list = []
     body = b"data: a\n\ndata: b\r\n\r\nevent: x\ndata: c\n\n"
     pieces = [body[:5], body[5:17], body[17:18], body[18:]]

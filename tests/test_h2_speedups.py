@@ -81,7 +81,7 @@ def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False
             if (z - 1) % 7 == 0:
                 if cols:  # the (n, 7) columns hold the same rows
                     reqs, a, evs = s.take_columns()
-                    msgs = [(r[0], r[1], r[2], r[3], r[4], r[5] == 1, r[6]) for r in a.tolist()]
+                    msgs = [tuple(r) for r in a.tolist()]
                 else:
                     reqs, msgs, evs = s.take_rows()
                 rows.append((reqs, msgs, [vars_of(e) for e in evs]))

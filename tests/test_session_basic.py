@@ -339,9 +339,10 @@ def test_sse_over_h2() -> None:
     conv.send(1, data(1, b"\ndata: [DONE]\n\n", end=True), 4)
     _s, r = run_session(conv.chunks)
     (q,) = r.requests
-    assert q.kind == "sse" and q.response_messages == 3
+    # data: [DONE] ends the stream and is no message (issue 13)
+    assert q.kind == "sse" and q.response_messages == 2
     assert q.first_message == conv.ts(3) and q.last_message == conv.ts(4)
-    assert [m.ts_ns for m in r.messages] == [conv.ts(3), conv.ts(4), conv.ts(4)]
+    assert [m.ts_ns for m in r.messages] == [conv.ts(3), conv.ts(4)]
 
 
 def test_mid_connection_orientation_from_status_headers() -> None:
@@ -482,12 +483,10 @@ def test_http1_sse_chunked_and_read_until_close() -> None:
     conv.send(1, b"HTTP/1.0 200 OK\r\n\r\nbody until close", 5)
     _s, r = run_session(conv.chunks, end_ns=conv.ts(9))
     sse, old = sorted(r.requests, key=lambda q: q.stream_id)
-    assert sse.kind == "sse" and sse.response_messages == 2
+    # data: [DONE] ends the stream and is no message (issue 13)
+    assert sse.kind == "sse" and sse.response_messages == 1
     assert sse.first_message == conv.ts(2) and sse.end == conv.ts(3)
-    assert [(m.stream_id, m.direction, m.ts_ns) for m in r.messages] == [
-        (0, TO_CLIENT, conv.ts(2)),
-        (0, TO_CLIENT, conv.ts(3)),
-    ]
+    assert [(m.stream_id, m.direction, m.ts_ns) for m in r.messages] == [(0, TO_CLIENT, conv.ts(2))]
     assert old.path == "/old" and old.response_bytes == 16 and old.end == conv.ts(5)
 
 

@@ -22,9 +22,9 @@ from parsers.records import (
     ChunkRun,
     DecodeIssue,
     H2Event,
-    MessageRecord,
     PayloadChunk,
     RequestRecord,
+    message_from_row,
 )
 
 from ._flow import FlowState
@@ -56,11 +56,12 @@ from ._frames import (
 from ._hpack import DecodedBlock, TolerantDecoder
 from ._streams import Stream
 
-# (stream_id, direction, index, ts_ns, size, compressed, end_offset): a MessageRecord
-# without its conn_key, as a tuple (one per message on the hot path)
-MessageRow = tuple[int, int, int, int, int, bool, int]
-# A message packed for H2Connection.msg_buf: the MessageRow fields as native int64s
-# (compressed as 0/1), so the C fast path appends bytes and the pipeline reads columns.
+# (stream_id, direction, index, ts_ns, size, flags, end_offset): a MessageRecord without
+# its conn_key, as a tuple (one per message on the hot path); flags: the compressed bit,
+# and an event's kind and tokens (parsers.records.message_flags)
+MessageRow = tuple[int, int, int, int, int, int, int]
+# A message packed for H2Connection.msg_buf: the MessageRow fields as native int64s, so
+# the C fast path appends bytes and the pipeline reads columns.
 MSG_ROW = struct.Struct("=7q")
 _FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
 
@@ -68,6 +69,7 @@ _FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC fl
 # CONTINUATION frames: only FLAG_END_HEADERS set means the payload is the whole block
 _HEADERS_LAYOUT = FLAG_END_HEADERS | FLAG_PADDED | FLAG_PRIORITY
 
+_KEPT_FLAGS = ~0xFE  # message flags kept: all but a gRPC flag byte's undefined bits 1-7
 _CLOSED_KEEP = 4096  # recently closed stream ids remembered to ignore late frames
 _HOLD_LIMIT = 20000  # records held while the orientation is unknown
 # Largest believable jump between consecutive new stream ids (2 per stream); after a
@@ -429,6 +431,8 @@ class H2Connection:
         """One complete DATA frame (data bytes ``b[p:dend]``) on a known stream."""
         dl = dend - p
         sp = st.splitter[d]
+        if sp is None and not st.data_frames[d]:
+            sp = st.late_tap(d)
         if sp is not None:
             probing = sp.probing or st.mode[d] == "probe"
             if probing:
@@ -645,6 +649,8 @@ class H2Connection:
                 D.data_stream = st
                 if st is not None:
                     sp = st.splitter[d]
+                    if sp is None and not st.data_frames[d]:
+                        sp = st.late_tap(d)
                     if sp is not None and (sp.probing or st.mode[d] == "probe"):
                         sp.frame_start()
                 # partial frame: stream what we have
@@ -713,7 +719,8 @@ class H2Connection:
         sid = st.sid
         out = self.msg_buf
         for ts, size, flag, end in tmp:
-            out += _pack_msg(sid, d, idx, ts, size, flag & 1, end)
+            # gRPC: the compressed bit of the flag byte; events: their kind and tokens too
+            out += _pack_msg(sid, d, idx, ts, size, flag & _KEPT_FLAGS, end)
             idx += 1
         st.last_msg_ts[d] = tmp[-1][0]
         st.msgs[d] = idx
@@ -948,7 +955,7 @@ class H2Connection:
                 st.hdr_ts[d] = ts
                 is_resp = status is not None or (self.orient_final and d != self.client_dir)
                 ct = h.get("content-type")
-                st.set_content_type(ct, d, is_resp)
+                st.set_content_type(ct, d, is_resp, h.get(":path"))
                 if ct is None and unknown:
                     # content-type may be hidden behind an unknown index: probe bodies
                     for k in (0, 1):
@@ -1059,12 +1066,12 @@ class H2Connection:
         """Hand out records (oriented). Held back while the orientation is unknown."""
         reqs, rows, evs = self.drain_rows(final)
         ck = self.conn_key
-        return reqs, [MessageRecord(ck, *row) for row in rows], evs
+        return reqs, [message_from_row(ck, row) for row in rows], evs
 
     def drain_rows(self, final: bool = False):
         """Like :meth:`drain`, with messages as oriented :data:`MessageRow` tuples."""
         reqs, cols, evs = self.drain_columns(final)
-        rows = [(r[0], r[1], r[2], r[3], r[4], r[5] == 1, r[6]) for r in cols.tolist()]
+        rows = [tuple(r) for r in cols.tolist()]
         return reqs, rows, evs
 
     def drain_columns(self, final: bool = False):

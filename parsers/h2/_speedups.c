@@ -83,12 +83,13 @@ enum { R_CONN_KEY, R_STREAM_ID, R_METHOD, R_PATH, R_AUTHORITY, R_SCHEME, R_CONTE
        R_REQUEST_START, R_REQUEST_END, R_RESPONSE_HEADERS, R_FIRST_MESSAGE, R_LAST_MESSAGE, R_END, R_HTTP_STATUS,
        R_GRPC_STATUS, R_GRPC_MESSAGE, R_GRPC_ENCODING, R_REQUEST_MESSAGES, R_RESPONSE_MESSAGES, R_REQUEST_BYTES,
        R_RESPONSE_BYTES, R_RESET_CODE, R_TRAILERS_ONLY, R_HEADERS_KNOWN, R_FIRST_MESSAGE_END_OFFSET, R_END_OFFSET,
-       R_PROTOCOL, R_N };
+       R_PROTOCOL, R_FIRST_BYTE, R_MODEL, R_FINISH_REASON, R_PROMPT_TOKENS, R_COMPLETION_TOKENS, R_N };
 static const char *record_names[R_N] = {"conn_key", "stream_id", "method", "path", "authority", "scheme",
     "content_type", "user_agent", "kind", "request_start", "request_end", "response_headers", "first_message",
     "last_message", "end", "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
     "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only", "headers_known",
-    "first_message_end_offset", "end_offset", "protocol"};
+    "first_message_end_offset", "end_offset", "protocol", "first_byte", "model", "finish_reason", "prompt_tokens",
+    "completion_tokens"};
 static PyTypeObject *record_type; /* NULL when RequestRecord is not what record_names says */
 static Py_ssize_t r_off[R_N];
 static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer"};
@@ -702,10 +703,10 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
     if (h == NULL || !PyDict_CheckExact(h)) return 0;
 
     if (ctx_conn(conn, ctx) < 0) return 0;
-    PyObject *method, *status, *ct;
+    PyObject *method, *status, *ct, *path;
     int r;
     if ((r = header(h, h_method, &method)) < 0 || (r = header(h, h_status, &status)) < 0 ||
-        (r = header(h, h_content_type, &ct)) < 0)
+        (r = header(h, h_content_type, &ct)) < 0 || (r = header(h, h_path, &path)) < 0)
         return r == -1 ? -1 : 0;
     int grpc_status = PyDict_Contains(h, h_grpc_status);
     if (grpc_status < 0) return -1;
@@ -745,6 +746,11 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
         if (PyList_GET_ITEM(ctx->max_conc, 1 - d) != Py_None) return 0; /* _check_concurrency */
         is_resp = d != client_dir;
         if (ct != NULL && !grpc && is_resp) return 0; /* maybe text/event-stream */
+        /* a KServe ModelInfer request: Stream.set_content_type keeps its body's start */
+        if (grpc && path != NULL &&
+            (PyUnicode_CompareWithASCIIString(path, "/inference.GRPCInferenceService/ModelInfer") == 0 ||
+             PyUnicode_CompareWithASCIIString(path, "/inference.GRPCInferenceService/ModelStreamInfer") == 0))
+            return 0;
         /* ---- from here on the frame is ours ---- */
         st = new_stream(sid_obj);
         if (st == NULL) return -1;
@@ -1186,6 +1192,8 @@ static PyObject *record_of(PyObject *st, PyObject *conn_key, long long c) {
     if (SLOT(st, x_off[X_RST_TS]) != Py_None || SLOT(st, x_off[X_WEB_TRAILERS]) != Py_None) return NULL;
     if (!is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 0)) || !is_grpc_mode(PyList_GET_ITEM(lists[S_MODE], 1)))
         return NULL;
+    /* a splitter other than GrpcSplitter itself (ModelNameTap: the request names its model) */
+    if ((PyObject *)Py_TYPE(PyList_GET_ITEM(lists[S_SPLITTER], c)) != grpc_splitter_type) return NULL;
     PyObject *req = PyList_GET_ITEM(lists[S_HDR], c), *resp = PyList_GET_ITEM(lists[S_HDR], s);
     PyObject *trl = PyList_GET_ITEM(lists[S_TRAILERS], s);
     if (req == Py_None) req = NULL; else if (!PyDict_CheckExact(req)) return NULL;
@@ -1247,7 +1255,8 @@ static PyObject *record_of(PyObject *st, PyObject *conn_key, long long c) {
         PyList_GET_ITEM(lists[S_MSGS], c), PyList_GET_ITEM(lists[S_MSGS], s),
         PyList_GET_ITEM(lists[S_DATA_BYTES], c), PyList_GET_ITEM(lists[S_DATA_BYTES], s),
         SLOT(st, x_off[X_RST_CODE]), SLOT(st, x_off[X_TRAILERS_ONLY]), SLOT(st, x_off[X_HEADERS_KNOWN]),
-        PyList_GET_ITEM(lists[S_FIRST_MSG_OFF], s), end_off, v_h2};
+        PyList_GET_ITEM(lists[S_FIRST_MSG_OFF], s), end_off, v_h2, PyList_GET_ITEM(lists[S_FIRST_DATA_TS], s),
+        NULL, NULL, NULL, NULL}; /* no model / LLM facts: a KServe request's tap is left to Python */
     PyObject *rec = record_type->tp_alloc(record_type, 0);
     if (rec != NULL) {
         for (int i = 0; i < R_N; i++) {

@@ -5,18 +5,19 @@ because mid-connection the bytes may only later tell which side is the client. T
 RequestRecord is built with the orientation known when the record is handed out.
 
 Body modes per direction: ``grpc`` (length-prefixed messages -> MessageRecords),
-``sse`` (text/event-stream: each blank-line terminated event is a message),
-``http`` (other bodies: DATA frames are counted as "messages" for first/last byte
-timing, but no MessageRecords are emitted for them), ``probe`` (headers unknown: try
+``sse`` / ``ndjson`` (text/event-stream, JSON lines: each event is a message, read by
+:class:`parsers.llm.taps.EventSplitter`), ``http`` (other bodies: DATA frames are counted
+as "messages" for first/last byte timing, but no MessageRecords are emitted for them; a
+JSON body is read for what it says of an LLM request), ``probe`` (headers unknown: try
 gRPC framing, fall back to http counting).
 """
 
 from __future__ import annotations
 
-import re
 from urllib.parse import unquote
 
-from parsers.grpc import GrpcSplitter
+from parsers.grpc import KSERVE_INFER, GrpcSplitter, ModelNameTap
+from parsers.llm.taps import EventSplitter, JsonBodyTap, llm_facts, tap_for
 from parsers.records import RequestRecord
 
 
@@ -25,60 +26,6 @@ def _is_grpc(ct: str | None) -> bool:
 
 
 _NO_HEADERS: dict[str, str] = {}  # read-only stand-in for a block not seen
-
-_NL = re.compile(rb"\r\n|\r|\n")
-
-
-class SseSplitter:
-    """Splits a text/event-stream body into events terminated by a blank line
-    (line ends may be CRLF, LF or CR, also split across DATA frames)."""
-
-    __slots__ = ("_pos", "_last_nl_end", "_cr_pending", "_event_start")
-    probing = False
-    confirmed = False
-
-    def __init__(self) -> None:
-        self._pos = 0  # body bytes seen so far
-        self._last_nl_end = -1  # body position just after the previous line end
-        self._cr_pending = False  # previous feed ended with CR (maybe half a CRLF)
-        self._event_start = 0
-
-    def feed(
-        self, data: bytes | bytearray | memoryview, i: int, n: int, off: int, ts: int, out: list
-    ) -> None:
-        b = bytes(data[i:n])
-        base = self._pos
-        start = 0
-        if self._cr_pending and b[:1] == b"\n":
-            # second half of a CRLF split across frames
-            start = 1
-            if self._last_nl_end == base:
-                self._last_nl_end = base + 1
-            else:
-                self._event_start += 1
-        self._cr_pending = b.endswith(b"\r")
-        for m in _NL.finditer(b, start):
-            s, e = base + m.start(), base + m.end()
-            if s == self._last_nl_end:  # blank line: event ends here
-                out.append((ts, e - self._event_start, 0, off + i + m.end()))
-                self._event_start = e
-                self._last_nl_end = -1
-            else:
-                self._last_nl_end = e
-        self._pos = base + len(b)
-
-    def frame_end(self, out: list) -> None:
-        pass
-
-    def frame_start(self) -> None:
-        pass
-
-    def lost(self) -> None:
-        self._last_nl_end = -1
-        self._cr_pending = False
-        self._event_start = self._pos
-
-
 
 def _number(text: str | None) -> int | None:
     """A status header's value as a number; None unless it is ASCII digits (str.isdigit()
@@ -140,7 +87,7 @@ class Stream:
         self.rst_dir = -1
         self.rst_off: int | None = None
         self.mode = ["probe", "probe"] if mid else ["http", "http"]
-        self.splitter: list[GrpcSplitter | SseSplitter | None] = [None, None]
+        self.splitter: list[GrpcSplitter | EventSplitter | JsonBodyTap | None] = [None, None]
         if mid:
             self.splitter = [GrpcSplitter(probing=True), GrpcSplitter(probing=True)]
         self.msgs = [0, 0]
@@ -163,7 +110,7 @@ class Stream:
 
     # -- body modes ---------------------------------------------------------------
 
-    def set_content_type(self, ct: str | None, d: int, is_response: bool) -> None:
+    def set_content_type(self, ct: str | None, d: int, is_response: bool, path: str | None = None) -> None:
         """Choose body handling once a block with content-type is known."""
         if _is_grpc(ct):
             web = "grpc-web" in (ct or "")
@@ -180,10 +127,26 @@ class Stream:
                 if self.data_frames[k] == 0:
                     self.mode[k] = "grpc"
                     self.splitter[k] = GrpcSplitter(keep_trailer=web)
-        elif ct is not None and ct.startswith("text/event-stream") and is_response:
-            if self.mode[d] != "sse" and self.data_frames[d] == 0:
-                self.mode[d] = "sse"
-                self.splitter[d] = SseSplitter()
+            if path in KSERVE_INFER and not is_response and self.mode[d] == "grpc" and not self.data_frames[d]:
+                self.splitter[d] = ModelNameTap(keep_trailer=web)  # the request names its model
+        elif is_response and (self.mode[d] == "http" or self.mode[d] == "probe") and self.data_frames[d] == 0:
+            sp = tap_for(ct, True)
+            if sp is not None:
+                self.splitter[d] = sp
+                self.mode[d] = ("ndjson" if sp.ndjson else "sse") if isinstance(sp, EventSplitter) else "http"
+
+    def late_tap(self, d: int) -> GrpcSplitter | EventSplitter | JsonBodyTap | None:
+        """The body reader of direction d at its first DATA frame, when its headers did not
+        choose one (a JSON request body; the C fast path opens request streams without
+        set_content_type)."""
+        h = self.hdr[d]
+        if h is None or self.mode[d] != "http" or self.data_frames[d]:
+            return None
+        sp = tap_for(h.get("content-type"), ":status" in h)
+        if isinstance(sp, JsonBodyTap):
+            self.splitter[d] = sp
+            return sp
+        return None
 
     @property
     def grpc(self) -> bool:
@@ -229,10 +192,13 @@ class Stream:
             nreq, nresp = self.msgs[c], self.msgs[s]
             first, last, first_off = self.first_msg_ts[s], self.last_msg_ts[s], self.first_msg_off[s]
             kind = self._grpc_kind(c, s)
-        elif self.mode[s] == "sse":
+        elif self.mode[s] == "sse" or self.mode[s] == "ndjson":
             nreq, nresp = self.data_frames[c], self.msgs[s]
-            first, last, first_off = self.first_msg_ts[s], self.last_msg_ts[s], self.first_msg_off[s]
-            kind = "sse"
+            sp = self.splitter[s]
+            # the first event carrying generated content is the time-to-first-token point
+            first, first_off = (sp.first_ts, sp.first_off) if isinstance(sp, EventSplitter) else (None, None)
+            last = self.last_msg_ts[s]
+            kind = self.mode[s]
         else:
             nreq, nresp = self.data_frames[c], self.data_frames[s]
             first, last = self.first_data_ts[s], self.last_data_ts[s]
@@ -268,6 +234,9 @@ class Stream:
             self.headers_known,
             first_off,
             end_offset,
+            "h2",
+            self.first_data_ts[s],
+            *llm_facts(req.get(":path"), self.splitter[c], self.splitter[s]),
         )
 
     def _grpc_kind(self, c: int, s: int) -> str:

@@ -45,6 +45,10 @@ def run(
     client_capture: Annotated[
         bool, typer.Option(help="Also capture at the client's veth (OUT/capture_client.pcap).")
     ] = False,
+    protocol: Annotated[
+        str, typer.Option(help="The LLM service's protocol: grpc (grpcio), openai-http1 (an OpenAI-compatible "
+                               "SSE server on uvicorn) or openai-h2c (the same on hypercorn, HTTP/2 cleartext).")
+    ] = "grpc",
 ) -> None:
     """Run SCENARIO in three network namespaces and write capture.pcap, labels.json,
     client.parquet and bridge_events.parquet to OUT."""
@@ -57,10 +61,15 @@ def run(
     if missing:
         typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
         raise typer.Exit(2)
+    from telemetry.lab.openai_server import PROTOCOLS
+
+    if protocol not in PROTOCOLS:
+        typer.echo(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}", err=True)
+        raise typer.Exit(2)
     if client_capture:
         keep_work = True
     run_scenario(scenario, out, duration=duration, seed=seed, rate=rate, keep_work=keep_work,
-                 client_capture=client_capture, log=typer.echo)  # fmt: skip
+                 client_capture=client_capture, log=typer.echo, protocol=protocol)  # fmt: skip
     typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet")
 
 

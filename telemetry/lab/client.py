@@ -288,7 +288,7 @@ class LoadGenerator:
             late = time.time_ns() - t
             if late > 20 * NS_PER_MS:
                 self.dispatch_late.append((t, late))
-            conn = self.conns[self.rng.randrange(len(self.conns))]
+            conn = self.conns[self.rng.randrange(self.dispatch_conns())]
             if self.rng.random() < embed_share:
                 lo_e, hi_e = cfg.get("embed_chars", [64, 4096])
                 self.start_call("Embed", conn, None, 0, None, (self.rng.randint(lo_e, hi_e), 0))
@@ -315,6 +315,15 @@ class LoadGenerator:
                 if all(c.end_ns is not None for c in self.calls):
                     break
             time.sleep(0.02)
+
+    def dispatch_conns(self) -> int:
+        """How many connections the dispatcher draws one from (the draw is part of the
+        seeded sequence: the same count keeps the same arrivals and sizes)."""
+        return len(self.conns)
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.channel.close()
 
     def _bulk(self, bulk: dict[str, Any]) -> None:
         """Competing bulk download during each bulk window: connect, read until the window
@@ -444,7 +453,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = json.load(f)
     # Hard bound: whatever hangs, the process ends (with every thread's stack in its log).
     faulthandler.dump_traceback_later(float(cfg.get("max_runtime_s", 120)), exit=True)
-    gen = LoadGenerator(cfg)
+    if cfg.get("protocol", "grpc") != "grpc":  # the OpenAI-compatible server (openai_client.py)
+        from telemetry.lab.openai_client import OpenAILoadGenerator
+
+        gen: LoadGenerator = OpenAILoadGenerator(cfg)
+    else:
+        gen = LoadGenerator(cfg)
     gen.connect()
     gc.freeze()  # startup objects out of the GC's way (shorter pauses under load)
     print("READY", json.dumps([c.local_port for c in gen.conns]), flush=True)
@@ -452,8 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         gen.run()
     finally:
         gen.write(cfg["out"], cfg["meta_out"])
-        for c in gen.conns:
-            c.channel.close()
+        gen.close()
     return 0
 
 

@@ -48,6 +48,7 @@ from telemetry.lab.netns import (
     LabNet,
     cleanup_stale,
 )
+from telemetry.lab.openai_server import PROTOCOLS
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
@@ -356,10 +357,16 @@ def run_scenario(
     client_capture: bool = False,
     log: Any = print,
     scenario: sc.Scenario | None = None,
+    protocol: str = "grpc",
     realtime: bool = False,
 ) -> dict[str, Any]:
     """Run one scenario and return its labels (also written to out_dir/labels.json).
-    ``realtime``: server, client and tcpdump under ``chrt -r 10`` too (the bridge always)."""
+    ``protocol``: the LLM service's wire protocol, ``grpc`` (server.py) or the
+    OpenAI-compatible streaming server over ``openai-http1`` / ``openai-h2c``
+    (openai_server.py); the scenario is the same. ``realtime``: server, client and
+    tcpdump under ``chrt -r 10`` too (the bridge always)."""
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     missing = missing_requirements()
     if missing:
         raise RuntimeError("the lab needs " + ", ".join(missing))
@@ -386,7 +393,7 @@ def run_scenario(
     try:
         net.create()
         _live_nets.append(net)
-        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, realtime)
+        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, protocol, realtime)
     finally:
         for key in ("client", "server", "tcpdump", "tcpdump_client", "bridge", "probe"):
             if key in procs:
@@ -424,11 +431,14 @@ def _run(
     procs: dict[str, Proc],
     client_capture: bool,
     log: Any,
+    protocol: str = "grpc",
     realtime: bool = False,
 ) -> dict[str, Any]:
     t_setup = time.time_ns()
     server_cfg = {**sc.SERVER_DEFAULTS, **scn.server}
     client_cfg = {**sc.CLIENT_DEFAULTS, **scn.client}
+    if protocol != "grpc":
+        server_cfg["protocol"] = client_cfg["protocol"] = protocol
     if rate:
         client_cfg["rate"] = rate
     port = int(server_cfg["port"])
@@ -549,7 +559,9 @@ def _run(
     # 6. stop: server writes its log, tcpdump flushes, bridge writes its report
     procs["server"].send("STOP")
     procs.pop("server").stop(timeout=8)
-    time.sleep(0.3)
+    # libpcap hands packets to tcpdump in blocks retired after its 1 s timeout: stopped
+    # sooner, tcpdump loses the last block (the end of the last requests)
+    time.sleep(1.2)
     for key in ("tcpdump", "tcpdump_client"):
         if key in procs:
             procs.pop(key).stop(timeout=5, sig=signal.SIGINT)
@@ -732,13 +744,16 @@ def _finish(
         problems.append(f"bridge socket drops: {bridge['stats']['socket_drops']}")
     if pcap["frames_over_mtu"]:
         problems.append(f"{pcap['frames_over_mtu']} captured frames larger than the MTU")
+    if tcpdump_stats.get("received_by_filter", 0) > tcpdump_stats.get("captured", 0):
+        problems.append(f"tcpdump wrote {tcpdump_stats['captured']} of the {tcpdump_stats['received_by_filter']} packets its filter took")
     if any(c["reconnected"] for c in meta["connections"]):
         problems.append("a client channel reconnected")
 
     # the client's derived stream ids and ports against the capture (tshark)
     from telemetry.lab.verify import check_client_against_capture
 
-    client_check = check_client_against_capture(rows, out / "capture.pcap", int(server_cfg["port"]))
+    protocol = server_cfg.get("protocol", "grpc")
+    client_check = check_client_against_capture(rows, out / "capture.pcap", int(server_cfg["port"]), protocol)
     if client_check.get("checked") and not client_check["ok"]:
         problems.append(f"client calls do not match the capture's streams: {client_check}")
     cmp_rows = compare(table, windows)
@@ -749,7 +764,9 @@ def _finish(
         "description": scn.description,
         "seed": seed,
         "duration_s": duration,
-        "command": f"tailtap lab run {name} --out DIR --duration {duration:g} --seed {seed}",
+        "command": f"tailtap lab run {name} --out DIR --duration {duration:g} --seed {seed}"
+        + (f" --protocol {protocol}" if protocol != "grpc" else ""),
+        "protocol": protocol,
         "t0_ns": t0,
         "t0_iso": iso(t0),
         "load_end_ns": ccfg["end_ns"],
@@ -768,8 +785,9 @@ def _finish(
                 "port": int(server_cfg["port"]),
                 "namespace": net.server,
                 "interface": SERVER_IF,
-                "service": "tailtap.lab.LLM",
-                "methods": ["/tailtap.lab.LLM/Generate", "/tailtap.lab.LLM/Embed"],
+                **({"service": "tailtap.lab.LLM", "methods": ["/tailtap.lab.LLM/Generate", "/tailtap.lab.LLM/Embed"]}
+                   if protocol == "grpc" else
+                   {"service": f"OpenAI-compatible ({protocol})", "methods": ["/v1/chat/completions", "/v1/embeddings"]}),
             },  # fmt: skip
             "bulk": {"port": sc.BULK_PORT, "direction": "to_client",
                      "windows": (ccfg["bulk"] or {}).get("windows")} if scn.bulk or scn.bulk_windows else None,

@@ -274,7 +274,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
     with open(argv[0]) as f:
-        serve(json.load(f))
+        cfg = json.load(f)
+    if cfg.get("protocol", "grpc") != "grpc":  # OpenAI-compatible HTTP (openai_server.py)
+        from telemetry.lab.openai_server import serve as serve_openai
+
+        serve_openai(cfg)
+    else:
+        serve(cfg)
     return 0
 
 

@@ -44,21 +44,70 @@ def capture_streams(
                 streams.add(key)
             elif typ == "0" and ln.isdigit() and int(ln) > 0:
                 raw = bytes.fromhex(next(datas, "").replace(":", ""))
-                if len(raw) > 5:
-                    try:
-                        body_id.setdefault(key, int(json.loads(raw[5:])["id"]))
-                    except (ValueError, KeyError, TypeError):
-                        pass
+                rid = body_request_id(raw[5:]) if len(raw) > 5 else None
+                if rid is None:
+                    rid = body_request_id(raw)  # the OpenAI-compatible lab: a JSON body
+                if rid is not None:
+                    body_id.setdefault(key, rid)
     return streams, body_id
 
 
+def body_request_id(body: bytes) -> int | None:
+    """The lab's request id in a request body: gRPC lab ``{"id": N}``, OpenAI lab
+    ``{"user": "lab-N"}``."""
+    try:
+        obj = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(obj, dict):
+        return None
+    if isinstance(obj.get("id"), int):
+        return obj["id"]
+    user = obj.get("user")
+    if isinstance(user, str) and user.startswith("lab-") and user[4:].isdigit():
+        return int(user[4:])
+    return None
+
+
+def capture_exchanges(pcap: Path | str, port: int) -> tuple[set[tuple[int, int]], dict[tuple[int, int], int]]:
+    """HTTP/1.1: (client port, exchange index on its connection) of every request towards
+    ``port``, and the request id in each body (tshark's HTTP dissector)."""
+    r = subprocess.run(
+        ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},http", "-o", "tcp.reassemble_out_of_order:TRUE",
+         "-Y", f"http.request && tcp.dstport=={port}", "-T", "fields", "-e", "tcp.srcport", "-e", "http.file_data"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"tshark failed: {r.stderr[-500:]}")
+    exchanges: set[tuple[int, int]] = set()
+    body_id: dict[tuple[int, int], int] = {}
+    index: dict[int, int] = {}
+    for line in r.stdout.splitlines():
+        sport, _, body = line.partition("\t")
+        if not sport:
+            continue
+        key = (int(sport), index.get(int(sport), 0))
+        index[key[0]] = key[1] + 1
+        exchanges.add(key)
+        rid = body_request_id(body.encode())
+        if rid is not None:
+            body_id[key] = rid
+    return exchanges, body_id
+
+
 def check_client_against_capture(
-    client_rows: list[dict[str, Any]], pcap: Path | str, port: int
+    client_rows: list[dict[str, Any]], pcap: Path | str, port: int, protocol: str = "grpc"
 ) -> dict[str, Any]:
-    """Compare the client's (port, stream id, request id) with the capture."""
+    """Compare the client's (port, stream id, request id) with the capture (HTTP/1.1:
+    the exchange index on the connection stands for the stream id)."""
     if shutil.which("tshark") is None:
         return {"checked": False, "reason": "tshark not installed"}
-    streams, body_id = capture_streams(pcap, port)
+    if protocol == "openai-http1":
+        streams, body_id = capture_exchanges(pcap, port)
+    else:
+        streams, body_id = capture_streams(pcap, port)
+    if protocol != "grpc":
+        streams = set(body_id)  # the client's GET /v1/models warm-ups carry no request id
     mine = {(r["conn_local_port"], r["stream_id"]): r["request_id"] for r in client_rows}
     matched = [k for k in mine if k in body_id]
     wrong = [k for k in matched if body_id[k] != mine[k]]
