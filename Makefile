@@ -73,13 +73,15 @@ SWEEP_DIR ?= out/sweep
 SWEEP_SEED ?= 1
 SWEEP_RUNS ?= 90
 SWEEP_RANGES ?= 1
+SWEEP_DIRS ?= $(SWEEP_DIR)
+SWEEP_STORES ?= $(SWEEP_DIR)-stores
 sweep: venv
 	$(BIN)/tailtap lab sweep --out $(SWEEP_DIR) --seed $(SWEEP_SEED) --runs $(SWEEP_RUNS) --ranges $(SWEEP_RANGES)
 	$(MAKE) sweep-report
 
 sweep-report: venv
 	@mkdir -p bench/results
-	nice $(BIN)/tailtap lab sweep-report $(SWEEP_DIR) --stores $(SWEEP_DIR)-stores --readme README.md \
+	nice $(BIN)/tailtap lab sweep-report $(SWEEP_DIRS) --stores $(SWEEP_STORES) --readme README.md \
 	  --json bench/results/sweep.json --csv bench/results/sweep_runs.csv --diagnosis bench/results/sweep_diagnosis.md
 
 clean:

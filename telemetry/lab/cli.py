@@ -105,7 +105,7 @@ def sweep(
 
 @lab_app.command("sweep-report")
 def sweep_report(
-    folder: Annotated[Path, typer.Argument(help="The sweep's folder (`tailtap lab sweep --out`).")],
+    folders: Annotated[list[Path], typer.Argument(help="The sweep's folders (`tailtap lab sweep --out`; several: their runs together).")],
     readme: Annotated[Path | None, typer.Option(help="Write the tables into this Markdown file, between its sweep markers.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores (with every miss) here.")] = None,
     csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per run (parameters, scores) here.")] = None,
@@ -141,10 +141,11 @@ def sweep_report(
     if split not in (None, "tuning", "heldout"):
         typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
         raise typer.Exit(2)
-    if not folder.is_dir():
-        typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
-        raise typer.Exit(2)
-    typer.echo(report(folder, readme, json_out, log=lambda m: typer.echo(m, err=True), reingest=reingest,
+    for folder in folders:
+        if not folder.is_dir():
+            typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
+            raise typer.Exit(2)
+    typer.echo(report(folders, readme, json_out, log=lambda m: typer.echo(m, err=True), reingest=reingest,
                       stores=stores, csv_out=csv_out, diagnosis_out=diagnosis, only=only, split=split,
                       params=params or None))
 

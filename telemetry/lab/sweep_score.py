@@ -509,13 +509,14 @@ def csv_rows(scores: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def score_all(folder: Path, reingest: bool = False, log: Any = print, stores: Path | None = None,
+def score_all(folder: Path | list[Path], reingest: bool = False, log: Any = print, stores: Path | None = None,
               only: list[str] | None = None, split: str | None = None,
               params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    """Score the runs of a sweep folder (``split``: only those of one split, e.g. ``tuning``
+    """Score the runs of sweep folders (``split``: only those of one split, e.g. ``tuning``
     while choosing settings; ``params``: settings other than the defaults)."""
     scores = []
-    runs = sorted(p for p in folder.iterdir() if (p / "sweep.json").exists())
+    folders = folder if isinstance(folder, list) else [folder]
+    runs = sorted((p for f in folders for p in f.iterdir() if (p / "sweep.json").exists()), key=lambda p: p.name)
     for i, run in enumerate(runs):
         meta = json.loads((run / "sweep.json").read_text())
         if meta.get("status") not in ("ok", "disturbed") or (only and meta["name"] not in only):
@@ -544,7 +545,7 @@ def write_readme(readme: Path, text: str) -> None:
     readme.write_text(body)
 
 
-def report(folder: Path, readme: Path | None = None, json_out: Path | None = None, log: Any = print,
+def report(folder: Path | list[Path], readme: Path | None = None, json_out: Path | None = None, log: Any = print,
            reingest: bool = False, stores: Path | None = None, csv_out: Path | None = None,
            diagnosis_out: Path | None = None, only: list[str] | None = None, split: str | None = None,
            params: dict[str, Any] | None = None) -> str:
