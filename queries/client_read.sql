@@ -17,15 +17,33 @@
 -- Columns: conn_id, stream_id, index, ts (capture time), acked_ts, arrival_ts (when it
 -- reached the client, in the ACK's clock: acked_ts less a held ACK's wait), read_ts
 -- (estimated client read time: arrival_ts, or the WINDOW_UPDATE after it when
--- read-stalled; null without ACK), read_stalled.
+-- read-stalled; null without ACK), read_stalled, token_index (0, 1, ... over the messages
+-- that carry tokens: every gRPC message, an LLM stream's content events; null for a role
+-- chunk, a usage chunk, a ping...).
 -- depends_on: messages, h2_events, tcp_events
 -- materialize: session
-WITH sent AS (  -- (joined on a numeric key of the connection: ids as text make the
-    -- per-message joins several times slower)
-    SELECT conn_id, hash(conn_id) AS ck, stream_id, "index", ts, acked_ts, epoch_ns(ts) AS sent_ns,
-        epoch_ns(acked_ts) AS acked_ns
+WITH responses AS (  -- (joined on numeric keys of the connection and the stream: ids as
+    -- text make the per-message joins several times slower)
+    SELECT conn_id, hash(conn_id) AS ck, hash(conn_id, stream_id) AS sk, stream_id, "index", ts, acked_ts,
+        epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns,
+        event IS NULL OR event IN ('content', 'data') AS carries_tokens
     FROM messages
     WHERE direction = 'response'
+),
+non_tokens AS (  -- a stream's events that carry no tokens (an LLM stream's role chunk, usage...)
+    SELECT sk, "index" FROM responses WHERE NOT carries_tokens
+),
+token_shift AS (  -- how many of those come before each token message of the same stream
+    SELECT r.sk, r."index", count(*) AS before
+    FROM responses AS r
+    JOIN non_tokens AS n ON n.sk = r.sk AND n."index" < r."index"
+    WHERE r.carries_tokens
+    GROUP BY ALL
+),
+sent AS (
+    SELECT r.*, CASE WHEN r.carries_tokens THEN r."index" - coalesce(t.before, 0) END AS token_index
+    FROM responses AS r
+    LEFT JOIN token_shift AS t USING (sk, "index")
 ),
 ack_groups AS (  -- the messages one ACK covered: the last of them shows the path's delay then
     SELECT ck, acked_ns, max(sent_ns) AS last_sent_ns
@@ -46,7 +64,7 @@ arrived AS (
     ASOF LEFT JOIN trouble AS t ON t.ck = s.ck AND t.trouble_ns >= s.sent_ns
 ),
 response AS (
-    SELECT conn_id, stream_id, "index", ts, acked_ts, acked_ns,
+    SELECT conn_id, stream_id, "index", token_index, ts, acked_ts, acked_ns,
         CASE WHEN acked_ns IS NULL OR trouble_ns <= acked_ns THEN acked_ts
              ELSE CAST(make_timestamp_ns(sent_ns + greatest(acked_ns - last_sent_ns, 0)) AS TIMESTAMPTZ_NS) END AS arrival_ts
     FROM arrived
@@ -78,6 +96,6 @@ stalled AS (
 )
 SELECT r.conn_id, r.stream_id, r."index", r.ts, r.acked_ts, r.arrival_ts,
     CASE WHEN s.conn_id IS NOT NULL THEN s.wu_ts ELSE r.arrival_ts END AS read_ts,
-    s.conn_id IS NOT NULL AS read_stalled
+    s.conn_id IS NOT NULL AS read_stalled, r.token_index
 FROM response AS r
 LEFT JOIN stalled AS s USING (conn_id, stream_id, "index")

@@ -1,6 +1,8 @@
--- Per gRPC method / HTTP path: how many requests and errors, and how are latency,
--- time-to-first-token and the inter-message (token) gap distributed (p50/p90/p99/max)?
--- Times are at the capture point; see requests.ttft_client_est_ms for the client side.
+-- Per gRPC method / HTTP path (and model, when the requests name one): how many requests
+-- and errors, and how are latency, time-to-first-token and the inter-message (token) gap
+-- distributed (p50/p90/p99/max)? Also the tokens generated and the median decode rate
+-- where the streams say. Times are at the capture point; see
+-- requests.ttft_client_est_ms for the client side.
 -- depends_on: requests_in_range
 SELECT
     method_label AS method,
@@ -19,7 +21,9 @@ SELECT
     quantile_cont(gap_p99_ms, 0.99) AS gap_p99_ms,
     max(max_gap_ms) AS gap_max_ms,
     sum(response_messages) AS response_messages,
-    count(*) FILTER (WHERE NOT headers_known) AS headers_unknown
+    count(*) FILTER (WHERE NOT headers_known) AS headers_unknown,
+    sum(completion_tokens) AS completion_tokens,
+    median(tokens_per_s) AS tokens_per_s_p50
 FROM requests_in_range
 GROUP BY method_label
 ORDER BY requests DESC, method

@@ -9,7 +9,8 @@
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= half the
 --                floor) while in flight (25th percentile) or when its last bytes went
---                (median of its final 500 ms); delay = the inflation its last bytes met
+--                (median of its final 500 ms); delay = the inflation its last bytes met,
+--                plus the stall of losses while it was queued (the queue overflowing)
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
 --                (sender blocked on WINDOW_UPDATE, plus the time the client left the
 --                end of the response unread: client_read), application (429/503,
@@ -53,9 +54,14 @@ causes AS (
                reorder_events, dup_acks, reorder_wait_ms)
     FROM net WHERE reordered
     UNION ALL
-    SELECT conn_id, stream_id, 'queueing', NULL, queue_direction, queue_delay_ms,
+    -- losses while the path was queued are the queue overflowing (tail drops): their
+    -- stall is the queue's too (the loss_burst row stays, with its own evidence)
+    SELECT conn_id, stream_id, 'queueing', NULL, queue_direction,
+        queue_delay_ms + CASE WHEN lossy THEN loss_stall_ms ELSE 0 END,
         format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
                queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
+        || CASE WHEN lossy THEN format('; {} segment(s) lost while it was queued ({:.1f} ms stall)', loss_events, loss_stall_ms)
+                ELSE '' END
     FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'
     UNION ALL
     SELECT conn_id, stream_id, 'throttling', 'receive_window', window_directions, window_wait_ms,

@@ -24,11 +24,11 @@
 -- hole in the client's bytes (a later packet showed them missing), the client had sent
 -- them before the hole showed, after its last packet seen before (an ACK that gave an RTT
 -- sample) and at most a retransmission timeout (200 ms, Linux's floor, plus the path's
--- RTT) earlier. When they came right
--- after skipped IP ids (upstream_loss: the client numbers its packets one by one) with no
--- hole (nothing else sent meanwhile), they are a resend the capture cannot tell from a
--- first send if the client had been silent for at least a retransmission timeout: the
--- client began one timeout earlier (otherwise the missing packets were only ACKs).
+-- RTT) earlier. When client packets went missing since its previous request on the
+-- connection (upstream_loss: the client numbers its packets one by one and some numbers
+-- never passed) and it came at least a retransmission timeout after the first of them could
+-- have left, it was among them, resent until a copy passed: the client began then (a lost
+-- ACK followed by a fresh request looks the same from here).
 -- upstream_delay_ms is that wait (the largest, if both); client_started_at (started_at
 -- less it) is when the client began.
 -- A request with no answer at all (no response headers, message, end or reset) on a
@@ -36,31 +36,33 @@
 -- TTFT and latency run at least to the connection's last packet (finished_at).
 -- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
-WITH read_times AS (  -- keyed by a number for the self-join below (text keys: several times slower)
-    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, "index", epoch_ns(coalesce(read_ts, ts)) AS t
+WITH read_times AS (  -- the token messages, keyed by a number for the self-join below (text
+    -- keys: several times slower)
+    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t
     FROM client_read
+    WHERE token_index IS NOT NULL  -- gaps between tokens, not to a role or usage chunk
 ),
-read_gaps AS (  -- each message and the one before it: a join on the next index, not a window
-    -- over every message (which costs ten times more on a long capture)
+read_gaps AS (  -- each token message and the one before it: a join on the next index, not a
+    -- window over every message (which costs ten times more on a long capture)
     SELECT any_value(b.conn_id) AS conn_id, any_value(b.stream_id) AS stream_id,
         max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
     FROM read_times AS a
-    JOIN read_times AS b ON b.k = a.k AND b."index" = a."index" + 1
+    JOIN read_times AS b ON b.k = a.k AND b.token_index = a.token_index + 1
     GROUP BY b.k
 ),
-first_two AS (
+first_two AS (  -- the first two messages carrying tokens
     SELECT conn_id, stream_id,
-        max(epoch_ns(ts)) FILTER (WHERE "index" = 0) AS t0,
-        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 0) AS a0,
-        max(epoch_ns(ts)) FILTER (WHERE "index" = 1) AS t1,
-        max(epoch_ns(acked_ts)) FILTER (WHERE "index" = 1) AS a1
-    FROM messages
-    WHERE direction = 'response' AND "index" < 2
+        max(epoch_ns(ts)) FILTER (WHERE token_index = 0) AS t0,
+        max(epoch_ns(acked_ts)) FILTER (WHERE token_index = 0) AS a0,
+        max(epoch_ns(ts)) FILTER (WHERE token_index = 1) AS t1,
+        max(epoch_ns(acked_ts)) FILTER (WHERE token_index = 1) AS a1
+    FROM client_read
+    WHERE token_index < 2
     GROUP BY conn_id, stream_id
 ),
 read_stalls AS (  -- read times of the first and last response message, when stalled
     SELECT conn_id, stream_id,
-        max(epoch_ns(read_ts)) FILTER (WHERE "index" = 0 AND read_stalled) AS first_read_ns,
+        max(epoch_ns(read_ts)) FILTER (WHERE token_index = 0 AND read_stalled) AS first_read_ns,
         max(epoch_ns(read_ts)) FILTER (WHERE read_stalled) AS last_read_ns
     FROM client_read
     GROUP BY conn_id, stream_id
@@ -148,14 +150,25 @@ upstream AS (
       ON h.conn_id = r.conn_id AND abs(h.filled_ns - epoch_ns(r.request_start)) <= 1000000
     GROUP BY ALL
     UNION ALL
-    -- they came right after skipped IP ids, on a connection silent for at least a
-    -- retransmission timeout (200 ms, Linux's floor, plus the path's RTT): a resend
-    SELECT r.conn_id, r.stream_id, g.lost_packets,
-        200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0)
-    FROM requests_in_range AS r
-    JOIN connections AS c USING (conn_id)
-    JOIN upstream_gaps AS g ON g.conn_id = r.conn_id AND g.gap_ns = epoch_ns(r.request_start)
-    WHERE g.recovery_ms >= 0.9 * (200 + coalesce(c.rtt_min_ms_to_server, 0) + coalesce(c.rtt_min_ms_to_client, 0))
+    -- client packets went missing since the client's previous request on the connection,
+    -- and this one came at least a retransmission timeout (200 ms, Linux's floor) after
+    -- the first of them could have been sent: it was (among) what went missing, resent
+    -- until a copy passed. It began when that first lost packet could have left: after the
+    -- client's packet before it (a lost ACK followed by a fresh request looks the same
+    -- from here: the window's requests are then judged by the loss either way)
+    SELECT conn_id, stream_id, lost_packets, (start_ns - lost_from_ns) / 1e6
+    FROM (
+        SELECT r.conn_id, r.stream_id, epoch_ns(r.request_start) AS start_ns,
+            sum(g.lost_packets) AS lost_packets,
+            greatest(min(g.gap_ns - CAST(round(g.recovery_ms * 1e6) AS BIGINT)), any_value(r.prev_ns)) AS lost_from_ns
+        FROM (SELECT *, lag(epoch_ns(request_start)) OVER (PARTITION BY conn_id ORDER BY request_start) AS prev_ns
+              FROM requests_in_range WHERE request_start IS NOT NULL) AS r
+        JOIN upstream_gaps AS g
+          ON g.conn_id = r.conn_id AND g.gap_ns <= epoch_ns(r.request_start)
+         AND g.gap_ns > coalesce(r.prev_ns, epoch_ns(r.request_start) - 3000000000)
+        GROUP BY ALL
+    )
+    WHERE start_ns - lost_from_ns BETWEEN 200000000 AND 3000000000
 ),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns

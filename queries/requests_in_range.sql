@@ -1,12 +1,14 @@
 -- Which requests does this analysis look at? The requests table restricted to the
 -- --since/--until range (variables since_ns/until_ns, null = open) and to the captures
 -- in the variable capture_ids (null = all), with a label for the
--- method (gRPC service/method or HTTP path) and an error flag. Every report model reads
+-- method (gRPC service/method or HTTP path, with the model in brackets when the request
+-- names one: each is judged against its own baseline) and an error flag. Every report model reads
 -- requests through this view.
 -- depends_on: requests
 SELECT
     r.*,
-    coalesce(r.path, '(headers unknown)') AS method_label,
+    -- the method a request is judged as: gRPC method / HTTP path, and the model when it names one
+    coalesce(r.path, '(headers unknown)') || coalesce(' [' || r.model || ']', '') AS method_label,
     coalesce(r.grpc_status, 0) <> 0
         OR (r.grpc_status IS NULL AND r.http_status >= 400)
         OR r.reset_code IS NOT NULL AS is_error,

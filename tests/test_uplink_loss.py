@@ -52,8 +52,8 @@ def test_requests_delayed_upstream_are_slow_and_blamed_on_uplink_loss(tmp_path):
     assert w["dominant"] == "loss_burst"  # the injected cause leads the window
     slow, carry = s["carry"]
     # of the requests the client saw slow inside the window, those that carry the loss
-    # (the rest lost their first copy on an idle connection: the capture cannot date it)
-    assert slow >= 30 and carry >= 0.5 * slow
+    # (30 of 35 on this run; the rest were delayed by less than our estimate could see)
+    assert slow >= 30 and carry >= 0.8 * slow
     assert s["outside"][1] == 0
     causes = con_causes(run)
     assert causes and all(d == "to_server" for d in causes)
