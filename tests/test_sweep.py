@@ -180,3 +180,17 @@ def test_a_short_run_of_the_wider_ranges(tmp_path):
             client += sport == 50051
     assert bulk > 100 and client > 50  # the bulk download shared the link with the gRPC traffic
     assert labels["client_summary"][0]["requests"] > 0
+
+
+def test_host_stalls_leave_out_what_the_injected_flow_control_itself_delays():
+    window = {"start_ns": 100, "end_ns": 200, "effect_end_ns": 250}
+    stalls = [{"source": "server", "start_ns": 150, "end_ns": 160, "max_late_ms": 40.0},
+              {"source": "bridge", "start_ns": 170, "end_ns": 171, "max_late_ms": 25.0},
+              {"source": "client_dispatch", "start_ns": 300, "end_ns": 310, "max_late_ms": 90.0},
+              {"source": "bridge", "start_ns": 120, "end_ns": 121, "max_late_ms": 5.0}]  # under 20 ms: noise
+    labels = {"windows": [window], "disturbed": stalls, "load": {}}
+    assert [d["source"] for d in sweep.host_stalls(labels)] == ["server", "bridge", "client_dispatch"]
+    assert [d["source"] for d in sweep.disturbed_in_windows(labels)] == ["server", "bridge"]
+    # a slow-reader run: its small HTTP/2 windows hold the server's writes, so its token timers run late
+    labels["load"] = {"channel_options": [["grpc.http2.lookahead_bytes", 256], ["grpc.http2.bdp_probe", 0]]}
+    assert [d["source"] for d in sweep.disturbed_in_windows(labels)] == ["bridge"]

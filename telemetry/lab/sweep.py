@@ -290,16 +290,24 @@ def scenario_of(run: SweepRun) -> sc.Scenario:
         sysctls=run.sysctls, bulk_windows=tuple((a / run.duration_s, b / run.duration_s) for a, b in run.bulk_windows))
 
 
-def disturbed_in_windows(labels: dict[str, Any], min_late_ms: float = 20.0) -> list[dict[str, Any]]:
+STALL_MIN_LATE_MS = 20.0  # a lab process this late (labels.json "disturbed") may have slowed requests
+
+
+def host_stalls(labels: dict[str, Any], min_late_ms: float = STALL_MIN_LATE_MS) -> list[dict[str, Any]]:
+    """The periods in which a lab process ran ``min_late_ms`` or more late. With the small
+    HTTP/2 windows of a slow-reader run the server's token timers run late whenever its
+    writes wait for the client's WINDOW_UPDATE, the injected cause itself: its lateness
+    says nothing about the host there."""
+    small_windows = any(o[0] == "grpc.http2.lookahead_bytes" for o in labels.get("load", {}).get("channel_options", []))
+    return [d for d in labels.get("disturbed", [])
+            if d.get("max_late_ms", 0) >= min_late_ms and not (small_windows and d.get("source") == "server")]
+
+
+def disturbed_in_windows(labels: dict[str, Any], min_late_ms: float = STALL_MIN_LATE_MS) -> list[dict[str, Any]]:
     """Scheduling stalls of a lab process (>= min_late_ms) inside a window's effect: such a
     run's labels may not say what happened there."""
-    out = []
-    for d in labels.get("disturbed", []):
-        if d.get("max_late_ms", 0) < min_late_ms:
-            continue
-        if any(d["start_ns"] < w["effect_end_ns"] and d["end_ns"] > w["start_ns"] for w in labels["windows"]):
-            out.append(d)
-    return out
+    return [d for d in host_stalls(labels, min_late_ms)
+            if any(d["start_ns"] < w["effect_end_ns"] and d["end_ns"] > w["start_ns"] for w in labels["windows"])]
 
 
 def run_sweep(seed: int, runs: int, out: Path, start: int = 0, attempts: int = 2, log: Any = print,

@@ -52,6 +52,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from telemetry.lab.sweep import STALL_MIN_LATE_MS, host_stalls
+
 NETWORK_LABELS = ("loss_burst", "reordering", "queueing", "throttling/shaper", "throttling/policer",
                   "throttling/receive_window", "throttling/h2_flow_control")  # fmt: skip
 EXPECTED = {  # injected (cause, kind) -> the labels that count as carrying it
@@ -67,7 +69,6 @@ EXPECTED = {  # injected (cause, kind) -> the labels that count as carrying it
 }
 MARK_BEGIN, MARK_END = "<!-- sweep:begin -->", "<!-- sweep:end -->"
 MIN_WINDOW_SLOW = 3  # truth-slow requests a window needs for its dominant cause to be judged
-STALL_MIN_LATE_MS = 20.0  # a lab process this late (labels.json "disturbed") may have slowed requests
 MAX_STALLED = 0.25  # a run whose stalls take out more of its windows' requests is left out
 PATHS = ("sql", "report")
 BARS = {"window_ok": 0.95, "carry": 0.90, "outside_net": 0.02, "decomp_ok": 0.90}
@@ -295,16 +296,6 @@ def _report_verdicts(con: Any, store: Any, windows: dict[str, dict[str, Any]]) -
     return out
 
 
-def host_stalls(labels: dict[str, Any], meta: dict[str, Any]) -> list[tuple[int, int]]:
-    """The periods in which a lab process ran STALL_MIN_LATE_MS or more late. With the
-    small HTTP/2 windows of a slow-reader run the server's token timers run late whenever
-    its writes wait for the client's WINDOW_UPDATE, the injected cause itself: its
-    lateness says nothing about the host there."""
-    small_windows = any(o[0] == "grpc.http2.lookahead_bytes" for o in labels.get("load", {}).get("channel_options", []))
-    return [(d["start_ns"], d["end_ns"]) for d in labels.get("disturbed", [])
-            if d.get("max_late_ms", 0) >= STALL_MIN_LATE_MS and not (small_windows and d.get("source") == "server")]
-
-
 def params_summary(meta: dict[str, Any]) -> str:
     """The drawn parameters of a run in one short line."""
     parts = []
@@ -342,7 +333,7 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     report_con = connect(store, {**(params or {}), "capture_ids": store.capture_ids(), "window_s": None})
     truth = truth_of(folder / "client.parquet")
     windows = {w["name"]: w for w in labels["windows"]}
-    stalls = host_stalls(labels, meta)
+    stalls = [(d["start_ns"], d["end_ns"]) for d in host_stalls(labels)]
     for t in truth:  # a request a lab process's stall may have slowed is left out
         end = t["end_ns"] or t["start_ns"]
         t["stalled"] = any(t["start_ns"] < b and end > a for a, b in stalls)
