@@ -84,6 +84,21 @@ def _by_cause(runs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _misses_by_run(runs: list[dict[str, Any]]) -> list[str]:
+    """Where the misses concentrate: per run, its truth-slow requests in windows, those
+    missing the injected cause, why, and on which method."""
+    lines = ["| run | injected | capture | truth-slow in windows | missed | why | on |", "|---|---|---|---|---|---|---|"]
+    rows = [s for s in runs if s["misses"]]
+    for s in sorted(rows, key=lambda s: -len(s["misses"])):
+        reasons = Counter(m["reason"] for m in s["misses"])
+        methods = Counter(f"{m['method']} {m['client_status']}" for m in s["misses"])
+        injected = ", ".join(sorted({w["injected"] for w in s["windows"]}))
+        lines.append(f"| {s['run']} | {injected} | {s['capture_point']} | {s['carry'][0]} | {len(s['misses'])} | "
+                     f"{', '.join(f'{r} {n}' for r, n in reasons.most_common())} | "
+                     f"{', '.join(f'{k} {n}' for k, n in methods.most_common())} |")
+    return lines if rows else ["- none"]
+
+
 def _failed_windows(runs: list[dict[str, Any]]) -> list[str]:
     lines = []
     for s in runs:
@@ -178,7 +193,8 @@ def diagnosis(scores: list[dict[str, Any]]) -> str:
                        f"{m['disturbed_runs']} (and {m['stalled_requests']} stalled requests), errors: {m['error_runs']}")
     differ = [s["run"] for s in scores if "error" not in s and not s["report_agrees"]]
     out += ["", f"Runs where `tailtap sql` and the report give different causes: {', '.join(differ) or 'none'}", "",
-            "## Per injected cause", "", *_by_cause(tuning), "", "## Windows whose dominant cause is wrong", "",
+            "## Per injected cause", "", *_by_cause(tuning), "", "## Misses by run", "", *_misses_by_run(tuning), "",
+            "## Windows whose dominant cause is wrong", "",
             *_failed_windows(tuning), "", "## By parameter range", "", *_by_factor(tuning), "",
             "## Outside the windows", "", *_outside(tuning), "", "## Decomposition", "", *_decomp(tuning), "",
             "## Windows too mild to judge (fewer than 3 truth-slow requests; all runs)", "", *_quiet_windows(scores)]
