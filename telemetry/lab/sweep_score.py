@@ -308,8 +308,13 @@ def params_summary(meta: dict[str, Any]) -> str:
         parts.append(f"{w['name']} {w['end_s'] - w['start_s']:.0f}s {w.get('direction') or w['layer']} {mags}".strip())
     load = meta.get("load", {})
     srv = meta.get("server", {})
+    link = f"link {meta['link_mbps']:g} Mbit/s" if meta.get("link_mbps") else "link unlimited"
+    if meta.get("link_mbps") and meta.get("link_buffer_bytes"):
+        link += f" ({meta['link_buffer_bytes'] // 1000} KB buffer)"
+    if meta.get("cross_traffic", "off") != "off":
+        link += f", cross traffic {'in the windows' if meta['cross_traffic'] == 'window' else 'all run'}"
     return (f"{'; '.join(parts) or 'clean'}; {load.get('rate')}/s x{load.get('connections')} embed "
-            f"{load.get('embed_share')}, tok {srv.get('token_interval_ms')} ms; link {meta.get('link_mbps') or '-'} Mbit/s")
+            f"{load.get('embed_share')}, tok {srv.get('token_interval_ms')} ms; {link}")
 
 
 def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | None = None,
