@@ -79,6 +79,8 @@ def sweep(
     seed: Annotated[int, typer.Option(help="Seed of the sweep: run i's parameters are drawn from (seed, i).")] = 1,
     runs: Annotated[int, typer.Option(help="How many runs.")] = 80,
     start: Annotated[int, typer.Option(help="Index of the first run.")] = 0,
+    ranges: Annotated[int, typer.Option(help="Which ranges to draw from: 1 (the first sweep's) or 2 (wider: cross traffic, uplink variants, zero window, two windows).")] = 1,
+    realtime: Annotated[bool, typer.Option(help="Run the lab's server, client and tcpdump under chrt -r 10 like its bridge.")] = True,
 ) -> None:
     """Run a randomized sweep: each run's path (RTT floor, link rate), load (unary and
     streaming mix, concurrency), capture point (server or client) and impairment (cause,
@@ -91,7 +93,10 @@ def sweep(
     if missing:
         typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
         raise typer.Exit(2)
-    metas = run_sweep(seed, runs, out, start, log=typer.echo)
+    if ranges not in (1, 2):
+        typer.echo(f"--ranges must be 1 or 2, not {ranges}", err=True)
+        raise typer.Exit(2)
+    metas = run_sweep(seed, runs, out, start, log=typer.echo, ranges=ranges, realtime=realtime)
     counts: dict[str, int] = {}
     for m in metas:
         counts[m["status"]] = counts.get(m["status"], 0) + 1
@@ -100,16 +105,49 @@ def sweep(
 
 @lab_app.command("sweep-report")
 def sweep_report(
-    folder: Annotated[Path, typer.Argument(help="The sweep's folder (`tailtap lab sweep --out`).")],
+    folders: Annotated[list[Path], typer.Argument(help="The sweep's folders (`tailtap lab sweep --out`; several: their runs together).")],
     readme: Annotated[Path | None, typer.Option(help="Write the tables into this Markdown file, between its sweep markers.")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores here.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Write every run's scores (with every miss) here.")] = None,
+    csv_out: Annotated[Path | None, typer.Option("--csv", help="Write one row per run (parameters, scores) here.")] = None,
+    diagnosis: Annotated[Path | None, typer.Option(help="Write where the attribution fails (tuning runs) here, as Markdown.")] = None,
+    stores: Annotated[Path | None, typer.Option(help="Keep each run's store in STORES/<run> (default: in the run's folder).")] = None,
+    reingest: Annotated[bool, typer.Option(help="Ingest every capture again (otherwise only when the parsers changed).")] = False,
+    only: Annotated[list[str] | None, typer.Option(help="Score only this run (repeatable), e.g. sweep-1-004.")] = None,
+    split: Annotated[str | None, typer.Option(help="Score only the runs of this split (tuning while choosing settings).")] = None,
+    settings: Annotated[list[str] | None, typer.Option("--set", help="Score with a setting other than its default, e.g. --set calm_factor=1.6 (repeatable; not with --readme).")] = None,
 ) -> None:
-    """Score every run of a sweep (ingest, then the attribution as `tailtap sql` reads it
-    with the default settings) against the client's own timings, and print the confusion
-    matrices and the per-run table, split by tuning and held-out runs."""
+    """Score every run of a sweep (ingest once, then the attribution as `tailtap sql` reads
+    it with the default settings and as `tailtap analyze`'s report reads it) against the
+    client's own timings, and print the confusion matrices and the per-run table, split by
+    tuning and held-out runs. After a change of queries/ this only runs the SQL again."""
+    import json
+
+    from telemetry.db import DEFAULT_PARAMS
     from telemetry.lab.sweep_score import report
 
-    typer.echo(report(folder, readme, json_out, log=typer.echo))
+    params = {}
+    for item in settings or []:
+        name, sep, value = item.partition("=")
+        if not sep or name not in DEFAULT_PARAMS:
+            typer.echo(f"--set {item}: expected NAME=VALUE with NAME one of {', '.join(DEFAULT_PARAMS)}", err=True)
+            raise typer.Exit(2)
+        try:
+            params[name] = json.loads(value)
+        except ValueError:
+            params[name] = value
+    if params and readme:
+        typer.echo("--readme takes the default settings' scores only (drop --set)", err=True)
+        raise typer.Exit(2)
+    if split not in (None, "tuning", "heldout"):
+        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
+        raise typer.Exit(2)
+    for folder in folders:
+        if not folder.is_dir():
+            typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
+            raise typer.Exit(2)
+    typer.echo(report(folders, readme, json_out, log=lambda m: typer.echo(m, err=True), reingest=reingest,
+                      stores=stores, csv_out=csv_out, diagnosis_out=diagnosis, only=only, split=split,
+                      params=params or None))
 
 
 @lab_app.command("cleanup")

@@ -358,11 +358,13 @@ def run_scenario(
     log: Any = print,
     scenario: sc.Scenario | None = None,
     protocol: str = "grpc",
+    realtime: bool = False,
 ) -> dict[str, Any]:
     """Run one scenario and return its labels (also written to out_dir/labels.json).
     ``protocol``: the LLM service's wire protocol, ``grpc`` (server.py) or the
     OpenAI-compatible streaming server over ``openai-http1`` / ``openai-h2c``
-    (openai_server.py); the scenario is the same."""
+    (openai_server.py); the scenario is the same. ``realtime``: server, client and
+    tcpdump under ``chrt -r 10`` too (the bridge always)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     missing = missing_requirements()
@@ -391,7 +393,7 @@ def run_scenario(
     try:
         net.create()
         _live_nets.append(net)
-        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, protocol)
+        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, protocol, realtime)
     finally:
         for key in ("client", "server", "tcpdump", "tcpdump_client", "bridge", "probe"):
             if key in procs:
@@ -430,6 +432,7 @@ def _run(
     client_capture: bool,
     log: Any,
     protocol: str = "grpc",
+    realtime: bool = False,
 ) -> dict[str, Any]:
     t_setup = time.time_ns()
     server_cfg = {**sc.SERVER_DEFAULTS, **scn.server}
@@ -495,18 +498,19 @@ def _run(
     tcpdump = ["timeout", "-k", "3", str(int(max_runtime)), "tcpdump", "-i", SERVER_IF, "-w",
                str(out / "capture.pcap"), "--time-stamp-precision=nano", "-s", "0", "-B", "8192",
                "-n", "-Z", "root"]  # fmt: skip
-    procs["tcpdump"] = Proc("tcpdump", net.exec_argv("server", tcpdump), work / "tcpdump.log", stdin=False)  # fmt: skip
+    rt = chrt if realtime else []  # the timing-sensitive processes under real-time priority too
+    procs["tcpdump"] = Proc("tcpdump", net.exec_argv("server", [*rt, *tcpdump]), work / "tcpdump.log", stdin=False)  # fmt: skip
     if client_capture:
         tc = [*tcpdump[:6], CLIENT_IF, "-w", str(out / "capture_client.pcap"), *tcpdump[9:]]
-        procs["tcpdump_client"] = Proc("tcpdump_client", net.exec_argv("client", tc), work / "tcpdump_client.log", stdin=False)  # fmt: skip
+        procs["tcpdump_client"] = Proc("tcpdump_client", net.exec_argv("client", [*rt, *tc]), work / "tcpdump_client.log", stdin=False)  # fmt: skip
         procs["tcpdump_client"].wait_log("listening on", 15)
     procs["tcpdump"].wait_log("listening on", 15)
 
     # 4. server
     scfg = {**server_cfg, "seed": seed, "windows": layer_windows("server"), "log": str(work / "server.json"),
-            "max_runtime_s": max_runtime, "bulk_port": sc.BULK_PORT if scn.bulk else 0}  # fmt: skip
+            "max_runtime_s": max_runtime, "bulk_port": sc.BULK_PORT if scn.bulk or scn.bulk_windows else 0}  # fmt: skip
     (work / "server_cfg.json").write_text(json.dumps(scfg))
-    procs["server"] = Proc("server", net.exec_argv("server", _py("telemetry.lab.server", str(work / "server_cfg.json"))), work / "server.log")  # fmt: skip
+    procs["server"] = Proc("server", net.exec_argv("server", [*rt, *_py("telemetry.lab.server", str(work / "server_cfg.json"))]), work / "server.log")  # fmt: skip
     procs["server"].wait_line("READY", 20)
 
     # 5. T0: windows become absolute; the client connects during the lead time
@@ -518,13 +522,17 @@ def _run(
     if scn.bulk:
         bulk = {"port": sc.BULK_PORT, "windows": [w for w in bridge_windows if any(
             m["kind"] == "queue" for m in w["models"])]}  # fmt: skip
+    if scn.bulk_windows:  # cross traffic on its own schedule (fractions of the run)
+        extra = [{"start_s": round(a * duration, 3), "end_s": round(b * duration, 3)} for a, b in scn.bulk_windows]
+        bulk = {"port": sc.BULK_PORT, "windows": sorted((bulk or {"windows": []})["windows"] + extra,
+                                                        key=lambda w: w["start_s"])}  # fmt: skip
     ccfg = {**client_cfg, "seed": seed, "server_ip": SERVER_IP, "server_port": port,
             "start_ns": t0, "end_ns": t0 + int(duration * NS_PER_S), "max_runtime_s": max_runtime, "windows": layer_windows("client"),
             "bulk": bulk, "out": str(work / "client.parquet"), "meta_out": str(work / "client_meta.json")}  # fmt: skip
     (work / "client_cfg.json").write_text(json.dumps(ccfg))
     log(f"[{name}] T0 {iso(t0)}; load {duration:.0f} s at {client_cfg['rate']}/s; windows: "
         + (", ".join(f"{w['name']} {w['start_offset_s']:.1f}-{w['end_offset_s']:.1f}s" for w in windows) or "none"))  # fmt: skip
-    procs["client"] = Proc("client", net.exec_argv("client", _py("telemetry.lab.client", str(work / "client_cfg.json"))), work / "client.log", stdin=False)  # fmt: skip
+    procs["client"] = Proc("client", net.exec_argv("client", [*rt, *_py("telemetry.lab.client", str(work / "client_cfg.json"))]), work / "client.log", stdin=False)  # fmt: skip
     procs["client"].wait_line("READY", lead_s + 10)
     # slow-reader windows: the client or the server frozen in slices (by pid)
     freezers = {
@@ -781,7 +789,8 @@ def _finish(
                    if protocol == "grpc" else
                    {"service": f"OpenAI-compatible ({protocol})", "methods": ["/v1/chat/completions", "/v1/embeddings"]}),
             },  # fmt: skip
-            "bulk": {"port": sc.BULK_PORT, "direction": "to_client"} if scn.bulk else None,
+            "bulk": {"port": sc.BULK_PORT, "direction": "to_client",
+                     "windows": (ccfg["bulk"] or {}).get("windows")} if scn.bulk or scn.bulk_windows else None,
             "connections": meta["connections"],
         },
         "capture": {

@@ -47,6 +47,9 @@ class Scenario:
     # the path's own models for the whole run, per direction (impair.py specs): e.g. a
     # constant delay that sets the RTT floor, a link rate
     path: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # competing bulk download (server -> client) in these intervals (fractions of the run),
+    # besides the queueing windows' own when ``bulk``: cross traffic
+    bulk_windows: tuple[tuple[float, float], ...] = ()
 
 
 # Load and server defaults (a 2-core machine copes with this alongside the bridge).

@@ -233,9 +233,12 @@ def serve(cfg: dict[str, Any]) -> None:
     if cfg.get("bulk_port"):
         threading.Thread(target=srv.bulk_source, args=(cfg["bulk_port"],), daemon=True).start()
     done = threading.Event()
+    signalled: list[int] = []
 
     def _stop(signum: int, frame: Any) -> None:
-        done.set()
+        # not done.set(): the handler runs in the main thread, which may be inside
+        # done.wait() holding the event's lock (a deadlock that cost a sweep run its log)
+        signalled.append(signum)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
@@ -250,7 +253,9 @@ def serve(cfg: dict[str, Any]) -> None:
     threading.Thread(target=_stdin, daemon=True).start()
     gc.freeze()  # startup objects out of the GC's way (shorter pauses under load)
     print("READY", flush=True)
-    done.wait(float(cfg.get("max_runtime_s", 120)))
+    deadline = time.monotonic() + float(cfg.get("max_runtime_s", 120))
+    while not done.is_set() and not signalled and time.monotonic() < deadline:
+        done.wait(0.1)
     srv.stopping.set()
     # Report first (every RPC of the run is over by now), then stop grpc: a shutdown that
     # hangs must not cost the log. os._exit: never wait for handler threads at exit.
