@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from telemetry import ingest  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
+from telemetry.ingest import split as ingest_split  # noqa: E402
 from telemetry.schema import TABLES  # noqa: E402
 from telemetry.store import Store  # noqa: E402
 
@@ -71,7 +71,7 @@ def main() -> None:
         print("identical" if not bad else f"{bad} differences")
         sys.exit(1 if bad else 0)
     if args.split:
-        ingest.SPLIT_MIN_BYTES = 0
+        ingest_split.SPLIT_MIN_BYTES = 0
     Path(args.out).write_text(json.dumps(dump(args.captures, 2 if args.split else 1), indent=1))
 
 

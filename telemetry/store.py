@@ -361,9 +361,16 @@ def empty_table(table: str) -> pa.Table:
     return TABLES[table].empty_table()
 
 
-def table_from_columns(table: str, columns: dict[str, Iterable[object]]) -> pa.Table:
-    """Build a table of the given schema from column lists (missing columns are null)."""
+def table_from_columns(table: str, columns: dict[str, Iterable[object]], *, fill_missing: bool = False) -> pa.Table:
+    """Build a table of the given schema from column lists or arrays. A column the schema
+    does not have is an error, and so is one it has but ``columns`` lacks (unless
+    ``fill_missing``: then it is null), so that a writer and telemetry/schema.py cannot
+    drift apart silently."""
     schema = TABLES[table]
+    unknown = set(columns) - set(schema.names)
+    missing = [] if fill_missing else [name for name in schema.names if name not in columns]
+    if unknown or missing:
+        raise ValueError(f"{table}: columns not in telemetry/schema.py {sorted(unknown)}, missing {missing}")
     n = None
     arrays = []
     for f in schema:

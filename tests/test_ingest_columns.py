@@ -16,7 +16,9 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from telemetry.ingest import _rtt_columns, _run_sent, _run_strings
+from telemetry.ingest.columns import run_strings as _run_strings
+from telemetry.ingest.rates import run_sent as _run_sent
+from telemetry.ingest.tables import rtt_columns as _rtt_columns
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():
@@ -63,7 +65,7 @@ def test_run_sent_counts_like_chunks():
 def test_gap_stats_match_the_per_request_quantiles():
     import random
 
-    from telemetry.ingest import _gap_stats
+    from telemetry.ingest.joins import gap_stats as _gap_stats
 
     rnd = random.Random(5)
     lists: list[list[int]] = [[], [7], [1, 1], [5, 9], [3, 1, 4]]  # ties, order as seen
@@ -90,7 +92,7 @@ def test_gap_stats_match_the_per_request_quantiles():
 
 
 def test_gap_stats_sort_huge_spans_too():
-    from telemetry.ingest import _gap_stats
+    from telemetry.ingest.joins import gap_stats as _gap_stats
 
     big = np.array([2**62, -(2**62), 5], np.int64)  # too wide for the combined sort key
     p50, p99, mx = _gap_stats([[big], None, [np.array([3, 4, 1], np.int64)]])
@@ -102,7 +104,7 @@ def test_gap_stats_sort_huge_spans_too():
 def test_rates_fold_like_the_bucket_dicts(forward):
     import random
 
-    from telemetry.ingest import _Rates
+    from telemetry.ingest.rates import Rates as _Rates
 
     rnd = random.Random(3)
     r = _Rates()
@@ -163,7 +165,7 @@ def test_c_smoothed_rtt_rounds_like_python():
 def test_last_times_like_a_dict():
     import random
 
-    from telemetry.ingest import _LastTimes
+    from telemetry.ingest.state import LastTimes as _LastTimes
 
     rnd = random.Random(7)
     held, model = _LastTimes(), {}

@@ -17,8 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 from shared_paths import CAPTURES
 
-from telemetry import ingest
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.ingest import split as ingest_split
 from telemetry.lockstep import PeerGone, fork_pair
 from telemetry.schema import TABLES
 from telemetry.store import Store
@@ -46,7 +46,7 @@ def table_rows(store_dir: Path) -> dict[str, list[str]]:
 
 
 def ingest_both(capture: Path, tmp_path: Path, monkeypatch) -> tuple[dict, dict, Store]:
-    monkeypatch.setattr(ingest, "SPLIT_MIN_BYTES", 0)  # split however small
+    monkeypatch.setattr(ingest_split, "SPLIT_MIN_BYTES", 0)  # split however small
     one, two = Store(tmp_path / "one"), Store(tmp_path / "two")
     r1 = ingest_file(capture, one, IngestOptions(processes=1))
     r2 = ingest_file(capture, two, IngestOptions(processes=2))
@@ -98,7 +98,7 @@ def test_cli_splits_a_big_capture_by_default(tmp_path):
 
     capture = tmp_path / "big.pcap"
     write_capture(str(capture), 160_000)  # ~18 MiB: above the split threshold
-    assert capture.stat().st_size >= ingest.SPLIT_MIN_BYTES
+    assert capture.stat().st_size >= ingest_split.SPLIT_MIN_BYTES
     env = {**os.environ, "NO_COLOR": "1"}
     runs = {}
     for jobs in ("1", "2"):

@@ -36,7 +36,7 @@ def test_design_column_names_kept():
 
 
 def _rtt_rows(capture_id: str, times: list[int]):
-    return table_from_columns("rtt_samples", {
+    return table_from_columns("rtt_samples", fill_missing=True, columns={
         "capture_id": [capture_id] * len(times),
         "conn_id": ["Cx"] * len(times),
         "ts": times,
@@ -47,7 +47,7 @@ def _rtt_rows(capture_id: str, times: list[int]):
 
 
 def _capture_row(capture_id: str):
-    return table_from_columns("captures", {"capture_id": [capture_id], "path": ["x.pcap"], "first_ts": [T0]})
+    return table_from_columns("captures", fill_missing=True, columns={"capture_id": [capture_id], "path": ["x.pcap"], "first_ts": [T0]})
 
 
 def test_hive_partitions_and_idempotent_rewrite(tmp_path):
@@ -85,7 +85,7 @@ def test_null_partition_time_is_kept(tmp_path):
     """A request whose HEADERS were never seen is partitioned by a later time, not dropped."""
     store = Store(tmp_path)
     w = store.writer("ghi")
-    w.append("requests", table_from_columns("requests", {
+    w.append("requests", table_from_columns("requests", fill_missing=True, columns={
         "capture_id": ["ghi", "ghi"], "conn_id": ["C1", "C1"], "stream_id": [1, 3],
         "request_start": [None, T0], "first_message": [T0 + HOUR, None], "headers_known": [False, True],
     }))
@@ -143,7 +143,7 @@ def test_tables_written_by_parallel_threads_keep_their_rows_in_order(tmp_path):
     times = [T0 + i for i in range(20)]
     for i in range(0, 20, 2):
         w.append("rtt_samples", _rtt_rows("par", times[i : i + 2]))
-        w.append("tcp_events", table_from_columns("tcp_events", {
+        w.append("tcp_events", table_from_columns("tcp_events", fill_missing=True, columns={
             "capture_id": ["par"] * 2, "conn_id": ["C1"] * 2, "ts": times[i : i + 2],
         }))
     w.commit(_capture_row("par"))

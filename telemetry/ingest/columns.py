@@ -1,0 +1,52 @@
+"""Arrow columns built from buffers: strings repeated or in runs, timestamps, floats with
+NaN as null. No Python object per row where a column is the same value many times."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+TS = pa.timestamp("ns", tz="UTC")
+NO_TS = np.iinfo(np.int64).min  # a time not known (yet): null in the tables
+
+
+def run_strings(values: list[str], counts: list[int]) -> pa.Array:
+    """String column of runs, ``counts[i]`` times ``values[i]``, built from buffers: no
+    Python str per row (a batch's messages, an RttRun's samples share theirs)."""
+    raw = [v.encode() for v in values]
+    lens = np.repeat(np.array([len(r) for r in raw], dtype=np.int64), counts)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
+        return pa.array([v for v, k in zip(values, counts, strict=True) for _ in range(k)], pa.string())
+    data = b"".join([r * k for r, k in zip(raw, counts, strict=True)])
+    return pa.StringArray.from_buffers(len(lens), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+
+
+class IdColumns:
+    """The capture_id and conn_id columns of one connection's tables: built once, for
+    the longest table, and sliced for the others (no copy)."""
+
+    def __init__(self, capture_id: str, conn_id: str, longest: int) -> None:
+        self._values = {"capture_id": capture_id, "conn_id": conn_id}
+        self._built: dict[str, pa.Array] = {}
+        self._longest = longest
+
+    def __call__(self, n: int) -> dict[str, pa.Array]:
+        if n > self._longest or not self._built:
+            self._longest = max(n, self._longest)
+            self._built = {name: repeat(v, self._longest) for name, v in self._values.items()}
+        return {name: col if len(col) == n else col.slice(0, n) for name, col in self._built.items()}
+
+
+def repeat(value: str, n: int) -> pa.Array:
+    """A string column of one value, built from buffers (no list of n references, and
+    no pyarrow.compute import)."""
+    raw = value.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def float_col(values: np.ndarray) -> pa.Array:
+    """float64 column, null where NaN (the computed times and gaps are never NaN)."""
+    return pa.array(values, pa.float64(), mask=np.isnan(values))

@@ -1,0 +1,370 @@
+"""The pipeline of one capture: each batch of packets through the sans-I/O parsers
+(container -> bulk TCP decode -> TCP reassembly and analysis -> HTTP/2, gRPC, HTTP/1.1,
+SSE sessions), what they produce joined (telemetry.ingest.joins) and handed to the
+writer as tables (telemetry.ingest.tables). Memory stays bounded: rows are drained from
+the parsers after every batch and written in row groups; per-connection state lives only
+while the connection is open."""
+
+from __future__ import annotations
+
+import time
+from itertools import groupby
+from operator import attrgetter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from parsers.capture import CaptureDecoder, decode_segments
+from parsers.records import (
+    TO_CLIENT,
+    TO_SERVER,
+    ChunkRun,
+    ConnectionSummary,
+    DecodeIssue,
+    DecodeStats,
+    PacketBatch,
+    RttRun,
+)
+from parsers.session import AppSession
+from parsers.tcp import TcpAnalyzer, flip_summary
+from telemetry import __version__
+from telemetry.ingest.columns import IdColumns
+from telemetry.ingest.joins import resolve_acks, take_messages
+from telemetry.ingest.options import IngestOptions, IngestResult
+from telemetry.ingest.rates import RATE_BUCKET_NS, RATE_HOLD_NS, count_sent, flow_rates_table
+from telemetry.ingest.state import Conn, ConnRows, Ready
+from telemetry.ingest.tables import (
+    connections_table,
+    h2_events_table,
+    messages_table,
+    requests_table,
+    rtt_samples_table,
+    segment_sends_table,
+    tcp_events_table,
+)
+from telemetry.lockstep import Peer
+from telemetry.sendlog import SendLog
+from telemetry.store import CaptureWriter, table_from_columns
+
+# Connections idle this long are closed and their rows written (bounded memory).
+IDLE_CLOSE_NS = 120 * 1_000_000_000
+FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+# requests of all connections are built into one table once this many wait (its ~35
+# columns cost more per table than per row)
+REQUEST_TABLE_ROWS = 4096
+_CONN_KEY = attrgetter("conn_key")
+
+
+class CapturePipeline:
+    """Drives the parsers for one capture and hands rows to the writer."""
+
+    def __init__(
+        self, capture_id: str, writer: CaptureWriter, options: IngestOptions, peer: Peer | None = None
+    ) -> None:
+        """``peer``: this pipeline is one of two processes sharing the capture's
+        connections (:func:`telemetry.ingest.split.ingest_split`): it keeps only its own connections' segments;
+        the capture-wide counts and issues are the parent's (index 0) alone."""
+        self.capture_id = capture_id
+        self.writer = writer
+        self.options = options
+        self.decoder = CaptureDecoder()
+        self.stats = DecodeStats()
+        self.issues: list[DecodeIssue] = []
+        self.tcp = TcpAnalyzer(share=(peer.index, 2) if peer is not None else None)
+        self.conns: dict[int, Conn] = {}
+        self.sessions: dict[int, AppSession] = {}  # conn key -> session, for the chunk loop
+        self.compressed = False
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+        self.monotonic = True  # capture times never went back so far
+        self.connections_written = 0
+        self.requests_written = 0
+        self.peer = peer
+        # a split's child decodes the same packets as the parent: its counts go nowhere
+        self.capture_wide = peer is None or peer.index == 0
+        self._child_stats, self._child_issues = DecodeStats(), []
+        # resolved requests not built into a table yet: (connection, blocks) in order
+        self._requests_out: list[tuple[ConnectionSummary, list[Ready]]] = []
+        self._requests_out_n = 0
+        self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
+
+    # -- files of a chain ----------------------------------------------------------------
+    def begin_file(self, capture_id: str, writer: CaptureWriter) -> None:
+        """Go on with the next file of the run: new container decoder and per-file counts;
+        the TCP analyzer, sessions and connections carry over."""
+        self.capture_id = capture_id
+        self.writer = writer
+        self.decoder = CaptureDecoder()
+        self.stats = DecodeStats()
+        self.issues = []
+        self.compressed = False
+        self.first_ts = None
+        self.connections_written = 0
+        self.requests_written = 0
+
+    def end_file(self) -> None:
+        """The file ends but the capture goes on: hand the writer every row resolved so
+        far (rows of open connections too, once their orientation is final); what is still
+        open carries over to the next file."""
+        for conn in self.conns.values():
+            self._flush_open(conn)
+        self._write_requests()
+        self._take_decoder_issues()
+
+    def fill_result(self, result: IngestResult) -> None:
+        result.packets = self.stats.packets
+        result.bytes = self.stats.bytes
+        result.connections = self.connections_written
+        result.requests = self.requests_written
+        result.issues = self.issues
+
+    def _conn(self, key: int) -> Conn:
+        conn = self.conns.get(key)
+        if conn is None:
+            conn = self.conns[key] = Conn(key)
+        return conn
+
+    def _open_session(self, key: int) -> AppSession:
+        conn = self._conn(key)
+        client_port, server_port = self.tcp.connection_info(key)
+        force = bool(self.options.h2_ports & {client_port, server_port})
+        conn.session = self.sessions[key] = AppSession(key, client_port, server_port, force_h2=force)
+        return conn.session
+
+    # -- per batch -------------------------------------------------------------------
+    def process(self, batch: PacketBatch) -> None:
+        if len(batch) == 0:
+            return
+        ts_ns = batch.ts_ns
+        if self.first_ts is None:
+            self.first_ts = int(ts_ns[0])
+        if self.monotonic and (
+            (self.last_ts is not None and int(ts_ns[0]) < self.last_ts)
+            or bool((ts_ns[1:] < ts_ns[:-1]).any())
+        ):
+            self.monotonic = False
+        self.last_ts = int(ts_ns[-1])
+        if self.capture_wide:
+            segments = decode_segments(batch, self.stats, self.issues)
+        else:
+            segments = decode_segments(batch, self._child_stats, self._child_issues)
+        if self.peer is not None and len(segments):
+            # the clock of one process reading every connection (idle and FIN closes)
+            self.tcp.advance_clock(int(segments.ts_ns.max()))
+        chunks = self.tcp.feed_runs(segments)
+        if chunks:
+            # the TCP layer hands out each connection's chunks together: one lookup per
+            # group; bulk-path chunks come as ChunkRun columns, fed in one call each
+            sessions = self.sessions
+            for key, group in groupby(chunks, _CONN_KEY):
+                session = sessions.get(key)
+                if session is None:
+                    session = self._open_session(key)
+                for item in group:
+                    if type(item) is ChunkRun:
+                        session.feed_run(item)
+                    else:
+                        session.feed(item)
+            sent = count_sent(chunks)
+            self.sendlog.note_chunks(chunks)
+        else:
+            sent = {}
+        for key, conn in self.conns.items():
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                ts, off = self.tcp.ack_progress(key, tcp_dir)
+                conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
+        self._take_tcp_events()
+        for conn in self.conns.values():
+            if conn.session is not None:
+                requests, rows, h2_events = conn.session.take_columns()
+                self._take(conn, requests, rows, h2_events)
+                resolve_acks(self.tcp, conn, None)
+            if len(conn.rows) + conn.rate_buckets() + self.sendlog.pending(conn.key) >= FLUSH_CONN_ROWS:
+                self._flush_open(conn)
+        self._close_all(self.tcp.take_closed(IDLE_CLOSE_NS))
+
+    def _take_tcp_events(self) -> None:
+        events, samples = self.tcp.take_events_runs()
+        self.sendlog.note_events(events)
+        for ev in events:
+            self._conn(ev.conn_key).rows.tcp_events.append(ev)
+        for key, run in groupby(samples, _CONN_KEY):
+            group = list(run)
+            conn = self._conn(key)
+            conn.rows.rtt.extend(group)
+            # bulk-path samples come as RttRun columns, the others one by one
+            parts: tuple[list, list] = ([], [])
+            singles: tuple[list[float], list[float]] = ([], [])
+            for s in group:
+                if type(s) is RttRun:
+                    parts[s.direction].append(s.rtt_ms)
+                    conn.rows.n_rtt += len(s)
+                else:
+                    singles[s.direction].append(s.rtt_ms)
+                    conn.rows.n_rtt += 1
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                arrays = parts[tcp_dir]
+                if singles[tcp_dir]:
+                    arrays.append(np.array(singles[tcp_dir], dtype=np.float64))
+                if not arrays:
+                    continue
+                values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+                if not len(values):
+                    continue
+                conn.rtt_values[tcp_dir].frombytes(values.astype(np.float64, copy=False).tobytes())
+                low = float(values.min())  # the running minimum (RTTs are never NaN)
+                floor = conn.rtt_floor[tcp_dir]
+                if floor is None or low < floor:
+                    conn.rtt_floor[tcp_dir] = low
+
+    def _close_all(self, summaries: list[ConnectionSummary]) -> None:
+        """Closing a connection settles what the TCP layer still held: verdicts on recent
+        retransmissions, holes, bytes buffered behind a hole. Take those first.
+        A split's processes always go through (the send log exchanges in lockstep)."""
+        if not summaries and self.peer is None:
+            return
+        for chunk in self.tcp.take_chunks():
+            session = self.sessions.get(chunk.conn_key)
+            if session is None:
+                session = self._open_session(chunk.conn_key)
+            session.feed(chunk)
+        self._take_tcp_events()
+        for summary in summaries:
+            self._close(summary)
+
+    def _take(self, conn: Conn, requests, rows, h2_events) -> None:
+        conn.rows.h2.extend(h2_events)
+        if len(rows):
+            take_messages(conn, rows)
+        conn.pending_requests.extend(requests)
+
+    def _flush_open(self, conn: Conn) -> None:
+        """Write an open connection's rows so memory does not grow with its length.
+        Only once its orientation is final (rows say to_server/to_client)."""
+        if conn.session is None or not conn.session.orientation_final:
+            return
+        summary = self._open_summary(conn.key)
+        if summary is None:
+            return
+        if conn.flip:
+            summary = flip_summary(summary)
+        rates_upto = None
+        if self.monotonic and self.last_ts is not None:
+            rates_upto = (self.last_ts - RATE_HOLD_NS) // RATE_BUCKET_NS
+        self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
+
+
+    def _path_of(self, key: int) -> tuple[str, str] | None:
+        """(client, server) address of an open connection as the TCP layer names it."""
+        s = self.tcp.open_summary(key)
+        return None if s is None else (s.client_addr, s.server_addr)
+
+    def _open_summary(self, key: int) -> ConnectionSummary | None:
+        """conn_id and addresses of a connection still open (as the TCP layer names it)."""
+        return self.tcp.open_summary(key)
+
+    # -- connection end ----------------------------------------------------------------
+    def _close(self, summary: ConnectionSummary) -> None:
+        conn = self.conns.pop(summary.conn_key, None) or Conn(summary.conn_key)
+        self.sessions.pop(summary.conn_key, None)
+        protocol = "unknown"
+        if conn.session is not None:
+            result = conn.session.finish(summary.end_ns)
+            protocol = result.protocol
+            self.issues.extend(result.issues)
+            self._take(conn, result.requests, result.message_rows, result.h2_events)
+        if summary.ack_progress is not None:
+            for tcp_dir in (TO_SERVER, TO_CLIENT):
+                ts, off = summary.ack_progress[tcp_dir]
+                conn.note_rates(tcp_dir, ts, off)
+        resolve_acks(self.tcp, conn, summary)
+        if conn.flip:
+            summary = flip_summary(summary)
+        self._write_rows(conn, summary)
+        self.sendlog.forget(summary.conn_key)
+        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol))
+        self.connections_written += 1
+
+    def finish(self) -> None:
+        self._close_all(self.tcp.finish())
+        self._write_requests()
+        if self.capture_wide:
+            self._take_decoder_issues()
+
+    def split_part(self) -> tuple[int, int, list[DecodeIssue]]:
+        """What a split's child adds to the capture: connections and requests written,
+        and its connections' issues."""
+        return self.connections_written, self.requests_written, self.issues
+
+    def add_split_part(self, part: tuple[int, int, list[DecodeIssue]]) -> None:
+        connections, requests, issues = part
+        self.connections_written += connections
+        self.requests_written += requests
+        self.issues.extend(issues)
+
+    def _take_decoder_issues(self) -> None:
+        # decode_segments already reports unknown link types per type; the container's
+        # per-interface reports would say the same twice
+        reported = {i.kind for i in self.issues}
+        self.issues.extend(i for i in self.decoder.issues if not (i.kind == "unknown_linktype" and i.kind in reported))
+
+    def _write_rows(
+        self, conn: Conn, summary: ConnectionSummary, rates_upto: int | None = None, final: bool = True
+    ) -> None:
+        """Hand a connection's waiting rows to the writer. flow_rates: every bucket when
+        ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
+        rows, flip, append = conn.rows, conn.flip, self.writer.append
+        base = IdColumns(self.capture_id, summary.conn_id, max(rows.counts()))
+        if rows.tcp_events:
+            append("tcp_events", tcp_events_table(base, rows.tcp_events, flip))
+        if rows.rtt:
+            append("rtt_samples", rtt_samples_table(base, rows.rtt, flip))
+        if rows.h2:
+            append("h2_events", h2_events_table(base, rows.h2))
+        if rows.messages:
+            append("messages", messages_table(base, rows.messages))
+        rates = flow_rates_table(conn, base, rates_upto, final)
+        if rates is not None:
+            append("flow_rates", rates)
+        sends = self.sendlog.take(conn.key)
+        if sends is not None:
+            append("segment_sends", segment_sends_table(base, sends, flip))
+        if rows.requests:
+            self._requests_out.append((summary, rows.requests))
+            self._requests_out_n += rows.n_requests
+            self.requests_written += rows.n_requests
+            if self._requests_out_n >= REQUEST_TABLE_ROWS:
+                self._write_requests()
+        conn.rows = ConnRows()
+
+    def _write_requests(self) -> None:
+        """Hand the writer the requests resolved so far (of every connection), in one
+        table; before the file's commit (end_file, finish) all of them."""
+        if self._requests_out:
+            self.writer.append("requests", requests_table(self.capture_id, self._requests_out))
+            self._requests_out, self._requests_out_n = [], 0
+
+    def capture_row(self, path: Path, result: IngestResult) -> pa.Table:
+        st = self.stats
+        return table_from_columns("captures", {
+            "capture_id": [self.capture_id],
+            "path": [str(path)],
+            "format": [self.decoder.format],
+            "compressed": [self.compressed],
+            "link_types": [",".join(f"{k}:{v}" for k, v in sorted(st.linktypes.items()))],
+            "packets": [st.packets],
+            "bytes": [st.bytes],
+            "tcp_packets": [st.tcp],
+            "ip_fragments": [st.ip_fragments],
+            "truncated_packets": [st.truncated],
+            "undecodable_packets": [st.unknown_linktype + st.malformed],
+            "first_ts": [self.first_ts],
+            "last_ts": [self.last_ts],
+            "kernel_drops": [getattr(self.decoder, "kernel_drops", None)],
+            "issues": [len(self.issues)],
+            "connections": [self.connections_written],
+            "requests": [self.requests_written],
+            "parser_version": [__version__],
+            "ingest_time": [time.time_ns()],
+        })

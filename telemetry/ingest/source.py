@@ -1,0 +1,76 @@
+"""Capture files as bytes: opening (gzip or not), reading in chunks into a pipeline, and
+the user's mistakes said plainly (no such file, a folder, an empty file). The only place
+that opens capture files."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from parsers.capture import CaptureFormatError
+from parsers.records import DecodeIssue
+from telemetry.ingest.options import IngestResult, ProgressFn
+
+if TYPE_CHECKING:
+    from telemetry.ingest.pipeline import CapturePipeline
+
+CHUNK_BYTES = 4 << 20
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_capture(path: Path):
+    with open(path, "rb") as fh:
+        magic = fh.read(2)
+    if magic == GZIP_MAGIC:
+        return gzip.open(path, "rb"), True
+    return open(path, "rb"), False
+
+
+def unreadable(path: Path) -> str | None:
+    if not path.exists():
+        return f"{path}: no such file"
+    if path.is_dir():
+        return f"{path}: is a folder, not a capture file"
+    if path.stat().st_size == 0:
+        return f"{path}: empty file, not a capture"
+    return None
+
+
+def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> None:
+    fh, compressed = open_capture(path)
+    pipeline.compressed = compressed
+    decoder = pipeline.decoder
+    raw = fh.fileobj if compressed else fh  # on-disk position for progress
+    try:
+        while True:
+            try:
+                chunk = fh.read(CHUNK_BYTES)
+            except (OSError, EOFError) as exc:  # corrupt or truncated gzip stream
+                pipeline.issues.append(
+                    DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
+                )
+                break
+            if not chunk:
+                break
+            try:
+                batches = decoder.feed(chunk)
+            except CaptureFormatError as exc:
+                result.error = f"{path}: {exc}"
+                return
+            for batch in batches:
+                pipeline.process(batch)
+            if progress is not None:
+                progress(raw.tell(), decoder.packets_read)
+        try:
+            for batch in decoder.close():
+                pipeline.process(batch)
+        except CaptureFormatError as exc:
+            result.error = f"{path}: {exc}"
+            return
+    finally:
+        fh.close()
+    if decoder.packets_read == 0 and not result.error:
+        fatal = [i for i in decoder.issues if i.fatal]
+        reason = fatal[0].message if fatal else "no packets"
+        result.error = f"{path}: nothing could be read ({reason})"

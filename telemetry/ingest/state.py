@@ -1,0 +1,172 @@
+"""What the pipeline holds for each open connection: messages waiting for the ACK that
+covers them, requests waiting to be resolved, the last message time of each open stream,
+RTT samples, flow_rates buckets, and the rows not yet handed to the writer."""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from parsers.records import H2Event, RequestRecord, RttRun, RttSample, TcpEvent
+from parsers.session import AppSession
+from telemetry.ingest.rates import RATE_BUCKET_NS, Rates
+
+_MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked", "kind", "tokens")
+_EMPTY_I64 = np.zeros(0, dtype=np.int64)
+
+
+@dataclass(slots=True)
+class Msgs:
+    """Messages of one session direction as numpy columns, in completion order (so
+    their end offsets ascend). One object per batch instead of one per message."""
+
+    sid: np.ndarray  # int64 stream id
+    idx: np.ndarray  # int64 index within the stream and direction
+    ts: np.ndarray  # int64 ns
+    size: np.ndarray  # int64
+    comp: np.ndarray  # bool
+    end: np.ndarray  # int64 direction offset after the last byte
+    gap: np.ndarray  # float64 ms since the previous message of the stream; NaN: none
+    acked: np.ndarray  # int64 ns of the covering ACK; NO_TS: none (yet)
+    kind: np.ndarray  # int64 LLM event kind (parsers.llm.semantics); 0: not an event
+    tokens: np.ndarray  # int64 tokens the event carries; -1: not said
+
+    def __len__(self) -> int:
+        return len(self.sid)
+
+    def part(self, a: int, b: int) -> Msgs:
+        return Msgs(*(getattr(self, f)[a:b] for f in _MSG_FIELDS))
+
+    @staticmethod
+    def concat(parts: list[Msgs]) -> Msgs:
+        if len(parts) == 1:
+            return parts[0]
+        return Msgs(*(np.concatenate([getattr(p, f) for p in parts]) for f in _MSG_FIELDS))
+
+
+@dataclass(slots=True)
+class LastTimes:
+    """Time of the last message per stream * 2 + direction (the connection's open
+    streams), as sorted columns: looked up and updated once per batch, not per stream."""
+
+    keys: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    ts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+
+    def swap(self, keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For sorted unique ``keys``: whether a time was held for each and which (0:
+        none); ``last`` becomes their time."""
+        pos = np.searchsorted(self.keys, keys)
+        known = pos < len(self.keys)
+        known[known] = self.keys[pos[known]] == keys[known]
+        held = np.zeros(len(keys), dtype=np.int64)
+        held[known] = self.ts[pos[known]]
+        self.ts[pos[known]] = last[known]  # (self.ts is always an array of its own)
+        new = ~known
+        if new.any():
+            self.keys = np.insert(self.keys, pos[new], keys[new])
+            self.ts = np.insert(self.ts, pos[new], last[new])
+        return known, held
+
+    def forget(self, streams: list[int]) -> None:
+        """Drop both directions of these streams (they are over)."""
+        if len(self.keys) and streams:
+            key = np.array(streams, dtype=np.int64) * 2
+            key = np.concatenate((key, key + 1))
+            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
+            gone = pos[self.keys[pos] == key]
+            if len(gone):
+                self.keys, self.ts = np.delete(self.keys, gone), np.delete(self.ts, gone)
+
+
+@dataclass
+class ConnRows:
+    """Rows of one connection not yet handed to the writer."""
+
+    tcp_events: list[TcpEvent] = field(default_factory=list)
+    rtt: list[RttSample | RttRun] = field(default_factory=list)
+    n_rtt: int = 0  # RTT samples in ``rtt`` (an RttRun holds many)
+    h2: list[H2Event] = field(default_factory=list)
+    messages: list[tuple[int, Msgs]] = field(default_factory=list)  # (session direction, rows)
+    requests: list[Ready] = field(default_factory=list)
+    n_requests: int = 0  # requests in ``requests`` (a Ready holds many)
+
+    def counts(self) -> tuple[int, ...]:
+        """Rows waiting per table."""
+        n_msgs = sum(len(m) for _d, m in self.messages)
+        return len(self.tcp_events), self.n_rtt, len(self.h2), n_msgs, self.n_requests
+
+    def __len__(self) -> int:
+        return sum(self.counts())
+
+
+@dataclass(slots=True)
+class Ready:
+    """Requests resolved together, with their client-side times and the statistics of
+    their response gaps as columns: one object per resolution, not one per request."""
+
+    records: list[RequestRecord]
+    first_acked: np.ndarray  # int64 ns of the ACK of the first response message; NO_TS: none
+    end_acked: np.ndarray  # int64 ns of the ACK of the response's last byte; NO_TS: none
+    floor_ms: float  # RTT floor toward the client when they were resolved (0.0: none yet)
+    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]  # p50, p99, max gap ms; NaN: < 2 messages
+
+
+@dataclass
+class Conn:
+    key: int
+    session: AppSession | None = None
+    rows: ConnRows = field(default_factory=ConnRows)
+    # per session-oriented direction: messages waiting for the ACK that covers them
+    pending: list[Msgs | None] = field(default_factory=lambda: [None, None])
+    pending_requests: list[RequestRecord] = field(default_factory=list)
+    # stream -> ns between its consecutive response messages (one array per batch), kept
+    # until its request is resolved: the request's gap statistics
+    response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
+    last_ts: LastTimes = field(default_factory=lambda: LastTimes())
+    # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
+    # doubles, as every sample of a long connection is kept for its exact percentiles
+    rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
+    rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
+    requests: int = 0
+    # flow_rates, per TCP direction: new bytes, segments and highest acked offset per bucket
+    rates: tuple[Rates, Rates] = field(default_factory=lambda: (Rates(), Rates()))
+    ack_seen_ns: list[int] = field(default_factory=lambda: [-1, -1])
+    # highest acked offset of the last flow_rates bucket written (rows written while open)
+    prev_acked: list[int | None] = field(default_factory=lambda: [None, None])
+    # stream -> ACK time of its first response message (resolved before the request is;
+    # NO_TS: not acked)
+    first_acked: dict[int, int] = field(default_factory=dict)
+
+    def note_rates(
+        self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray, sent: tuple[np.ndarray, ...] | None = None
+    ) -> None:
+        """Fold ACK progress not yet seen into the per-bucket highest acked offset, and
+        ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
+        rows = [sent] if sent is not None else []
+        start = int(np.searchsorted(ts, self.ack_seen_ns[tcp_direction], side="right"))
+        if start < len(ts):
+            new_ts, new_off = ts[start:], offsets[start:]
+            buckets = new_ts // RATE_BUCKET_NS
+            # last entry of each bucket holds its highest offset (progress is non-decreasing)
+            last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
+            zeros = np.zeros(len(last), dtype=np.int64)
+            rows.append((buckets[last], zeros, zeros, new_off[last].astype(np.int64)))
+            self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
+        if len(rows) == 2:  # both in bucket order (what Rates.add folds fastest)
+            cols = [np.concatenate(c) for c in zip(*rows, strict=True)]
+            order = np.argsort(cols[0], kind="stable")
+            rows = [tuple(c[order] for c in cols)]
+        if rows:
+            self.rates[tcp_direction].add(*rows[0])
+
+    @property
+    def flip(self) -> int:
+        return int(self.session.flipped) if self.session is not None else 0
+
+    def rtt_floor_ms(self, tcp_direction: int) -> float | None:
+        return self.rtt_floor[tcp_direction]
+
+    def rate_buckets(self) -> int:
+        return self.rates[0].counted() + self.rates[1].counted()

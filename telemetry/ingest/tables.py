@@ -1,0 +1,286 @@
+"""The rows the pipeline resolved, as Arrow tables of the store's schemas
+(telemetry/schema.py): one function per table, each checked against its schema by
+``table_from_columns`` (an unknown or missing column is an error)."""
+
+from __future__ import annotations
+
+from itertools import groupby
+from operator import attrgetter
+
+import numpy as np
+import pyarrow as pa
+
+from parsers.llm.semantics import EVENT_NAMES
+from parsers.records import (
+    DIRECTION_NAMES,
+    MESSAGE_DIRECTION_NAMES,
+    TO_CLIENT,
+    TO_SERVER,
+    ConnectionSummary,
+    H2Event,
+    RttRun,
+    RttSample,
+    TcpEvent,
+)
+from telemetry.ingest.columns import NO_TS, TS, IdColumns, float_col, repeat, run_strings
+from telemetry.ingest.state import Conn, Msgs, Ready
+from telemetry.sendlog import KIND_NAMES as SEND_KINDS
+from telemetry.store import table_from_columns
+
+APP_THROTTLE_HTTP = (429, 503)
+APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE
+EVENT_NAME_OF = np.array(EVENT_NAMES, dtype=object)
+
+REQUEST_PASSTHROUGH = (
+    "stream_id", "protocol", "method", "path", "authority", "content_type", "user_agent", "kind",
+    "request_start", "request_end", "response_headers", "first_message", "last_message", "end",
+    "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages",
+    "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only",
+    "headers_known", "first_byte", "model", "finish_reason", "prompt_tokens", "completion_tokens",
+)
+_PASSTHROUGH_OF = attrgetter(*REQUEST_PASSTHROUGH)
+
+
+def tcp_events_table(base: IdColumns, events: list[TcpEvent], flip: int) -> pa.Table:
+    return table_from_columns("tcp_events", {
+        **base(len(events)),
+        "ts": [e.ts_ns for e in events],
+        "direction": [DIRECTION_NAMES[e.direction ^ flip] for e in events],
+        "kind": [e.kind for e in events],
+        "seq": [e.seq for e in events],
+        "bytes": [e.bytes for e in events],
+        "frame_no": [e.frame_no for e in events],
+        "recovery_ms": [e.recovery_ms for e in events],
+        "burst_id": [e.burst_id for e in events],
+    })
+
+
+def rtt_samples_table(base: IdColumns, items: list[RttSample | RttRun], flip: int) -> pa.Table:
+    ts, rtt, runs = rtt_columns(items)
+    counts = [k for _d, _s, k in runs]
+    return table_from_columns("rtt_samples", {
+        **base(len(ts)),
+        "ts": pa.array(ts, TS),
+        "direction": run_strings([DIRECTION_NAMES[d ^ flip] for d, _s, _k in runs], counts),
+        "rtt_ms": pa.array(rtt, pa.float64()),
+        "source": run_strings([src for _d, src, _k in runs], counts),
+    })
+
+
+def h2_events_table(base: IdColumns, events: list[H2Event]) -> pa.Table:
+    return table_from_columns("h2_events", {
+        **base(len(events)),
+        "ts": [e.ts_ns for e in events],
+        "stream_id": [e.stream_id for e in events],
+        "direction": [DIRECTION_NAMES[e.direction] for e in events],
+        "kind": [e.kind for e in events],
+        "value": [e.value for e in events],
+        "detail": [e.detail for e in events],
+        "duration_ms": [e.duration_ms for e in events],
+    })
+
+
+def segment_sends_table(base: IdColumns, sends: tuple[np.ndarray, ...], flip: int) -> pa.Table:
+    dirs, ts, seq, size, kind = sends
+    return table_from_columns("segment_sends", {
+        **base(len(ts)),
+        "ts": pa.array(ts, TS),
+        "direction": pa.array(np.array(DIRECTION_NAMES, dtype=object)[dirs ^ flip], pa.string()),
+        "seq": pa.array(seq, pa.int64()),
+        "bytes": pa.array(size, pa.int64()),
+        "kind": pa.array(np.array(SEND_KINDS, dtype=object)[kind], pa.string()),
+    })
+
+
+def messages_table(base: IdColumns, blocks: list[tuple[int, Msgs]]) -> pa.Table:
+    ms = Msgs.concat([m for _d, m in blocks])
+    return table_from_columns("messages", {
+        **base(len(ms)),
+        "stream_id": pa.array(ms.sid, pa.int64()),
+        "direction": run_strings([MESSAGE_DIRECTION_NAMES[d] for d, _m in blocks], [len(m) for _d, m in blocks]),
+        "index": pa.array(ms.idx, pa.int64()),
+        "ts": pa.array(ms.ts, TS),
+        "acked_ts": pa.array(ms.acked, TS, mask=ms.acked == NO_TS),
+        "size": pa.array(ms.size, pa.int64()),
+        "compressed": pa.array(ms.comp, pa.bool_()),
+        "gap_ms": pa.array(ms.gap, pa.float64(), mask=np.isnan(ms.gap)),
+        **event_columns(ms),
+    })
+
+
+def requests_table(capture_id: str, resolved: list[tuple[ConnectionSummary, list[Ready]]]) -> pa.Table:
+    blocks = [b for _s, bs in resolved for b in bs]
+    records = [r for b in blocks for r in b.records]
+    n = len(records)
+    conns = [s for s, _bs in resolved]
+    per_conn = [sum(len(b.records) for b in bs) for _s, bs in resolved]
+    # the columns copied from the records, in one C-level pass
+    passthrough = zip(*map(_PASSTHROUGH_OF, records), strict=True)
+    cols: dict[str, object] = dict(zip(REQUEST_PASSTHROUGH, passthrough, strict=True))
+    times = {}
+    for name in ("request_start", "request_end", "first_message", "last_message", "end", "first_byte"):
+        arr = pa.array(cols[name], TS)
+        cols[name] = arr
+        times[name] = arr.to_numpy(zero_copy_only=False).view(np.int64)  # nulls: NaT = NO_TS
+    start = times["request_start"]
+    ttft_from = either(times["request_end"], start)
+    last = either(times["end"], times["last_message"])
+    first_acked, end_acked = (np.concatenate([getattr(b, f) for b in blocks]) for f in ("first_acked", "end_acked"))
+    floor = np.repeat([b.floor_ms for b in blocks], [len(b.records) for b in blocks])
+    # Client-side estimates. The client sent the request half an RTT (capture point
+    # <-> client, at its floor) before the capture saw it, and received each response
+    # half an RTT before its ACK reached the capture point: the two shifts cancel in
+    # (ACK time - request time). Without an ACK the response is assumed to reach the
+    # client half an RTT after the capture point: + one RTT floor in all.
+    ttft_est = client_est(ttft_from, times["first_message"], first_acked, floor)
+    latency_est = client_est(start, last, end_acked, floor)
+    p50, p99, max_gap = (np.concatenate([b.gaps[j] for b in blocks]) for j in range(3))
+    throttled = [
+        h in APP_THROTTLE_HTTP or g in APP_THROTTLE_GRPC
+        for h, g in zip(cols["http_status"], cols["grpc_status"], strict=True)
+    ]
+    cols.update(
+        app_throttled=throttled,
+        ttft_ms=float_col(ms_between(ttft_from, times["first_message"])),
+        ttfb_ms=float_col(ms_between(ttft_from, times["first_byte"])),
+        tokens_per_s=float_col(tokens_per_s(cols["completion_tokens"], times["first_message"], times["last_message"])),
+        latency_ms=float_col(ms_between(start, last)),
+        gap_p50_ms=float_col(p50),
+        gap_p99_ms=float_col(p99),
+        max_gap_ms=float_col(max_gap),
+        first_message_acked=pa.array(first_acked, TS, mask=first_acked == NO_TS),
+        end_acked=pa.array(end_acked, TS, mask=end_acked == NO_TS),
+        ttft_client_est_ms=float_col(ttft_est),
+        latency_client_est_ms=float_col(latency_est),
+        capture_id=repeat(capture_id, n),
+        conn_id=run_strings([s.conn_id for s in conns], per_conn),
+        client_addr=run_strings([s.client_addr for s in conns], per_conn),
+        client_port=np.repeat(np.array([s.client_port for s in conns], dtype=np.int32), per_conn),
+        server_addr=run_strings([s.server_addr for s in conns], per_conn),
+        server_port=np.repeat(np.array([s.server_port for s in conns], dtype=np.int32), per_conn),
+    )
+    return table_from_columns("requests", cols)
+
+
+def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: str) -> pa.Table:
+    """The connection's one row."""
+    cols: dict[str, list] = {
+        "capture_id": [capture_id],
+        "conn_id": [s.conn_id],
+        "client_addr": [s.client_addr],
+        "client_port": [s.client_port],
+        "server_addr": [s.server_addr],
+        "server_port": [s.server_port],
+        "client_known": [s.client_known],
+        "ip_version": [s.ip_version],
+        "start": [s.start_ns],
+        "end": [s.end_ns],
+        "duration_ms": [(s.end_ns - s.start_ns) / 1e6],
+        "packets_to_server": [s.packets[0]],
+        "packets_to_client": [s.packets[1]],
+        "bytes_to_server": [s.bytes[0]],
+        "bytes_to_client": [s.bytes[1]],
+        "syn_seen": [s.syn_seen],
+        "handshake_rtt_ms": [s.handshake_rtt_ms],
+        "retransmissions_to_server": [s.retransmissions[0]],
+        "retransmissions_to_client": [s.retransmissions[1]],
+        "loss_bursts_to_server": [s.loss_bursts[0]],
+        "loss_bursts_to_client": [s.loss_bursts[1]],
+        "longest_loss_burst": [s.longest_loss_burst],
+        "out_of_order_to_server": [s.out_of_order[0]],
+        "out_of_order_to_client": [s.out_of_order[1]],
+        "zero_windows_to_server": [s.zero_windows[0]],
+        "zero_windows_to_client": [s.zero_windows[1]],
+        "capture_loss_bytes": [sum(s.capture_loss_bytes)],
+        "protocol": [protocol],
+        "requests": [conn.requests],
+        "history": [s.history],
+    }
+    floors = {}
+    for tcp_dir in (TO_SERVER, TO_CLIENT):
+        name = DIRECTION_NAMES[tcp_dir ^ conn.flip]
+        vals = np.asarray(conn.rtt_values[tcp_dir], dtype=float)
+        # one partition for the three (the 0th percentile is the minimum itself)
+        stats = np.percentile(vals, (0, 50, 99)).tolist() if len(vals) else [None] * 3
+        for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
+            cols[f"rtt_{stat}_ms_{name}"] = [value]
+        floors[name] = stats[0]
+    cols["capture_side"] = [capture_side(floors["to_server"], floors["to_client"])]
+    return table_from_columns("connections", cols)
+
+
+def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, int]]]:
+    """(ts, rtt_ms) columns of RttSamples and RttRuns, in order, and their runs of
+    (TCP direction, source, count)."""
+    ts, rtt, runs = [], [], []
+    singles: list[RttSample] = []
+
+    def flush_singles() -> None:
+        if singles:
+            ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
+            rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
+            for (d, src), group in groupby(singles, _DIR_SOURCE):
+                runs.append((d, src, sum(1 for _ in group)))
+            singles.clear()
+
+    for it in items:
+        if type(it) is RttRun:
+            flush_singles()
+            ts.append(it.ts_ns)
+            rtt.append(it.rtt_ms)
+            runs.append((it.direction, it.source, len(it)))
+        else:
+            singles.append(it)
+    flush_singles()
+    return np.concatenate(ts), np.concatenate(rtt), runs
+
+
+_DIR_SOURCE = attrgetter("direction", "source")
+
+
+def event_columns(ms: Msgs) -> dict[str, pa.Array]:
+    """messages.event and messages.tokens (all null without LLM stream events)."""
+    n = len(ms)
+    if not ms.kind.any():
+        return {"event": pa.nulls(n, pa.string()), "tokens": pa.nulls(n, pa.int64())}
+    return {
+        "event": pa.array(EVENT_NAME_OF[ms.kind], pa.string()),
+        "tokens": pa.array(ms.tokens, pa.int64(), mask=ms.tokens < 0),
+    }
+
+
+def tokens_per_s(completion: list[int | None], first: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """Decode rate: tokens after the first over the time from the first to the last
+    response message (vLLM's time per output token, inverted); NaN when not known."""
+    tokens = np.array([-1 if c is None else c for c in completion], dtype=np.float64)
+    span = ms_between(first, last) / 1e3
+    ok = (tokens >= 2) & (span > 0)  # (NaN spans compare false)
+    out = np.full(len(tokens), np.nan)
+    out[ok] = (tokens[ok] - 1) / span[ok]
+    return out
+
+
+def either(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Times ``a``, ``b`` where ``a`` is none (NO_TS)."""
+    return np.where(a != NO_TS, a, b)
+
+
+def ms_between(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(b - a) in ms; NaN where either time is none."""
+    ok = (a != NO_TS) & (b != NO_TS)
+    return np.where(ok, (np.where(ok, b, 0) - np.where(ok, a, 0)) / 1e6, np.nan)
+
+
+def client_est(start: np.ndarray, seen: np.ndarray, acked: np.ndarray, floor_ms: np.ndarray) -> np.ndarray:
+    """(ACK time - start) where the ACK was seen, else (seen - start) + the RTT floor."""
+    return np.where(acked != NO_TS, ms_between(start, acked), ms_between(start, seen) + floor_ms)
+
+
+def capture_side(floor_to_server_ms: float | None, floor_to_client_ms: float | None) -> str:
+    """Which end the capture point sits near, from the two RTT floors."""
+    if floor_to_server_ms is None or floor_to_client_ms is None:
+        return "unknown"
+    lo, hi = sorted((floor_to_server_ms, floor_to_client_ms))
+    if hi <= 0 or lo > 0.25 * hi:
+        return "middle"
+    return "server" if floor_to_server_ms < floor_to_client_ms else "client"
