@@ -54,29 +54,19 @@ from __future__ import annotations
 from parsers.records import ACK, FIN, RST, SYN, ConnectionSummary, RttSample, TcpEvent
 from parsers.tcp import _reassembly as ra
 from parsers.tcp._flows import addr_str, make_conn_id, server_is_lo
-from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, PendingRetx, ipid_sequential
+from parsers.tcp._limits import (
+    DUP_WINDOW_IPID_NS,
+    DUP_WINDOW_NOID_NS,
+    M32,
+    MAX_BUF_BYTES,
+    SIG_KEEP,
+    STRAGGLER_SEQ,
+    TOMBSTONE_NS,
+    WINDOW_SLACK,
+)
+from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequential
 
-M32 = 0xFFFFFFFF
 _SFR = SYN | FIN | RST
-
-DUP_WINDOW_IPID_NS = 250_000_000
-DUP_WINDOW_NOID_NS = 50_000
-SIG_KEEP = 16
-RTO_MIN_NS = 180_000_000
-FAST_WIN_NS = 20_000_000
-OOO_DEFAULT_NS = 3_000_000
-BURST_GAP_NS = 1_000_000_000
-HOLE_TIMEOUT_NS = 3_000_000_000
-MAX_BUF_BYTES = 8 << 20
-PENDING_RETX_NS = 2_000_000_000
-# After the ACK covering a retransmission, how long a D-SACK may still show the original
-# was only delayed (at least this, or 4 RTTs)
-DSACK_GRACE_NS = 200_000_000
-RECENT_BURSTS = 64  # closed bursts a late D-SACK can still correct
-FIN_LINGER_NS = 1_000_000_000
-TOMBSTONE_NS = 60_000_000_000
-STRAGGLER_SEQ = 1 << 20
-WINDOW_SLACK = 1 << 20  # beyond the far end's highest window edge + this: not real data
 
 
 def columns(b, swap, rows) -> tuple[list, ...]:
@@ -579,196 +569,6 @@ class PacketPath:
             ra.insert(conn, D, srel, srel + pl, erel, data, ts, fr, out)
             if D.buf_bytes > MAX_BUF_BYTES:
                 self._skip_first_hole(conn, D, ts, fr, out)
-
-    @staticmethod
-    def _set_hi(D: Dir, erel: int, ts: int, ipid: int, tsv_u) -> None:
-        D.hi = erel
-        D.hi_ts = ts
-        D.hi_ipid = ipid
-        D.hi_tsv = tsv_u
-
-    @staticmethod
-    def _has_new(D: Dir, s: int, e: int) -> bool:
-        """Does [s, e) hold bytes not in the out-of-order buffer yet?"""
-        pos = s
-        for bs, _ce, we, _data in D.buf:
-            if bs > pos:
-                break
-            if we > pos:
-                pos = we
-            if pos >= e:
-                return False
-        return pos < e
-
-    def _late_original(self, conn: Conn, D: Dir, hole: Hole, ts: int, ipid: int, tsv_u) -> bool:
-        """Hole bytes seen for the first time: sent before the segment that revealed the
-        hole (reordering), or after it (a retransmission of bytes lost upstream)?"""
-        if tsv_u is not None and hole.ev_tsv is not None and tsv_u != hole.ev_tsv:
-            return tsv_u < hole.ev_tsv
-        if (
-            ipid >= 0
-            and hole.ev_ipid >= 0
-            and D.ipid_good >= 8
-            and D.ipid_bad * 5 <= D.ipid_good
-            and ipid != hole.ev_ipid
-        ):
-            return ((ipid - hole.ev_ipid + 0x8000) & 0xFFFF) - 0x8000 < 0
-        full = conn.full_rtt()
-        thr = full if full else OOO_DEFAULT_NS
-        return ts - hole.first_seen < thr
-
-    def _retx_kind(self, conn: Conn, D: Dir, s: int, ts: int, t_orig: int | None) -> str:
-        full = conn.full_rtt()
-        fast_win = max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
-        if D.dupacks >= 2 and s <= D.acked and ts - D.dupack_ts <= fast_win:
-            return "fast_retransmission"
-        if D.sack_hi > s and ts - D.sack_ts <= fast_win:
-            return "fast_retransmission"
-        rto = max(RTO_MIN_NS, 1.5 * full) if full else RTO_MIN_NS
-        # a retransmission timer only fires when no ACK moved forward for a whole RTO; one
-        # right after an ACK is ACK-clocked (partial ACK recovery, PMTU re-segmentation)
-        if t_orig is not None and ts - t_orig >= rto and ts - D.progress_ts >= RTO_MIN_NS:
-            return "rto_retransmission"
-        return "retransmission"
-
-    def _retx_seen(self, conn, D, s, e, wl, ts, fr, tsv_u) -> None:
-        """A retransmission of bytes the capture saw before."""
-        D.retx += 1
-        conn.hist.add_side("T", D.idx)
-        if e <= D.acked or any(a <= s and e <= b for a, b in D.sacks):
-            self._events.append(TcpEvent(ts, conn.key, D.idx, "spurious_retransmission", s, wl, fr))
-            return
-        t_orig = D.segs.orig_ts(s, e)
-        kind = self._retx_kind(conn, D, s, ts, t_orig)
-        # a retransmission may carry several lost segments (Linux collapses small ones)
-        burst = self._burst(conn, D, s, e, ts, D.segs.starts_in(s, e))
-        rec = (ts - t_orig) / 1e6 if t_orig is not None else None
-        ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst)
-        D.segs.mark_retx(s, e)
-        D.pending_retx.append(PendingRetx(ev, s, e, ts, tsv_u, burst))
-
-    def _verdict(self, conn: Conn, D: Dir, p: PendingRetx, spurious: bool) -> None:
-        ev = p.event
-        if spurious:
-            ev.kind = "spurious_retransmission"
-            ev.burst_id = None
-            segs = D.segs.starts_in(p.start, p.end) + [p.start]
-            if p.burst is not None and p.burst == D.burst_id:
-                D.burst_segs.difference_update(segs)
-            elif p.burst is not None:
-                self._uncount(D, p.burst, segs)
-        self._events.append(ev)
-
-    def _burst(self, conn: Conn, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
-        if D.burst_id is not None and (D.acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
-            self._close_burst(D)
-        if D.burst_id is None:
-            # numbered within the connection: a connection's ids do not depend on what
-            # other connections (maybe handled by another process) did before
-            conn.bursts_opened += 1
-            D.burst_id = conn.bursts_opened
-            D.burst_segs = set()
-            # the whole flight in flight at the first loss belongs to this episode
-            D.burst_end = e if e > D.hi else D.hi
-        if starts:
-            D.burst_segs.update(starts)
-        else:
-            D.burst_segs.add(s)
-        if e > D.burst_end:
-            D.burst_end = e
-        D.burst_last = ts
-        return D.burst_id
-
-    @staticmethod
-    def _close_burst(D: Dir) -> None:
-        if D.burst_segs:
-            D.bursts += 1
-            size = len(D.burst_segs)
-            D.burst_sizes[size] = D.burst_sizes.get(size, 0) + 1
-            if size > D.longest:
-                D.longest = size
-            D.closed_bursts[D.burst_id] = D.burst_segs
-            if len(D.closed_bursts) > RECENT_BURSTS:
-                del D.closed_bursts[next(iter(D.closed_bursts))]
-        D.burst_id = None
-        D.burst_segs = set()
-
-    @staticmethod
-    def _uncount(D: Dir, burst: int, segs: list[int]) -> None:
-        """Segments of a closed burst turned out spurious: shrink it, or uncount it."""
-        members = D.closed_bursts.get(burst)
-        if members is None:
-            return
-        old = len(members)
-        members.difference_update(segs)
-        new = len(members)
-        if new == old:
-            return
-        D.burst_sizes[old] -= 1
-        if new:
-            D.burst_sizes[new] = D.burst_sizes.get(new, 0) + 1
-        else:
-            D.bursts -= 1
-            del D.closed_bursts[burst]
-        D.longest = max((k for k, v in D.burst_sizes.items() if v > 0), default=0)
-
-    # ------------------------------------------------------------------ holes
-
-    def _resolve_hole(self, conn: Conn, D: Dir, h: Hole, ts: int | None, burst) -> None:
-        rec = None if ts is None else (ts - h.first_seen) / 1e6
-        self._events.append(
-            TcpEvent(h.first_seen, conn.key, D.idx, "lost_segment", h.start, h.end - h.start,
-                     h.frame, rec, burst if h.retx else None)
-        )  # fmt: skip
-
-    def _fill_holes(self, conn: Conn, D: Dir, s: int, e: int, ts: int, burst) -> None:
-        keep = []
-        for h in D.holes:
-            if h.start < e and h.end > s and ra.subtract(h, s, e):
-                if burst is not None:
-                    h.retx = True
-                if not h.missing:
-                    self._resolve_hole(conn, D, h, ts, burst)
-                    continue
-            keep.append(h)
-        D.holes = keep
-
-    def _drop_holes_below(self, conn: Conn, D: Dir, upto: int) -> None:
-        """Holes below ``upto`` will never be filled (skipped): resolve them unfilled."""
-        keep = []
-        for h in D.holes:
-            if h.start < upto:
-                ra.subtract(h, h.start, upto)
-                if not h.missing:
-                    self._resolve_hole(conn, D, h, None, None)
-                    continue
-            keep.append(h)
-        D.holes = keep
-
-    def _skip_first_hole(self, conn: Conn, D: Dir, ts: int, fr: int, out: list) -> None:
-        target = D.buf[0][0] if D.buf else D.hi
-        if target <= D.nxt:
-            return
-        conn.hist.add_side("K", D.idx)
-        self._events.append(
-            TcpEvent(ts, conn.key, D.idx, "reassembly_skip", D.nxt, target - D.nxt, fr)
-        )
-        self._drop_holes_below(conn, D, target)
-        ra.drain(conn, D, ts, fr, out, upto=target)
-
-    def _timeouts(self, conn: Conn, ts: int, fr: int, out: list) -> None:
-        for D in conn.dirs:
-            while D.holes and ts - D.holes[0].first_seen > HOLE_TIMEOUT_NS and D.buf:
-                self._skip_first_hole(conn, D, ts, fr, out)
-            if D.pending_retx:
-                grace = max(DSACK_GRACE_NS, 4 * conn.full_rtt()) if conn.full_rtt() else DSACK_GRACE_NS
-                keep = []
-                for p in D.pending_retx:
-                    if ts - p.ts > PENDING_RETX_NS or (p.covered_ts is not None and ts - p.covered_ts > grace):
-                        self._verdict(conn, D, p, False)
-                    else:
-                        keep.append(p)
-                D.pending_retx = keep
 
     # ------------------------------------------------------------------ closing
 

@@ -15,9 +15,11 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from parsers.tcp._analysis import FIN_LINGER_NS, PacketPath, columns
+from parsers.tcp._analysis import PacketPath, columns
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
+from parsers.tcp._limits import FIN_LINGER_NS
+from parsers.tcp._losses import LossPath
 from parsers.tcp._state import CLOSING, DONE, Conn
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -28,7 +30,7 @@ SLOW_BLOCK = 32  # rows handled per packet after a bulk stop before trying bulk 
 MAX_CLOSED_INFO = 200_000
 
 
-class TcpAnalyzer(PacketPath, BulkPath):
+class TcpAnalyzer(PacketPath, LossPath, BulkPath):
     """Per-connection, per-direction TCP reassembly and analysis over SegmentBatches.
 
     Feed batches in capture order; collect in-order payload from :meth:`feed`, events

@@ -26,7 +26,7 @@ import numpy as np
 
 from parsers._native import speedups
 from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
-from parsers.tcp._analysis import SIG_KEEP
+from parsers.tcp._limits import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
 # Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
