@@ -21,9 +21,9 @@ CREATE OR REPLACE MACRO slow_threshold(p99_ms) AS
     greatest(1.1 * p99_ms, p99_ms + 5);
 
 -- RTT inflation over the path's floor that counts as queueing: at least queue_min_ms, and
--- at least half the floor (on a long path a few ms of jitter is not a queue).
+-- at least queue_floor_share of the floor (on a long path a few ms of jitter is not a queue).
 CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
-    inflation_ms >= greatest(getvariable('queue_min_ms'), 0.5 * coalesce(floor_ms, 0));
+    inflation_ms >= greatest(getvariable('queue_min_ms'), getvariable('queue_floor_share') * coalesce(floor_ms, 0));
 
 -- The longest a receiver holds an ACK (Linux TCP_DELACK_MAX, 200 ms): an ACK later than
 -- that was late for another reason.

@@ -7,8 +7,8 @@
 --                delay = head-of-line stall until each burst's hole was filled (for a
 --                request never answered, the whole wait)
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
---   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= half the
---                floor) while in flight (25th percentile) or when its last bytes went
+--   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= queue_floor_share
+--                of the floor) while in flight (25th percentile) or when its last bytes went
 --                (median of its final 500 ms); delay = the inflation its last bytes met,
 --                plus the stall of losses while it was queued (the queue overflowing)
 --   throttling   kind receive_window (zero window / window full), h2_flow_control

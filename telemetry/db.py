@@ -36,7 +36,8 @@ DEFAULT_PARAMS: dict[str, object] = {
     "since_ns": None,
     "until_ns": None,
     "slowest_n": 10,
-    "queue_min_ms": 5.0,  # RTT inflation that counts as queueing (and >= half the floor)
+    "queue_min_ms": 5.0,  # RTT inflation that counts as queueing ...
+    "queue_floor_share": 0.25,  # ... and at least this share of the path's RTT floor (chosen on the sweep's tuning runs: 0.5 missed queues on long paths)
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
 }
 
