@@ -24,6 +24,10 @@ from telemetry.schema import TABLES  # noqa: E402
 from telemetry.store import Store  # noqa: E402
 
 VOLATILE = {"ingest_time", "path"}
+# columns whose values come from a closed vocabulary (parsers/records.py): their distinct
+# values are dumped too, so a test can check each against its vocabulary
+VOCABULARY_COLUMNS = {"tcp_events": ("kind",), "h2_events": ("kind",), "rtt_samples": ("source",),
+                      "connections": ("history",)}
 
 
 def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]]:
@@ -33,6 +37,7 @@ def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]
             store = Store(tmp)
             res = ingest_file(cap, store, IngestOptions(force=True, processes=processes, store_models=False))
             tables: dict[str, object] = {"error": res.error, "issues": sorted(i.kind for i in res.issues)}
+            vocabulary: dict[str, set[str]] = {}
             for table in TABLES:
                 files = store.table_files(table)
                 rows: list[str] = []
@@ -46,8 +51,12 @@ def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]
                     for row in t.to_pylist():
                         rows.append(json.dumps(row, sort_keys=True, default=str))
                 rows.sort()
+                for col in VOCABULARY_COLUMNS.get(table, ()):
+                    vocabulary.setdefault(f"{table}.{col}", set()).update(
+                        v for f in files for v in pq.read_table(f, columns=[col]).column(0).to_pylist() if v is not None)
                 digest = hashlib.sha256("\n".join(rows).encode()).hexdigest()
                 tables[table] = {"rows": len(rows), "sha": digest, "sample": rows[:3]}
+            tables["vocabulary"] = {k: sorted(v) for k, v in sorted(vocabulary.items())}
             out[f"{Path(cap).parent.name}/{Path(cap).name}"] = tables  # samples share a file name
     return out
 

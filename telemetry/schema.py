@@ -21,6 +21,9 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from parsers.records import H2EventKind, HistoryLetter, RttSource, TcpEventKind
+from parsers.records import describe as vocabulary_doc
+
 TS = pa.timestamp("ns", tz="UTC")
 
 
@@ -100,7 +103,7 @@ CONNECTIONS = _table(
     C("capture_loss_bytes", pa.int64(), "Bytes the peers acknowledged that the capture never saw (capture loss, not network loss)."),
     C("protocol", pa.string(), "Application protocol: h2c, h2-tls, http1, tls or unknown."),
     C("requests", pa.int64(), "Requests (HTTP/2 streams / HTTP/1.1 exchanges) on the connection."),
-    C("history", pa.string(), "Compact history of what happened (Zeek-like letters, upper case = client; see parsers.tcp)."),
+    C("history", pa.string(), "Compact history of what happened, Zeek-like: upper case = the client's packets or data, lower case = the server's; T, O, L, W, G, X and K repeat at the 10th, 100th... time. " + vocabulary_doc(HistoryLetter) + "."),
 )
 
 REQUESTS = _table(
@@ -174,7 +177,7 @@ TCP_EVENTS = _table(
     _CONN_ID,
     C("ts", TS, "Capture time of the packet that showed the event."),
     C("direction", pa.string(), "to_server or to_client: direction of the data concerned (for ACK-side events such as dup_ack, the data being acknowledged)."),
-    C("kind", pa.string(), "retransmission, fast_retransmission, rto_retransmission, spurious_retransmission, out_of_order, lost_segment, dup_ack, zero_window, window_full, rst, capture_loss, reassembly_skip, upstream_loss (packets of this direction lost before the capture point that carried no data the capture misses: its sender numbers packets one by one (IP id) and some numbers never passed, without a hole in the sequence space (lost ACKs, or the first copy of what this packet resends); bytes = packets missing, recovery_ms = time since its previous packet)."),
+    C("kind", pa.string(), vocabulary_doc(TcpEventKind) + "."),
     C("seq", pa.int64(), "Relative sequence number (0 = first payload byte of that direction)."),
     C("bytes", pa.int64(), "Payload bytes concerned."),
     C("frame_no", pa.int64(), "Packet number in the capture file (1-based), to find it in Wireshark."),
@@ -188,7 +191,7 @@ RTT_SAMPLES = _table(
     C("ts", TS, "Time of the packet that completed the sample (the ACK / echo)."),
     C("direction", pa.string(), "Direction of the data whose acknowledgement gave the sample: to_server samples measure capture point <-> server, to_client capture point <-> client."),
     C("rtt_ms", pa.float64(), "Round-trip time, ms."),
-    C("source", pa.string(), "handshake, data_ack (Karn's rule) or tsecr (TCP timestamp echo)."),
+    C("source", pa.string(), vocabulary_doc(RttSource) + "."),
 )
 
 H2_EVENTS = _table(
@@ -197,7 +200,7 @@ H2_EVENTS = _table(
     C("ts", TS, "Capture time of the frame."),
     C("stream_id", pa.int64(), "Stream id (0 for the connection)."),
     C("direction", pa.string(), "to_server or to_client: who sent the frame."),
-    C("kind", pa.string(), "settings, window_update, rst_stream, goaway, ping, flow_control_blocked, headers_unknown, max_concurrent_streams, resync, push_promise, priority."),
+    C("kind", pa.string(), vocabulary_doc(H2EventKind) + "."),
     C("value", pa.int64(), "Kind-specific value: increment, error code, stream id, bytes skipped..."),
     C("detail", pa.string(), "Kind-specific text (settings values, GOAWAY last stream id...)."),
     C("duration_ms", pa.float64(), "For flow_control_blocked: how long the sender stayed blocked, ms."),

@@ -14,6 +14,7 @@ import pytest
 
 from parsers.capture import _container, _packets
 from parsers.h2 import _conn
+from parsers.records import H2EventKind, HistoryLetter, RttSource, TcpEventKind
 from parsers.tcp import _fast, _flows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,3 +55,22 @@ def test_same_tables_with_and_without_c(tmp_path):
     for cap in fast:
         assert fast[cap] == pure[cap], cap
     assert fast[f"{tmp_path.name}/bench.pcap"]["messages"]["rows"] > 10_000
+
+
+VOCABULARIES = {"tcp_events.kind": TcpEventKind, "h2_events.kind": H2EventKind, "rtt_samples.source": RttSource}
+
+
+def test_every_kind_written_is_in_its_vocabulary(tmp_path):
+    """What the tables hold is what parsers/records.py documents (and schema.py says)."""
+    caps = _captures(tmp_path)
+    seen: dict[str, set[str]] = {}
+    for tables in _dump(caps, tmp_path / "c.json", pure=False).values():
+        for column, values in tables["vocabulary"].items():
+            seen.setdefault(column, set()).update(values)
+    for column, vocabulary in VOCABULARIES.items():
+        assert seen[column], column
+        assert seen[column] <= {m.value for m in vocabulary}, column
+    letters = {m.value for m in HistoryLetter} | {m.value.lower() for m in HistoryLetter}
+    assert set("".join(seen["connections.history"])) <= letters
+    # the samples and shared captures show most of each vocabulary
+    assert len(seen["tcp_events.kind"]) >= 8 and len(seen["h2_events.kind"]) >= 5

@@ -21,6 +21,7 @@ from parsers.records import (
     ChunkRun,
     DecodeIssue,
     H2Event,
+    H2EventKind,
     PayloadChunk,
     RequestRecord,
     message_from_row,
@@ -427,7 +428,7 @@ class H2Connection(FrameHandlers):
         D.synced = True
         if D.skipped or D.gap_note:
             detail = f"gap={D.gap_note}" if D.gap_note else None
-            self._event(ts, 0, d, "resync", D.skipped, detail)
+            self._event(ts, 0, d, H2EventKind.RESYNC, D.skipped, detail)
             if D.skipped:
                 self._issue("h2_resync", f"skipped {D.skipped} bytes to a frame boundary")
         D.skipped = D.gap_note = 0
@@ -463,7 +464,7 @@ class H2Connection(FrameHandlers):
                     since,
                     key,
                     flow_dir,
-                    "flow_control_blocked",
+                    H2EventKind.FLOW_CONTROL_BLOCKED,
                     key,
                     "unresolved",
                     (end_ns - since) / 1e6,

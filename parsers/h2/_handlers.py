@@ -5,6 +5,7 @@ responses, SETTINGS, WINDOW_UPDATE, RST_STREAM, GOAWAY, PING and PUSH_PROMISE no
 from __future__ import annotations
 
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
+from parsers.records import H2EventKind
 
 from ._frames import (
     CONTINUATION,
@@ -327,24 +328,24 @@ class FrameHandlers:
                 elif ident == 5:
                     self.dirs[o].max_len = max(DEFAULT_MAX_FRAME_SIZE, min(val, MAX_FRAME_LEN))
                     self.dirs[o].max_known = True
-            self._event(ts, 0, d, "settings", len(parts), ",".join(parts))
+            self._event(ts, 0, d, H2EventKind.SETTINGS, len(parts), ",".join(parts))
         elif ftype == WINDOW_UPDATE:
             inc = int.from_bytes(p[:4], "big") & 0x7FFFFFFF
-            self._event(ts, sid, d, "window_update", inc)
+            self._event(ts, sid, d, H2EventKind.WINDOW_UPDATE, inc)
             since = self.flows[1 - d].update(sid, inc)
             if since is not None:
                 self._event(
                     since,
                     sid,
                     1 - d,
-                    "flow_control_blocked",
+                    H2EventKind.FLOW_CONTROL_BLOCKED,
                     sid,
                     "connection" if sid == 0 else "stream",
                     (ts - since) / 1e6,
                 )
         elif ftype == RST_STREAM:
             code = int.from_bytes(p[:4], "big")
-            self._event(ts, sid, d, "rst_stream", code)
+            self._event(ts, sid, d, H2EventKind.RST_STREAM, code)
             st = self.streams.get(sid)
             if st is not None:
                 st.rst_ts = ts
@@ -354,16 +355,16 @@ class FrameHandlers:
                 st.last_off[d] = end_off
                 self._finalize(st)
         elif ftype == PING:
-            self._event(ts, 0, d, "ping", 1 if flags & FLAG_ACK else 0, p.hex())
+            self._event(ts, 0, d, H2EventKind.PING, 1 if flags & FLAG_ACK else 0, p.hex())
         elif ftype == GOAWAY:
             last = int.from_bytes(p[:4], "big") & 0x7FFFFFFF
             code = int.from_bytes(p[4:8], "big")
             dbg = p[8:].decode("utf-8", "replace")
             detail = str(last) if not dbg else f"{last} {dbg}"
-            self._event(ts, 0, d, "goaway", code, detail)
+            self._event(ts, 0, d, H2EventKind.GOAWAY, code, detail)
         elif ftype == PRIORITY:
             dep = int.from_bytes(p[:4], "big")
-            self._event(ts, sid, d, "priority", dep & 0x7FFFFFFF, f"weight={p[4] + 1}")
+            self._event(ts, sid, d, H2EventKind.PRIORITY, dep & 0x7FFFFFFF, f"weight={p[4] + 1}")
         # unknown types: ignored (RFC 9113 section 4.1)
 
     def _block(
@@ -386,10 +387,10 @@ class FrameHandlers:
                 self._issue("hpack_error", f"stream {sid}: {blk.error}")
             if blk.unknown:
                 idx = ",".join(str(x) for x in blk.unknown_indexes[:16])
-                self._event(ts, sid, d, "headers_unknown", blk.unknown, f"indexes={idx}")
+                self._event(ts, sid, d, H2EventKind.HEADERS_UNKNOWN, blk.unknown, f"indexes={idx}")
         if ftype == PUSH_PROMISE:
             self._orient(1 - d)
-            self._event(ts, sid, d, "push_promise", promised, h.get(":path"))
+            self._event(ts, sid, d, H2EventKind.PUSH_PROMISE, promised, h.get(":path"))
             if promised in self.streams or promised in self.closed or not promised:
                 return
             c = 1 - d
@@ -486,7 +487,7 @@ class FrameHandlers:
         if n >= limit:
             if not self.conc_hit[d]:
                 self.conc_hit[d] = True
-                self._event(ts, sid, d, "max_concurrent_streams", limit, f"open={n}")
+                self._event(ts, sid, d, H2EventKind.MAX_CONCURRENT_STREAMS, limit, f"open={n}")
         else:
             self.conc_hit[d] = False
 

@@ -27,7 +27,9 @@ concerns; ``rst`` is reported on the side that sent it. Per-direction summary tu
 follow the same rule (``zero_windows[1]`` = episodes where the client's zero window
 blocked the server's data).
 
-History letters (upper case = client's packets / data, lower case = server's)::
+History letters (upper case = client's packets / data, lower case = server's; the
+vocabulary is :class:`~parsers.records.HistoryLetter`, event kinds
+:class:`~parsers.records.TcpEventKind`, RTT sources :class:`~parsers.records.RttSource`)::
 
     S s  SYN without ACK           H h  SYN+ACK
     A a  pure ACK                  D d  payload

@@ -51,7 +51,17 @@ when the capture saw them: one retransmission may carry several).
 
 from __future__ import annotations
 
-from parsers.records import ACK, FIN, RST, SYN, ConnectionSummary, RttSample, TcpEvent
+from parsers.records import (
+    ACK,
+    FIN,
+    RST,
+    SYN,
+    ConnectionSummary,
+    RttSample,
+    RttSource,
+    TcpEvent,
+    TcpEventKind,
+)
 from parsers.tcp import _reassembly as ra
 from parsers.tcp._flows import addr_str, make_conn_id, server_is_lo
 from parsers.tcp._limits import (
@@ -224,7 +234,7 @@ class PacketPath:
             if D.base is not None and abs(srel - D.hi) > WINDOW_SLACK:
                 self.stats["out_of_window"] += 1  # not this connection's RST (stray / forged)
                 return conn
-            self._events.append(TcpEvent(ts, conn.key, d, "rst", srel, 0, fr))
+            self._events.append(TcpEvent(ts, conn.key, d, TcpEventKind.RST, srel, 0, fr))
             conn.hist.add_side("R", d)
             conn.rst = True
             self._finalize(conn, out, tomb=True)
@@ -264,7 +274,7 @@ class PacketPath:
                             # never passed the capture point, and they carried no data
                             # this packet skips (that would be a hole: lost_segment): lost
                             # ACKs, or the first copy of what this packet resends
-                            self._events.append(TcpEvent(ts, conn.key, d, "upstream_loss", D.hi, delta - 1, fr,
+                            self._events.append(TcpEvent(ts, conn.key, d, TcpEventKind.UPSTREAM_LOSS, D.hi, delta - 1, fr,
                                                          (ts - D.ipid_last_ts) / 1e6))
                         D.ipid_gaps += 1
                     D.ipid_good += 1
@@ -294,7 +304,7 @@ class PacketPath:
                 conn.hist.add_side("H", d)
                 if conn.syn_ts is not None and conn.syn_n == 1:
                     # SYN -> SYN/ACK: capture point -> server -> capture point
-                    self._rtt(conn, R, ts - conn.syn_ts, ts, "handshake")
+                    self._rtt(conn, R, ts - conn.syn_ts, ts, RttSource.HANDSHAKE)
             else:
                 conn.synack_n += 1
                 self._syn_retx(conn, D, ts, fr, conn.synack_ts)
@@ -323,7 +333,7 @@ class PacketPath:
         D.retx += 1
         conn.hist.add_side("T", D.idx)
         rec = (ts - t0) / 1e6 if t0 is not None else None
-        self._events.append(TcpEvent(ts, conn.key, D.idx, "rto_retransmission", 0, 0, fr, rec))
+        self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.RTO_RETRANSMISSION, 0, 0, fr, rec))
 
     @staticmethod
     def _update_ws(conn: Conn) -> None:
@@ -365,7 +375,7 @@ class PacketPath:
                 R.dupacks += 1
                 R.n_dupacks += 1
                 R.dupack_ts = ts
-                self._events.append(TcpEvent(ts, conn.key, R.idx, "dup_ack", arel, 0, fr))
+                self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.DUP_ACK, arel, 0, fr))
         R.keepalive = False
         D.last_win = win
         D.last_ack32 = ack
@@ -387,7 +397,7 @@ class PacketPath:
             conn.hs_done = True
             if conn.synack_n == 1 and arel >= 0:
                 # SYN/ACK -> ACK: capture point -> client -> capture point
-                self._rtt(conn, R, ts - conn.synack_ts, ts, "handshake")
+                self._rtt(conn, R, ts - conn.synack_ts, ts, RttSource.HANDSHAKE)
                 if conn.syn_n == 1 and conn.syn_ts is not None:
                     conn.hs_rtt = ts - conn.syn_ts
         if sk:
@@ -400,7 +410,7 @@ class PacketPath:
     def _zw_end(self, conn: Conn, R: Dir, ts: int | None) -> None:
         rec = None if ts is None else (ts - R.zw_since) / 1e6
         self._events.append(
-            TcpEvent(R.zw_since, conn.key, R.idx, "zero_window", R.zw_seq, 0, R.zw_frame, rec)
+            TcpEvent(R.zw_since, conn.key, R.idx, TcpEventKind.ZERO_WINDOW, R.zw_seq, 0, R.zw_frame, rec)
         )
         R.zw_since = None
 
@@ -446,7 +456,7 @@ class PacketPath:
             # the far end has bytes the capture never saw: capture loss, not network loss
             R.cap_loss += unseen
             conn.hist.add_side("G", R.idx)
-            self._events.append(TcpEvent(ts, conn.key, R.idx, "capture_loss", first, unseen, fr))
+            self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.CAPTURE_LOSS, first, unseen, fr))
             self._drop_holes_below(conn, R, data_ack)
             if data_ack > R.hi:
                 R.hi = data_ack
@@ -461,13 +471,13 @@ class PacketPath:
             R.sacks = []
         t0, _any_rx = R.segs.ack(data_ack)
         if t0 is not None:
-            self._rtt(conn, R, ts - t0, ts, "data_ack")
+            self._rtt(conn, R, ts - t0, ts, RttSource.DATA_ACK)
         e_u = None
         if hts and R.tsv_u is not None:
             e_u = unwrap(tse, R.tsv_u)
             t1 = R.tsq.echo(e_u, ts, data_ack)
             if t1 is not None:
-                self._rtt(conn, R, ts - t1, ts, "tsecr")
+                self._rtt(conn, R, ts - t1, ts, RttSource.TSECR)
         if R.pending_retx:
             keep = []
             for p in R.pending_retx:
@@ -521,7 +531,7 @@ class PacketPath:
             D.keepalive = True  # keep-alive probe: one old byte, nothing to deliver
             return
         if D.rwnd_known and D.rwnd is not None and erel >= D.acked + D.rwnd:
-            self._events.append(TcpEvent(ts, conn.key, d, "window_full", srel, wl, fr))
+            self._events.append(TcpEvent(ts, conn.key, d, TcpEventKind.WINDOW_FULL, srel, wl, fr))
         if srel >= D.hi:
             if srel > D.hi:
                 D.holes.append(Hole(D.hi, srel, ts, fr, ipid, tsv_u))
@@ -539,7 +549,7 @@ class PacketPath:
                     conn.hist.add_side("O", d)
                     rec = (ts - hole.first_seen) / 1e6
                     self._events.append(
-                        TcpEvent(ts, conn.key, d, "out_of_order", srel, wl, fr, rec)
+                        TcpEvent(ts, conn.key, d, TcpEventKind.OUT_OF_ORDER, srel, wl, fr, rec)
                     )
                     self._fill_holes(conn, D, srel, top, ts, None)
                     D.segs.append(srel, top, ts)
@@ -590,7 +600,7 @@ class PacketPath:
                 gap = end - D.nxt - sum(x[1] - x[0] for x in D.buf)
                 conn.hist.add_side("K", D.idx)
                 self._events.append(
-                    TcpEvent(ts, conn.key, D.idx, "reassembly_skip", D.nxt, max(gap, 0), 0)
+                    TcpEvent(ts, conn.key, D.idx, TcpEventKind.REASSEMBLY_SKIP, D.nxt, max(gap, 0), 0)
                 )
                 ra.drain(conn, D, ts, 0, sink, upto=end)
             for h in D.holes:

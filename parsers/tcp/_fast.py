@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from parsers._native import speedups
-from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, TcpEvent
+from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, RttSource, TcpEvent, TcpEventKind
 from parsers.tcp._limits import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
@@ -280,7 +280,7 @@ class BulkPath:
                     pos = int(dp[j])
                     s = int(x["rel"][x["isdata"]][j])
                     self._events.append(
-                        TcpEvent(int(ts[pos]), key, d, "window_full", s,
+                        TcpEvent(int(ts[pos]), key, d, TcpEventKind.WINDOW_FULL, s,
                                  int(x["ends"][j]) - s, int(fr[pos]))
                     )  # fmt: skip
 
@@ -409,7 +409,7 @@ class BulkPath:
                 for pos, s, nb in zip(_i64(x["wf_pos"]).tolist(), _i64(x["wf_s"]).tolist(),
                                       _i64(x["wf_n"]).tolist(), strict=True):  # fmt: skip
                     row = int(idx[pos])
-                    self._events.append(TcpEvent(int(b.ts_ns[row]), key, d, "window_full", s, nb,
+                    self._events.append(TcpEvent(int(b.ts_ns[row]), key, d, TcpEventKind.WINDOW_FULL, s, nb,
                                                  int(b.frame_no[row])))  # fmt: skip
         for d in (0, 1):  # far-end side: ACK progress, RTT samples, TSecr samples
             x = res[d]
@@ -428,12 +428,12 @@ class BulkPath:
             X.segs.sampled_end = x["sampled_end"]
             if len(x["smp_t"]):
                 rtt = _i64(x["smp_v"]) / 1e6
-                self._rtts.append(RttRun(key, X.idx, _i64(x["smp_t"]), rtt, "data_ack"))
+                self._rtts.append(RttRun(key, X.idx, _i64(x["smp_t"]), rtt, RttSource.DATA_ACK))
             if x["e_on"] or new_tsv:
                 X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
             if len(x["tsmp_t"]):
                 rtt = _i64(x["tsmp_v"]) / 1e6
-                self._rtts.append(RttRun(key, X.idx, _i64(x["tsmp_t"]), rtt, "tsecr"))
+                self._rtts.append(RttRun(key, X.idx, _i64(x["tsmp_t"]), rtt, RttSource.TSECR))
             if len(x["smp_t"]) or len(x["tsmp_t"]):  # smoothed/min RTT, as _fast_srtt
                 X.srtt = x["srtt"]
                 if X.min_rtt is None or x["min_rtt"] < X.min_rtt:
@@ -520,7 +520,7 @@ class BulkPath:
                 js = jj[ok]
                 out = (TA[ok], TA[ok] - t[js])
                 X.segs.sampled_end = int(en[js[-1]])
-                self._rtts.append(RttRun(conn.key, X.idx, TA[ok], out[1] / 1e6, "data_ack"))
+                self._rtts.append(RttRun(conn.key, X.idx, TA[ok], out[1] / 1e6, RttSource.DATA_ACK))
             keep = en > X.acked
             st, en, t = st[keep], en[keep], t[keep]
         sampled = X.segs.sampled_end
@@ -557,7 +557,7 @@ class BulkPath:
                 ok = (kk < n) & (tv[kc] == e) & (tt[kc] <= et) & later_ok
                 if ok.any():
                     out = (et[ok], et[ok] - tt[kc[ok]])
-                    self._rtts.append(RttRun(key, X.idx, et[ok], out[1] / 1e6, "tsecr"))
+                    self._rtts.append(RttRun(key, X.idx, et[ok], out[1] / 1e6, RttSource.TSECR))
             last_echo = max(last_echo, int(run[-1]))
         keep = tv > last_echo
         q.set_arrays(tv[keep], tt[keep], ts_[keep], last_echo)

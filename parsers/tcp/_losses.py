@@ -4,7 +4,7 @@ spurious), the loss bursts they make up, and holes given up on. The rules are in
 
 from __future__ import annotations
 
-from parsers.records import TcpEvent
+from parsers.records import TcpEvent, TcpEventKind
 from parsers.tcp import _reassembly as ra
 from parsers.tcp._limits import (
     BURST_GAP_NS,
@@ -66,22 +66,22 @@ class LossPath:
         full = conn.full_rtt()
         fast_win = max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
         if D.dupacks >= 2 and s <= D.acked and ts - D.dupack_ts <= fast_win:
-            return "fast_retransmission"
+            return TcpEventKind.FAST_RETRANSMISSION
         if D.sack_hi > s and ts - D.sack_ts <= fast_win:
-            return "fast_retransmission"
+            return TcpEventKind.FAST_RETRANSMISSION
         rto = max(RTO_MIN_NS, 1.5 * full) if full else RTO_MIN_NS
         # a retransmission timer only fires when no ACK moved forward for a whole RTO; one
         # right after an ACK is ACK-clocked (partial ACK recovery, PMTU re-segmentation)
         if t_orig is not None and ts - t_orig >= rto and ts - D.progress_ts >= RTO_MIN_NS:
-            return "rto_retransmission"
-        return "retransmission"
+            return TcpEventKind.RTO_RETRANSMISSION
+        return TcpEventKind.RETRANSMISSION
 
     def _retx_seen(self, conn, D, s, e, wl, ts, fr, tsv_u) -> None:
         """A retransmission of bytes the capture saw before."""
         D.retx += 1
         conn.hist.add_side("T", D.idx)
         if e <= D.acked or any(a <= s and e <= b for a, b in D.sacks):
-            self._events.append(TcpEvent(ts, conn.key, D.idx, "spurious_retransmission", s, wl, fr))
+            self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.SPURIOUS_RETRANSMISSION, s, wl, fr))
             return
         t_orig = D.segs.orig_ts(s, e)
         kind = self._retx_kind(conn, D, s, ts, t_orig)
@@ -95,7 +95,7 @@ class LossPath:
     def _verdict(self, conn: Conn, D: Dir, p: PendingRetx, spurious: bool) -> None:
         ev = p.event
         if spurious:
-            ev.kind = "spurious_retransmission"
+            ev.kind = TcpEventKind.SPURIOUS_RETRANSMISSION
             ev.burst_id = None
             segs = D.segs.starts_in(p.start, p.end) + [p.start]
             if p.burst is not None and p.burst == D.burst_id:
@@ -162,7 +162,7 @@ class LossPath:
     def _resolve_hole(self, conn: Conn, D: Dir, h: Hole, ts: int | None, burst) -> None:
         rec = None if ts is None else (ts - h.first_seen) / 1e6
         self._events.append(
-            TcpEvent(h.first_seen, conn.key, D.idx, "lost_segment", h.start, h.end - h.start,
+            TcpEvent(h.first_seen, conn.key, D.idx, TcpEventKind.LOST_SEGMENT, h.start, h.end - h.start,
                      h.frame, rec, burst if h.retx else None)
         )  # fmt: skip
 
@@ -196,7 +196,7 @@ class LossPath:
             return
         conn.hist.add_side("K", D.idx)
         self._events.append(
-            TcpEvent(ts, conn.key, D.idx, "reassembly_skip", D.nxt, target - D.nxt, fr)
+            TcpEvent(ts, conn.key, D.idx, TcpEventKind.REASSEMBLY_SKIP, D.nxt, target - D.nxt, fr)
         )
         self._drop_holes_below(conn, D, target)
         ra.drain(conn, D, ts, fr, out, upto=target)
