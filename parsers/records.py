@@ -20,8 +20,9 @@ session layer's message end offsets can be joined.
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 import numpy as np
 
@@ -405,6 +406,25 @@ class MessageRecord:
     end_offset: int  # direction byte offset just after its last byte
     event: int = 0  # LLM stream event kind (parsers.llm.semantics.EVENT_NAMES), 0: not an event
     tokens: int | None = None  # tokens the event carries, when the stream says
+
+
+# One message as it travels from the HTTP/2 and HTTP/1.1 parsers (and the C fast path,
+# which appends MESSAGE_ROW bytes) to the pipeline (which reads them as (n, 7) int64
+# columns): a MessageRecord without its conn_key, seven native int64s in MessageColumn order.
+MessageRow = tuple[int, int, int, int, int, int, int]
+MESSAGE_ROW = struct.Struct("=7q")
+
+
+class MessageColumn(IntEnum):
+    """Where each field of a MessageRow sits (its tuple index and int64 column)."""
+
+    STREAM_ID = 0
+    DIRECTION = 1
+    INDEX = 2
+    TS_NS = 3
+    SIZE = 4
+    FLAGS = 5  # message_flags below
+    END_OFFSET = 6
 
 
 # MessageRow field 5 (message "flags", an int): bit 0 the gRPC compressed flag; bits 8-11

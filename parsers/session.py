@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from parsers.h2 import H2Connection
-from parsers.h2._conn import MessageRow
 from parsers.h2._frames import DEFAULT_MAX_FRAME_SIZE, NEED_MORE, PREFACE, scan_for_frames
 from parsers.http1 import METHODS, REQUEST_START, RESPONSE_START, Http1Conn
 from parsers.records import (
@@ -40,6 +39,7 @@ from parsers.records import (
     DecodeIssue,
     H2Event,
     MessageRecord,
+    MessageRow,
     PayloadChunk,
     RequestRecord,
     message_flags,

@@ -36,7 +36,7 @@ from ._frames import (
 )
 from ._handlers import FrameHandlers
 from ._hpack import DecodedBlock, TolerantDecoder
-from ._state import _FAST_HDR, MSG_ROW, MessageRow, _Dir, _pack_msg
+from ._state import _FAST_HDR, MSG_ROW, _Dir, _pack_msg
 from ._streams import Stream
 
 # Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
@@ -523,4 +523,4 @@ class H2Connection(FrameHandlers):
 _NO_ROWS = np.zeros((0, 7), dtype=np.int64)
 
 
-__all__ = ["H2Connection", "MessageRow", "MSG_ROW"]
+__all__ = ["H2Connection", "MSG_ROW"]

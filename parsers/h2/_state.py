@@ -5,17 +5,14 @@ from __future__ import annotations
 
 import struct
 
+from parsers.records import MESSAGE_ROW
+
 from ._frames import DEFAULT_MAX_FRAME_SIZE, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, HEADERS
 from ._hpack import TolerantDecoder
 from ._streams import Stream
 
-# (stream_id, direction, index, ts_ns, size, flags, end_offset): a MessageRecord without
-# its conn_key, as a tuple (one per message on the hot path); flags: the compressed bit,
-# and an event's kind and tokens (parsers.records.message_flags)
-MessageRow = tuple[int, int, int, int, int, int, int]
-# A message packed for H2Connection.msg_buf: the MessageRow fields as native int64s, so
-# the C fast path appends bytes and the pipeline reads columns.
-MSG_ROW = struct.Struct("=7q")
+# A message packed for H2Connection.msg_buf (layout: parsers.records.MESSAGE_ROW)
+MSG_ROW = MESSAGE_ROW
 _FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
 
 # HEADERS flags that change the payload layout (padding, priority) or need

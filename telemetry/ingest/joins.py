@@ -10,6 +10,7 @@ import numpy as np
 
 from parsers.llm.semantics import TOKEN_KINDS
 from parsers.records import TO_CLIENT, TO_SERVER, ConnectionSummary
+from parsers.records import MessageColumn as MC
 from parsers.tcp import TcpAnalyzer
 from telemetry.ingest.columns import NO_TS
 from telemetry.ingest.state import Conn, Msgs, Ready
@@ -28,16 +29,16 @@ def take_messages(conn: Conn, rows: list[tuple] | np.ndarray) -> None:
         a = rows
     else:
         a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
-    dirs = a[:, 1]  # (columns: sid, dir, idx, ts, size, flags, end)
-    flags = a[:, 5]
+    dirs = a[:, MC.DIRECTION]
+    flags = a[:, MC.FLAGS]
     kinds = (flags >> 8) & 0xF
     if kinds.any():  # LLM stream events: gaps only between those carrying content
         gap = np.full(n, np.nan)
         sel = np.flatnonzero(np.isin(kinds, GAP_KINDS))
         if len(sel):
-            gap[sel] = stream_gaps(conn, a[sel, 0], dirs[sel], a[sel, 3])
+            gap[sel] = stream_gaps(conn, a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
     else:
-        gap = stream_gaps(conn, a[:, 0], dirs, a[:, 3])
+        gap = stream_gaps(conn, a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
     for d in (TO_SERVER, TO_CLIENT):
         sel = np.flatnonzero(dirs == d)
         m = len(sel)
@@ -45,9 +46,10 @@ def take_messages(conn: Conn, rows: list[tuple] | np.ndarray) -> None:
             continue
         # whole rows gathered once; the fields stay (strided) views of them
         part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
-        pf = part[:, 5]
+        pf = part[:, MC.FLAGS]
         block = Msgs(
-            part[:, 0], part[:, 2], part[:, 3], part[:, 4], (pf & 1) != 0, part[:, 6], part_gap,
+            part[:, MC.STREAM_ID], part[:, MC.INDEX], part[:, MC.TS_NS], part[:, MC.SIZE], (pf & 1) != 0,
+            part[:, MC.END_OFFSET], part_gap,
             np.full(m, NO_TS, dtype=np.int64), (pf >> 8) & 0xF, (pf >> 12) - 1,
         )
         old = conn.pending[d]
