@@ -8,7 +8,7 @@ import capture_builders as cb
 import numpy as np
 import pytest
 
-from parsers.capture import CaptureDecoder, CaptureFormatError, _container, _gather
+from parsers.capture import CaptureDecoder, CaptureFormatError, _format, _gather, _pcap, _pcapng
 from parsers.records import PacketBatch
 
 T0 = 1_700_000_000_123_456_000  # a microsecond-aligned time in ns
@@ -18,11 +18,11 @@ T0 = 1_700_000_000_123_456_000  # a microsecond-aligned time in ns
 def record_walk(request, monkeypatch) -> str:
     """Every test runs with the C record walks and gather (when built) and with the
     Python ones."""
-    if request.param == "c" and _container._speedups is None:
+    if request.param == "c" and _format._speedups is None:
         pytest.skip("C extension not built (pip install -e .)")
     if request.param == "python":
-        monkeypatch.setattr(_container, "_speedups", None)
-        monkeypatch.setattr(_gather, "_speedups", None)
+        for reader in (_pcap, _pcapng, _gather):
+            monkeypatch.setattr(reader, "_speedups", None)
     return request.param
 
 
@@ -155,7 +155,7 @@ def test_batch_buffers_are_exact_spans_that_later_input_never_changes(ng: bool, 
     for b in batches:
         first, end = at[k], int(b.offset[-1]) + int(b.caplen[-1])
         assert b.buf[:end].tobytes() == data[first : first + end]
-        assert b.buf.shape[0] == end + _container.BUF_PAD and not b.buf[end:].any()
+        assert b.buf.shape[0] == end + _format.BUF_PAD and not b.buf[end:].any()
         k += len(b)
 
 

@@ -13,10 +13,10 @@ import capture_builders as cb
 import numpy as np
 import pytest
 
-from parsers.capture import CaptureDecoder, _container, decode_segments
+from parsers.capture import CaptureDecoder, _format, _pcap, _pcapng, decode_segments
 from parsers.records import DecodeStats, PacketBatch
 
-pytestmark = pytest.mark.skipif(_container._speedups is None, reason="C extension not built (pip install -e .)")
+pytestmark = pytest.mark.skipif(_format._speedups is None, reason="C extension not built (pip install -e .)")
 
 ROOT = Path(__file__).resolve().parents[1]
 REAL = sorted(ROOT.glob("samples/*/capture.pcap"))[:4] + sorted(Path("/work/shared/captures").glob("*.pcap*"))
@@ -25,7 +25,8 @@ REAL = sorted(ROOT.glob("samples/*/capture.pcap"))[:4] + sorted(Path("/work/shar
 def _decode(data: bytes, pure: bool, monkeypatch, seed: int) -> tuple:
     with monkeypatch.context() as m:
         if pure:
-            m.setattr(_container, "_speedups", None)
+            m.setattr(_pcap, "_speedups", None)
+            m.setattr(_pcapng, "_speedups", None)
         rnd = random.Random(seed)
         dec = CaptureDecoder(batch_packets=1000)
         batches = []
@@ -71,9 +72,9 @@ def test_walks_directly_agree_on_both_byte_orders() -> None:
             body = bytes(i % 60)
             buf += struct.pack(order + "IIII", i, 0, len(body), len(body)) + body
         for end in (len(buf), len(buf) - 3, 10):
-            c = _container._walk_pcap(buf, 0, end, 16, rec)
-            raw, stop = _container._speedups.walk_pcap(buf, 0, end, 16, order == ">")
-            py, pstop = _container._walk_pcap_py(buf, 0, end, 16, rec)
+            c = _pcap._walk_pcap(buf, 0, end, 16, rec)
+            raw, stop = _format._speedups.walk_pcap(buf, 0, end, 16, order == ">")
+            py, pstop = _pcap._walk_pcap_py(buf, 0, end, 16, rec)
             assert np.frombuffer(raw, np.int64).tolist() == py == c[0].tolist()
             assert stop == pstop == c[1]
         head = struct.Struct(order + "II")
@@ -82,8 +83,8 @@ def test_walks_directly_agree_on_both_byte_orders() -> None:
             body = struct.pack(order + "IIIII", 0, 0, i, 4, 4) + b"abcd"
             ng += struct.pack(order + "II", 6, 12 + len(body)) + body + struct.pack(order + "I", 12 + len(body))
         ng += struct.pack(order + "II", 5, 16) + b"\0" * 8  # an ISB stops the walk
-        raw, stop = _container._speedups.walk_epb(ng, 0, len(ng), order == ">")
-        py, pstop = _container._walk_epb_py(ng, 0, len(ng), head)
+        raw, stop = _format._speedups.walk_epb(ng, 0, len(ng), order == ">")
+        py, pstop = _pcapng._walk_epb_py(ng, 0, len(ng), head)
         assert np.frombuffer(raw, np.int64).tolist() == py and stop == pstop
         assert len(py) == 100
 

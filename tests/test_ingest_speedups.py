@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from parsers.capture import _container, _packets
+from parsers.capture import _format, _packets
 from parsers.h2 import _conn
 from parsers.records import H2EventKind, HistoryLetter, RttSource, TcpEventKind
 from parsers.tcp import _fast, _flows
@@ -23,7 +23,7 @@ from gen_grpc_capture import write_capture  # noqa: E402
 from shared_paths import CAPTURES  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    any(m._speedups is None for m in (_conn, _container, _packets, _fast, _flows)),
+    any(m._speedups is None for m in (_conn, _format, _packets, _fast, _flows)),
     reason="C extensions not built (pip install -e .)",
 )
 
