@@ -485,6 +485,14 @@ class Figures:
 FIGURES: list[str] = []
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _print_figures():
+    """After the module, print what the stacks measured (``pytest -s`` shows it)."""
+    yield
+    for line in FIGURES:
+        print(line)
+
+
 def check_against_clients(con, seen: list[Seen], stack: str) -> Figures:
     """The bars: found, model and counts as sent, no [DONE], TTFT vs the client."""
     rows = request_rows(con)
@@ -806,9 +814,3 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
         """SELECT r.client_port, m.stream_id, m.direction, count(*) FROM messages AS m
            JOIN requests AS r USING (conn_id, stream_id) GROUP BY ALL""").fetchall()}  # fmt: skip
     assert ours == theirs
-
-
-def test_zz_print_figures():
-    """Print what the stacks above measured (pytest -s shows it)."""
-    for line in FIGURES:
-        print(line)
