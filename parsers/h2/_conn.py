@@ -36,7 +36,7 @@ from ._frames import (
 )
 from ._handlers import FrameHandlers
 from ._hpack import DecodedBlock, TolerantDecoder
-from ._state import _FAST_HDR, MSG_ROW, _Dir, _pack_msg
+from ._state import MSG_ROW, _Dir, _pack_msg
 from ._streams import Stream
 
 # Optional C version of the feed_chunk fast path (parsers/h2/_speedups.c, built by
@@ -228,86 +228,10 @@ class H2Connection(FrameHandlers):
             feed(c)
 
     def feed_chunk(self, c: PayloadChunk) -> None:
-        """Same as :meth:`feed`, with a fast path for the common case: the chunk is
-        exactly one unpadded DATA frame carrying one whole gRPC message (or a plain
-        body) on a known stream, with nothing buffered."""
-        d = c.direction
-        D = self.dirs[d]
-        data = c.data
-        n = len(data)
-        if not D.plain or c.stream_offset != D.base or c.gap_before or n < 14:
-            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
-            return
-        # one unpack instead of five slices: (length << 8 | type), flags, stream id,
-        # and the first gRPC prefix (flag, length) right after the frame header
-        lt, flags, sid, gflag, glen = _FAST_HDR.unpack_from(data)
-        length = n - 9
-        st = self.streams.get(sid)
-        if (
-            lt != length << 8  # not DATA, or not exactly this chunk
-            or flags & 0x08  # padded
-            or st is None
-            or sid & 0x80000000
-            or (D.max_known and length > D.max_len)
-        ):
-            self.feed(d, data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
-            return
-        self._frame_no = c.frame_no
-        base = D.base
-        off_end = base + n
-        D.frames += 1
-        D.base = off_end
-        sp = st.splitter[d]
-        if (
-            sp is None
-            or sp.__class__ is not GrpcSplitter
-            or sp.probing
-            or sp.left != -1
-            or sp.hdr
-            or sp.keep_trailer
-            or gflag >= 0x80
-            or glen + 5 != length
-        ):
-            self._whole_data(d, st, sid, flags, data, 9, n, length, base, off_end, c.ts_ns)
-            return
-        # one whole gRPC message in one unpadded DATA frame in one packet
-        ts = c.ts_ns
-        msgs = st.msgs
-        idx = msgs[d]
-        if idx == 0:
-            st.first_msg_ts[d] = ts
-            st.first_msg_off[d] = off_end
-        if st.end_ts[1 - d] is None:
-            st.msg_before_end[d] = True
-        if msgs[1 - d]:
-            st.msg_after_first[d] = True
-        self.msg_buf += _pack_msg(sid, d, idx, ts, glen, gflag == 1, off_end)
-        msgs[d] = idx + 1
-        st.last_msg_ts[d] = ts
-        frames = st.data_frames
-        if not frames[d]:
-            st.first_data_ts[d] = ts
-            st.first_data_off[d] = off_end
-        frames[d] += 1
-        st.last_data_ts[d] = ts
-        st.data_bytes[d] += length
-        st.last_off[d] = off_end
-        fs = self.flows[d]
-        if fs.known:
-            # FlowState.consume, inlined (once per packet)
-            end_stream = flags & 1
-            fs.conn -= length
-            windows = fs.streams
-            w = windows.get(sid)
-            if w is not None:
-                w -= length
-                windows[sid] = w
-                if w <= 0 and not end_stream and sid not in fs.blocked:
-                    fs.blocked[sid] = (ts, 0)
-            if fs.conn <= 0 and not end_stream and 0 not in fs.blocked:
-                fs.blocked[0] = (ts, 0)
-        if flags & 1:
-            self._end_stream(st, d, ts, off_end)
+        """:meth:`feed` for one payload chunk. The steady-state case (one unpadded DATA
+        frame carrying one whole message on a known stream) has its fast path in C
+        (:meth:`chunk_feeder`, :meth:`feed_run`); in Python there is one path, this one."""
+        self.feed(c.direction, c.data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before)
 
     def _whole_data(
         self,

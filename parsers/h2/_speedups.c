@@ -3,7 +3,7 @@
  * feed_chunk(conn, chunk) handles the steady-state case of a gRPC token stream, a
  * chunk that is exactly one unpadded DATA frame carrying one whole gRPC message on a
  * known stream, with nothing buffered and without exhausting a flow-control window, by
- * doing what the Python fast path in H2Connection.feed_chunk does, on the same Python
+ * doing what H2Connection.feed and _whole_data do in that case, on the same Python
  * objects. feed_run(...) does the same over the rows of a ChunkRun, and also walks rows
  * made of several such frames and of whole HEADERS frames whose header block the
  * direction's HPACK decoder already holds decoded (what H2Connection._block does with

@@ -3,8 +3,6 @@ path and the pipeline share (MSG_ROW), and the connection's limits."""
 
 from __future__ import annotations
 
-import struct
-
 from parsers.records import MESSAGE_ROW
 
 from ._frames import DEFAULT_MAX_FRAME_SIZE, FLAG_END_HEADERS, FLAG_PADDED, FLAG_PRIORITY, HEADERS
@@ -13,7 +11,6 @@ from ._streams import Stream
 
 # A message packed for H2Connection.msg_buf (layout: parsers.records.MESSAGE_ROW)
 MSG_ROW = MESSAGE_ROW
-_FAST_HDR = struct.Struct(">IBIBI")  # length<<8|type, flags, stream id, gRPC flag, gRPC length
 
 # HEADERS flags that change the payload layout (padding, priority) or need
 # CONTINUATION frames: only FLAG_END_HEADERS set means the payload is the whole block
