@@ -2,7 +2,7 @@
 and per-stream request/message records. Sans-I/O; the public entry is
 :class:`parsers.session.AppSession`, which drives :class:`H2Connection`."""
 
-from ._conn import H2Connection, sent_runs
+from ._conn import H2Connection
 from ._frames import PREFACE, header_plausible, scan_for_frames
 from ._hpack import TolerantDecoder
 
@@ -12,5 +12,4 @@ __all__ = [
     "TolerantDecoder",
     "header_plausible",
     "scan_for_frames",
-    "sent_runs",
 ]

@@ -47,9 +47,6 @@ if _speedups is not None:
     _speedups.init(
         GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
     )
-# {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, for the
-# pipeline's flow_rates counting; None without the extension
-sent_runs = _speedups.sent_runs if _speedups is not None else None
 
 
 class H2Connection(FrameHandlers):

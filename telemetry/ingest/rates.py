@@ -9,13 +9,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from parsers.h2 import sent_runs as _sent_runs
+from parsers._native import speedups
 from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun
 from telemetry.ingest.columns import TS, IdColumns, repeat
 from telemetry.store import table_from_columns
 
 if TYPE_CHECKING:
     from telemetry.ingest.state import Conn
+
+# {(conn_key * 2 + direction, bucket): (bytes, chunks)} over PayloadChunks, in C (it
+# lives in the h2 extension, which knows PayloadChunk's layout once parsers.h2 has loaded;
+# it returns None otherwise, and so does this without the extension: then Python counts)
+_sent_runs = getattr(speedups("parsers.h2"), "sent_runs", None)
 
 RATE_BUCKET_NS = 100_000_000  # a bucket: fine enough to see a shaper's ceiling
 # buckets of an open connection are written once capture time has moved this far past
