@@ -84,6 +84,7 @@ def analyze(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, show_default="one per core; a single file split from 4 cores", help="Processes: several capture files are ingested in parallel; with 2 or more, a single capture of 16 MiB or more is split between two processes by connection (the same rows as one process).")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: chosen from the time span: at most 20 windows).")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report (as `tailtap report --html`) for the store.")] = None,
 ) -> None:
     """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
 
@@ -92,6 +93,16 @@ def analyze(
     if window:
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
     code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window)
+    if html_out is not None and code != EXIT_STORE:
+        from telemetry.report import report_sections
+
+        params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
+        try:
+            store = _open_store(out)
+            write_report_html(store, params, report_sections(store, params), html_out)
+        except (RuntimeError, OSError) as exc:
+            err.print(f"[red]error:[/red] cannot write {html_out}: {exc}".splitlines()[0])
+            code = code or EXIT_INPUT
     if code:
         raise typer.Exit(code)
 
@@ -175,6 +186,7 @@ def report(
     until: Annotated[str | None, typer.Option("--until", help="Only requests before this time.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     top: Annotated[int, typer.Option("--top", min=1, help="Slowest requests listed.")] = 10,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
     from telemetry import render
@@ -188,9 +200,15 @@ def report(
         **parse_slo(slo),
     }
     try:
-        sections = report_sections(_open_store(store_dir), params)
+        store = _open_store(store_dir)
+        sections = report_sections(store, params)
+        if html_out is not None:
+            write_report_html(store, params, sections, html_out)
     except RuntimeError as exc:
         err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_report
@@ -200,6 +218,18 @@ def report(
         render.emit(console, fmt.value, sections, title="tailtap report")
 
 
+def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
+    """The report (``sections``, from report_sections) as one HTML file at ``out``."""
+    from telemetry.db import connect
+    from telemetry.html_report import report_html
+    from telemetry.report import plot_sections, settings_window_s
+
+    con = connect(store, params)
+    page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
+    out.write_text(page, encoding="utf-8")
+    err.print(f"wrote {out}")
+
+
 @app.command()
 def explain(
     request: Annotated[str, typer.Option("--request", "-r", help="CONN_ID:STREAM_ID, as listed by analyze/report.")],
@@ -207,6 +237,7 @@ def explain(
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spikes (default: chosen from the time span).")] = None,
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the request's story as one self-contained HTML file (waterfall, decomposition).")] = None,
 ) -> None:
     """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
     from telemetry import render
@@ -218,8 +249,16 @@ def explain(
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     try:
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
+        if html_out is not None:
+            from telemetry.html_report import explain_html
+
+            html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
+            err.print(f"wrote {html_out}")
     except (RequestNotFound, RuntimeError) as exc:
         err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_explain

@@ -64,6 +64,17 @@ def report_sections(store: Store, params: dict | None = None, con: Analysis | No
     }
 
 
+def plot_sections(store: Store, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows]:
+    """What the HTML report draws beside the report's sections: the network signals and
+    the TTFT bands per window (the windows the report uses)."""
+    con = con or connect(store, params)
+    con.execute(f"SET VARIABLE bucket_s = {settings_window_s(con)!r}")  # conn_timeline's buckets = the windows
+    return {
+        "network": render.rows_of(con, "SELECT * FROM network_timeline"),
+        "ttft_heatmap": render.rows_of(con, "SELECT * FROM ttft_heatmap"),
+    }
+
+
 def _verdict(con, spikes: render.Rows) -> str:
     if not spikes:
         return "no p99 spike: every window stayed near its baseline"
