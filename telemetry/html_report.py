@@ -220,3 +220,31 @@ for (const [name, fig] of Object.entries(figures)) {{
 }}
 </script></body></html>
 """
+
+
+def compare_html(s: dict[str, Any], title: str) -> str:
+    """Two periods (telemetry.report.compare_sections): p99s per method side by side, the
+    cause mix of slow requests and the network in each."""
+    from plotly.offline import get_plotlyjs
+
+    methods = s["methods"]
+    figs = {}
+    for metric, label in (("latency", "latency"), ("ttft", "TTFT"), ("gap", "token gap")):
+        figs[metric] = {"data": [
+            {"type": "bar", "name": f"{label} p99, period {p}", "x": [m["method"] for m in methods],
+             "y": [m[f"{metric}_p99_{p}"] for m in methods]} for p in ("a", "b")],
+            "layout": {"barmode": "group", "height": 300, "margin": {"t": 30}, "yaxis": {"title": f"{label} p99 ms"}}}  # fmt: skip
+    causes = s["causes"]
+    figs["causes"] = {"data": [
+        {"type": "bar", "name": f"period {p}", "x": [f"{c['cause']}{'/' + c['kind'] if c['kind'] else ''}" for c in causes],
+         "y": [c[f"share_{p}"] for c in causes]} for p in ("a", "b")],
+        "layout": {"barmode": "group", "height": 280, "margin": {"t": 30}, "yaxis": {"title": "share of slow requests", "tickformat": ".0%"}}}  # fmt: skip
+    body = "".join([
+        f"<h1>{html.escape(title)}</h1>", f'<p class="verdict">{html.escape(str(s["summary"]))}</p>',
+        "<h2>p99 per method, period a and period b</h2>",
+        '<div id="plot-latency" class="plot"></div><div id="plot-ttft" class="plot"></div><div id="plot-gap" class="plot"></div>',
+        _table(methods),
+        "<h2>Why requests were slow in each</h2>", '<div id="plot-causes" class="plot"></div>', _table(causes),
+        "<h2>The network in each</h2>", _table(s["network"]),
+    ])  # fmt: skip
+    return _page(title, body, figs, get_plotlyjs())
