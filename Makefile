@@ -14,6 +14,8 @@ APT_PACKAGES := tshark:tshark tcpdump:tcpdump ip:iproute2 ps:procps
 APT_PACKAGES += node:nodejs npm:npm curl:curl h2load:nghttp2-client
 # the HTML report's tests open it in headless Chromium through chromedriver
 APT_PACKAGES += chromium:chromium chromedriver:chromium-driver
+# the daemon's tests scrape it with a real Prometheus and lint /metrics with promtool
+APT_PACKAGES += prometheus:prometheus promtool:prometheus
 NODE_DIR := tests/node
 
 .PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report clean
