@@ -361,9 +361,9 @@ def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
         return f"read_parquet({_list([path])})"
     if not _capture_files(store, "requests", capture_id):
         return None
-    from telemetry.db import connect
-
     import warnings
+
+    from telemetry.db import connect
 
     with warnings.catch_warnings():  # a few hundred rows: the extra copy does not matter
         warnings.simplefilter("ignore", UserWarning)
