@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from telemetry.lab.runner import REPO_ROOT, iter_pcap, missing_requirements
+from telemetry.lab.procs import REPO_ROOT
+from telemetry.lab.runner import missing_requirements
+from telemetry.lab.truth import iter_pcap
 
 pytestmark = pytest.mark.lab
 
@@ -35,7 +37,8 @@ if _missing:
 
 from telemetry.lab import scenarios as sc  # noqa: E402
 from telemetry.lab.netns import SERVER_IP, LabNet, list_lab_namespaces  # noqa: E402
-from telemetry.lab.runner import Proc, run_scenario  # noqa: E402
+from telemetry.lab.procs import Proc  # noqa: E402
+from telemetry.lab.runner import run_scenario  # noqa: E402
 from telemetry.lab.verify import capture_streams  # noqa: E402
 
 NS_PER_MS = 1_000_000

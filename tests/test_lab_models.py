@@ -207,7 +207,7 @@ def test_merge_periods() -> None:
 
 def test_assign_windows_and_compare() -> None:
     from telemetry.lab.client import SCHEMA
-    from telemetry.lab.runner import assign_windows, compare
+    from telemetry.lab.truth import assign_windows, compare
 
     rng = random.Random(1)
     rows = []

@@ -161,7 +161,8 @@ def test_the_readme_block_is_rewritten_in_place(sample_score, tmp_path):
 @pytest.mark.lab
 def test_a_short_run_of_the_wider_ranges(tmp_path):
     """Cross traffic over a limited link, captured at the client, under real-time priority."""
-    from telemetry.lab.runner import iter_pcap, missing_requirements, run_scenario
+    from telemetry.lab.runner import missing_requirements, run_scenario
+    from telemetry.lab.truth import iter_pcap
 
     missing = missing_requirements()
     if missing:

@@ -24,17 +24,13 @@ on SIGTERM/SIGINT and at exit.
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,21 +45,14 @@ from telemetry.lab.netns import (
     cleanup_stale,
 )
 from telemetry.lab.openai_server import PROTOCOLS
+from telemetry.lab.procs import REPO_ROOT, Freezer, Proc, _live_nets, _raise_terminated
+from telemetry.lab.truth import _window_rows, assign_windows, compare, iso, p99, read_pcap_summary
 
 NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PROBE_PORT = 7007
 LABELS_SCHEMA = "tailtap.lab.labels/1"
 
-_live_procs: list[Proc] = []
-_live_nets: list[LabNet] = []
-
-
-def iso(ns: int | None) -> str | None:
-    if ns is None:
-        return None
-    return datetime.fromtimestamp(ns / 1e9, UTC).isoformat(timespec="microseconds")
 
 
 def missing_requirements() -> list[str]:
@@ -79,272 +68,6 @@ def missing_requirements() -> list[str]:
         if r.returncode != 0:
             missing.append(f"ip netns ({r.stderr.strip()})")
     return missing
-
-
-class Proc:
-    """A child process in its own session (killed by process group), stdout piped for its
-    READY line, stderr to a log file."""
-
-    def __init__(self, name: str, argv: list[str], log: Path, stdin: bool = True) -> None:
-        self.name = name
-        self.log = log
-        self.python = "telemetry.lab." in " ".join(argv)
-        self.err = open(log, "wb")  # noqa: SIM115 - closed in stop()
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
-        self.p = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self.err,
-            env=env,
-            start_new_session=True,
-        )
-        _live_procs.append(self)
-
-    @property
-    def pid(self) -> int:
-        return self.p.pid
-
-    def wait_line(self, prefix: str, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        buf = b""
-        assert self.p.stdout is not None
-        fd = self.p.stdout.fileno()
-        while time.monotonic() < deadline:
-            r, _, _ = select.select([fd], [], [], 0.1)
-            if r:
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buf += chunk
-                for line in buf.decode(errors="replace").splitlines():
-                    if line.startswith(prefix):
-                        return line
-            elif self.p.poll() is not None:
-                break
-        raise RuntimeError(f"{self.name} did not become ready: {self.tail()}")
-
-    def wait_log(self, text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.log.read_text(errors="replace"):
-                return
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"{self.name} did not start: {self.tail()}")
-
-    def send(self, line: str) -> None:
-        if self.p.stdin and self.p.poll() is None:
-            try:
-                self.p.stdin.write((line + "\n").encode())
-                self.p.stdin.flush()
-            except BrokenPipeError:
-                pass
-
-    def tail(self, n: int = 1500) -> str:
-        try:
-            return self.log.read_text(errors="replace")[-n:]
-        except OSError:
-            return ""
-
-    def kill_group(self, sig: int) -> None:
-        try:
-            os.killpg(self.p.pid, sig)  # the group we created with start_new_session
-        except ProcessLookupError:
-            pass
-
-    def stop(self, timeout: float = 5.0, sig: int = signal.SIGTERM) -> int | None:
-        if self.p.poll() is None:
-            self.kill_group(sig)
-            try:
-                self.p.wait(timeout)
-            except subprocess.TimeoutExpired:
-                if self.python:  # faulthandler in our modules: stacks into its log
-                    self.kill_group(signal.SIGUSR1)
-                    time.sleep(0.5)
-                self.kill_group(signal.SIGKILL)
-                self.p.wait(3)
-        else:
-            self.kill_group(signal.SIGKILL)  # leftovers of its group, if any
-        for f in (self.p.stdin, self.p.stdout):
-            if f:
-                try:
-                    f.close()
-                except OSError:
-                    pass
-        self.err.close()
-        if self in _live_procs:
-            _live_procs.remove(self)
-        return self.p.returncode
-
-
-def _emergency_cleanup() -> None:
-    for p in list(_live_procs):
-        try:
-            p.stop(timeout=1.0)
-        except Exception:  # noqa: BLE001 - best effort at exit
-            pass
-    for n in list(_live_nets):
-        n.destroy()
-        _live_nets.remove(n)
-
-
-atexit.register(_emergency_cleanup)
-
-
-class _Terminated(Exception):
-    pass
-
-
-def _raise_terminated(signum: int, frame: Any) -> None:
-    raise _Terminated(f"signal {signum}")
-
-
-def iter_pcap(path: Path | str) -> Iterator[tuple[int, int, bytes]]:
-    """(timestamp ns, original length, captured bytes) of each record of a classic pcap."""
-    import struct
-
-    with open(path, "rb") as f:
-        head = f.read(24)
-        if len(head) < 24:
-            return
-        magic = struct.unpack("<I", head[:4])[0]
-        endian = "<" if magic in (0xA1B2C3D4, 0xA1B23C4D) else ">"
-        nano = magic in (0xA1B23C4D, 0x4D3CB2A1)
-        rec = struct.Struct(endian + "IIII")
-        while True:
-            h = f.read(16)
-            if len(h) < 16:
-                return
-            sec, frac, incl, orig = rec.unpack(h)
-            data = f.read(incl)
-            yield sec * NS_PER_S + (frac if nano else frac * 1000), orig, data
-
-
-def read_pcap_summary(path: Path) -> dict[str, Any]:
-    """Packets, bytes, first/last timestamp and the largest frame of a classic pcap."""
-    out: dict[str, Any] = {"packets": 0, "bytes": 0, "max_frame_len": 0, "frames_over_mtu": 0}
-    first = last = None
-    for ts, orig, _data in iter_pcap(path):
-        first = ts if first is None else first
-        last = ts
-        out["packets"] += 1
-        out["bytes"] += orig
-        out["max_frame_len"] = max(out["max_frame_len"], orig)
-        if orig > MTU + 14:
-            out["frames_over_mtu"] += 1
-    out["first_ns"], out["last_ns"] = first, last
-    return out
-
-
-def _window_rows(scn: sc.Scenario, duration: float, t0: int) -> list[dict[str, Any]]:
-    rows = []
-    for w in scn.windows:
-        start_s, end_s = round(w.start * duration, 3), round(w.end * duration, 3)
-        start_ns, end_ns = t0 + int(start_s * NS_PER_S), t0 + int(end_s * NS_PER_S)
-        eff = end_ns + int(w.settle_s * NS_PER_S)
-        row: dict[str, Any] = {
-            "name": w.name,
-            "layer": w.layer,
-            "cause": w.cause,
-            "kind": w.kind,
-            "direction": w.direction,
-            "start_offset_s": start_s,
-            "end_offset_s": end_s,
-            "start_ns": start_ns,
-            "end_ns": end_ns,
-            "effect_end_ns": eff,
-            "start_iso": iso(start_ns),
-            "end_iso": iso(end_ns),
-            "effect_end_iso": iso(eff),
-            "settle_s": w.settle_s,
-            "also": [{"cause": c, "kind": k} for c, k in w.also],
-        }
-        if w.layer == "bridge":
-            from telemetry.lab.impair import model_from_spec
-
-            row["models"] = [model_from_spec(m).spec() for m in w.models]
-        else:
-            row["params"] = dict(w.params)
-        rows.append(row)
-    return rows
-
-
-def assign_windows(table: Any, windows: list[dict[str, Any]]) -> Any:
-    """Fill ``in_window``: the first window whose [start, effect_end) the call overlaps."""
-    import pyarrow as pa
-
-    starts = table.column("start_ns").to_pylist()
-    ends = table.column("end_ns").to_pylist()
-    names: list[str | None] = []
-    for s, e in zip(starts, ends, strict=True):
-        e = e if e is not None else s
-        hit = None
-        for w in windows:
-            if s < w["effect_end_ns"] and e >= w["start_ns"]:
-                hit = w["name"]
-                break
-        names.append(hit)
-    i = table.schema.get_field_index("in_window")
-    return table.set_column(i, "in_window", pa.array(names, pa.string()))
-
-
-def p99(values: list[float]) -> float | None:
-    v = sorted(x for x in values if x is not None)
-    if not v:
-        return None
-    return v[min(len(v) - 1, int(round(0.99 * (len(v) - 1))))]
-
-
-def compare(table: Any, windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """p99 of latency / TTFT / largest gap inside each window vs outside every window, per
-    logical request (retries folded in: first start -> last end)."""
-    rows = table.to_pylist()
-    logical: dict[int, dict[str, Any]] = {}
-    for r in rows:
-        g = logical.setdefault(
-            r["logical_id"],
-            {
-                "start": r["start_ns"],
-                "end": r["end_ns"],
-                "first": None,
-                "gap": None,
-                "method": r["method"],
-                "in": r["in_window"],
-                "ok": False,
-            },  # fmt: skip
-        )
-        g["start"] = min(g["start"], r["start_ns"])
-        if r["end_ns"] is not None:
-            g["end"] = max(g["end"] or 0, r["end_ns"])
-        if r["first_message_ns"] is not None:
-            g["first"] = (
-                r["first_message_ns"]
-                if g["first"] is None
-                else min(g["first"], r["first_message_ns"])
-            )
-        if r["max_gap_ms"] is not None:
-            g["gap"] = max(g["gap"] or 0.0, r["max_gap_ms"])
-        g["in"] = g["in"] or r["in_window"]
-        g["ok"] = g["ok"] or r["grpc_status"] == 0
-
-    def metrics(group: list[dict[str, Any]]) -> dict[str, Any]:
-        gen = [g for g in group if g["method"] == "Generate"]
-        return {
-            "requests": len(group),
-            "errors": sum(not g["ok"] for g in group),
-            "latency_p99_ms": p99([(g["end"] - g["start"]) / NS_PER_MS for g in group if g["end"]]),
-            "ttft_p99_ms": p99([(g["first"] - g["start"]) / NS_PER_MS for g in gen if g["first"]]),
-            "max_gap_p99_ms": p99([g["gap"] for g in gen if g["gap"] is not None]),
-        }
-
-    groups = list(logical.values())
-    out_rows = [g for g in groups if g["in"] is None]
-    result = [{"window": None, **metrics(out_rows)}]
-    for w in windows:
-        result.append({"window": w["name"], **metrics([g for g in groups if g["in"] == w["name"]])})
-    return result
 
 
 def run_scenario(
@@ -571,50 +294,6 @@ def _run(
     return _finish(scn, name, duration, seed, out, work, net, t_setup, t0, t_end, windows,
                    idle_rtt, server_cfg, client_cfg, ccfg,
                    {r: f.frozen for r, f in freezers.items()}, log)  # fmt: skip
-
-
-class Freezer:
-    """Slow-reader windows: freeze a lab process (SIGSTOP) for ``freeze_ms`` of every
-    ``freeze_ms + run_ms`` inside the window, by pid; always SIGCONT at the end."""
-
-    def __init__(self, pid: int, windows: list[dict[str, Any]]) -> None:
-        import threading
-
-        self.pid = pid
-        self.windows = windows
-        self.frozen: list[tuple[int, int]] = []
-        self.done = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        if self.windows:
-            self.thread.start()
-
-    def _run(self) -> None:
-        try:
-            for w in self.windows:
-                freeze, run_ = w["params"]["freeze_ms"] / 1000, w["params"]["run_ms"] / 1000
-                if self.done.wait(max(0.0, (w["start_ns"] - time.time_ns()) / 1e9)):
-                    return
-                while time.time_ns() < w["end_ns"] and not self.done.is_set():
-                    t_stop = time.time_ns()
-                    os.kill(self.pid, signal.SIGSTOP)
-                    self.done.wait(freeze)
-                    os.kill(self.pid, signal.SIGCONT)
-                    self.frozen.append((t_stop, time.time_ns()))
-                    self.done.wait(run_)
-        except ProcessLookupError:
-            pass
-        finally:
-            try:
-                os.kill(self.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-
-    def stop(self) -> None:
-        self.done.set()
-        if self.thread.is_alive():
-            self.thread.join(5)
 
 
 def _tcpdump_stats(text: str) -> dict[str, int]:
