@@ -99,13 +99,14 @@ class TlsConnection:
         self._seen_protected[role] = True
         if self.status == "decrypting" and self.ciphers[role] is not None:
             self._decrypt(role, rec)
-        elif self.status == "handshake" and self.hello.version == 0x0304 and self.ciphers[role] is None:
-            self._go_keyless(self.why_keyless or "no keys for this TLS 1.3 session", rec.frame_no)
-            self.keyless.record(role, rec, self.hello)
-        else:
-            if self.status != "keyless":
-                self._go_keyless(self.why_keyless or "no keys for this session", rec.frame_no)
-            self.keyless.record(role, rec, self.hello)
+            return
+        if self.status != "keyless":
+            if not self.hello.client_random or not self.hello.server_random:
+                why = "the handshake was not captured (the connection began before the capture)"
+            else:
+                why = self.why_keyless or "no keys for this session"
+            self._go_keyless(why, rec.frame_no)
+        self.keyless.record(role, rec, self.hello)
 
     # -- handshake -----------------------------------------------------------------------
     def _clear_handshake(self, role: int, mtype: int, body: bytes, rec: Record) -> None:
