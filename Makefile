@@ -8,7 +8,7 @@ SAMPLE ?= samples/loss_burst/capture.pcap
 DEMO_STORE ?= out/demo-store
 # command:package pairs; a package is installed only when its command is missing (a machine
 # with NodeSource's nodejs has npm without Debian's npm package, and the two conflict)
-APT_PACKAGES := tshark:tshark tcpdump:tcpdump ip:iproute2 ps:procps
+APT_PACKAGES := tshark:tshark editcap:wireshark-common tcpdump:tcpdump ip:iproute2 ps:procps
 # real-stack tests (tests/test_real_stacks.py): grpc-js runs on nodejs; curl and
 # nghttp2's h2load are clients
 APT_PACKAGES += node:nodejs npm:npm curl:curl h2load:nghttp2-client

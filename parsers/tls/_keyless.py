@@ -6,11 +6,12 @@ timing and sizes through TLS record boundaries; padding hides sizes, not timing)
 
 * application-data records only; in TLS 1.3 the server's protected records before the
   client's first one (its Finished, itself skipped) are the rest of the handshake;
-* a client record of at least ``REQUEST_MIN_BYTES`` of (estimated) plaintext starts a
-  request once the server has answered the previous one (smaller client records are HTTP/2
-  control frames: WINDOW_UPDATE, PING, SETTINGS acknowledgements); more client records
-  before the answer belong to the same request; over HTTP/2 the client's first record (the
-  connection preface) and the server's records of control-frame size do not count;
+* a client record starts a request once the server has answered the previous one; more
+  client records before the answer belong to the same request. Over HTTP/2 (chosen, or
+  offered when TLS 1.3 hides the choice) a client record needs ``REQUEST_MIN_BYTES`` of
+  (estimated) plaintext (smaller ones are control frames: WINDOW_UPDATE, PING, SETTINGS
+  acknowledgements), the client's first record is its connection preface, and the
+  server's records of control-frame size do not count;
 * each server record (records completed by the same packet count once: a flight) is a
   response chunk: the first is the first byte (the TTFT estimate), the last before the
   next request is the end.
@@ -47,6 +48,15 @@ def plaintext_estimate(payload_len: int, hello: Hello | None) -> int:
     return max(payload_len - 24, 0)
 
 
+def _maybe_h2(hello: Hello | None) -> bool:
+    """HTTP/2 chosen, or offered and the choice unseen (TLS 1.3 sends it encrypted)."""
+    if hello is None:
+        return False
+    if hello.alpn is not None:
+        return hello.alpn.startswith("h2")
+    return any(p.startswith("h2") for p in hello.alpn_offered)
+
+
 @dataclass
 class _Estimate:
     start: int
@@ -81,12 +91,12 @@ class KeylessEstimator:
             return  # the server's encrypted handshake
         self.records += 1
         size = plaintext_estimate(len(rec.payload), hello)
-        h2 = hello is not None and (hello.alpn or "").startswith("h2")
+        h2 = _maybe_h2(hello)
         cur = self.estimates[-1] if self.estimates else None
         if role == 0:
             first = self.client_app == 0
             self.client_app += 1
-            if size < REQUEST_MIN_BYTES or (h2 and first and size < PREFACE_MAX_BYTES):
+            if h2 and (size < REQUEST_MIN_BYTES or (first and size < PREFACE_MAX_BYTES)):
                 return
             if cur is None or cur.flights:
                 self.estimates.append(_Estimate(rec.ts_ns, rec.ts_ns, size))
