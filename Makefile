@@ -12,6 +12,10 @@ APT_PACKAGES := tshark:tshark editcap:wireshark-common tcpdump:tcpdump ip:iprout
 # real-stack tests (tests/test_real_stacks.py): grpc-js runs on nodejs; curl and
 # nghttp2's h2load are clients
 APT_PACKAGES += node:nodejs npm:npm curl:curl h2load:nghttp2-client
+# the HTML report's tests open it in headless Chromium through chromedriver
+APT_PACKAGES += chromium:chromium chromedriver:chromium-driver
+# the daemon's tests scrape it with a real Prometheus and lint /metrics with promtool
+APT_PACKAGES += prometheus:prometheus promtool:prometheus
 NODE_DIR := tests/node
 
 .PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz clean

@@ -38,3 +38,11 @@ CREATE OR REPLACE MACRO header_bytes() AS 66;
 -- pairs every span of a connection with every event of it.
 CREATE OR REPLACE MACRO seconds_between(lo, hi) AS
     range(epoch_ns(lo) // 1000000000, greatest(epoch_ns(hi), epoch_ns(lo)) // 1000000000 + 1);
+
+-- A request is in a compared period: started in [since_ns, until_ns) (null: open) and from
+-- one of capture_ids (null: any capture).
+CREATE OR REPLACE MACRO in_period(started_at, capture_id, since_ns, until_ns, capture_ids) AS
+    (since_ns IS NULL OR epoch_ns(started_at) >= since_ns)
+    AND (until_ns IS NULL OR epoch_ns(started_at) < until_ns)
+    AND (capture_ids IS NULL OR list_contains(capture_ids, capture_id))
+    AND NOT (since_ns IS NULL AND until_ns IS NULL AND capture_ids IS NULL);

@@ -84,3 +84,35 @@ def parse_time_ns(text: str | None) -> int | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1e9)
+
+
+def parse_period(text: str, day_ns: int | None) -> tuple[int | None, int | None, str | None]:
+    """A compared period: ``T1..T2`` (either end may be left open; each an ISO-8601 time,
+    epoch seconds, or a time of day HH:MM[:SS] on ``day_ns``'s UTC date) -> (since_ns,
+    until_ns, None), or a capture id (or its first characters) -> (None, None, id)."""
+    import datetime as dt
+
+    text = text.strip()
+    if ".." not in text:
+        if not text or any(c not in "0123456789abcdef" for c in text.lower()):
+            raise BadValue(f"{text!r} is neither T1..T2 (e.g. 10:00..11:00) nor a capture id")
+        return None, None, text.lower()
+
+    def one(part: str) -> int | None:
+        part = part.strip()
+        if not part:
+            return None
+        if day_ns is not None and len(part) <= 8 and part.count(":") in (1, 2) and "T" not in part:
+            try:
+                t = dt.time.fromisoformat(part)
+            except ValueError:
+                raise BadValue(f"{part!r} is not a time of day (HH:MM or HH:MM:SS)") from None
+            day = dt.datetime.fromtimestamp(day_ns / 1e9, dt.UTC).date()
+            return int(dt.datetime.combine(day, t, dt.UTC).timestamp() * 1e9)
+        return parse_time_ns(part)
+
+    a, _, b = text.partition("..")
+    since, until = one(a), one(b)
+    if since is not None and until is not None and until <= since:
+        raise BadValue(f"{text!r}: the period ends before it starts")
+    return since, until, None

@@ -18,7 +18,7 @@ from rich.console import Console
 
 from telemetry import __version__
 from telemetry.analyze import run_analyze
-from telemetry.args import BadValue, CaptureSide, Format, SqlFormat
+from telemetry.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
 from telemetry.args import parse_duration_ms as _parse_duration_ms
 from telemetry.args import parse_slo as _parse_slo
 from telemetry.args import parse_time_ns as _parse_time_ns
@@ -85,6 +85,7 @@ def analyze(
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: chosen from the time span: at most 20 windows).")] = None,
     keylog: Annotated[list[Path] | None, typer.Option("--keylog", help="TLS key log (SSLKEYLOGFILE / NSS format; repeatable): TLS 1.2 and 1.3 connections with their secrets in it are decrypted. Decryption Secrets Blocks in a pcapng are read without it. Without keys, TLS requests are estimated from record times and sizes.")] = None,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report (as `tailtap report --html`) for the store.")] = None,
 ) -> None:
     """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
 
@@ -93,6 +94,16 @@ def analyze(
     if window:
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
     code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
+    if html_out is not None and code != EXIT_STORE:
+        from telemetry.report import report_sections
+
+        params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
+        try:
+            store = _open_store(out)
+            write_report_html(store, params, report_sections(store, params), html_out)
+        except (RuntimeError, OSError) as exc:
+            err.print(f"[red]error:[/red] cannot write {html_out}: {exc}".splitlines()[0])
+            code = code or EXIT_INPUT
     if code:
         raise typer.Exit(code)
 
@@ -176,6 +187,7 @@ def report(
     until: Annotated[str | None, typer.Option("--until", help="Only requests before this time.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
     top: Annotated[int, typer.Option("--top", min=1, help="Slowest requests listed.")] = 10,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
     from telemetry import render
@@ -189,9 +201,15 @@ def report(
         **parse_slo(slo),
     }
     try:
-        sections = report_sections(_open_store(store_dir), params)
+        store = _open_store(store_dir)
+        sections = report_sections(store, params)
+        if html_out is not None:
+            write_report_html(store, params, sections, html_out)
     except RuntimeError as exc:
         err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_report
@@ -201,6 +219,18 @@ def report(
         render.emit(console, fmt.value, sections, title="tailtap report")
 
 
+def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
+    """The report (``sections``, from report_sections) as one HTML file at ``out``."""
+    from telemetry.db import connect
+    from telemetry.html_report import report_html
+    from telemetry.report import plot_sections, settings_window_s
+
+    con = connect(store, params)
+    page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
+    out.write_text(page, encoding="utf-8")
+    err.print(f"wrote {out}")
+
+
 @app.command()
 def explain(
     request: Annotated[str, typer.Option("--request", "-r", help="CONN_ID:STREAM_ID, as listed by analyze/report.")],
@@ -208,6 +238,7 @@ def explain(
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spikes (default: chosen from the time span).")] = None,
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the request's story as one self-contained HTML file (waterfall, decomposition).")] = None,
 ) -> None:
     """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
     from telemetry import render
@@ -219,8 +250,16 @@ def explain(
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     try:
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
+        if html_out is not None:
+            from telemetry.html_report import explain_html
+
+            html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
+            err.print(f"wrote {html_out}")
     except (RequestNotFound, RuntimeError) as exc:
         err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_explain
@@ -228,6 +267,67 @@ def explain(
         print_explain(console, sections)
     else:
         render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
+
+
+@app.command()
+def compare(
+    a: Annotated[str, typer.Option("--a", help="Period a: T1..T2 (ISO-8601, epoch seconds, or HH:MM[:SS] on the store's first day; an end may be left open) or a capture id.")],
+    b: Annotated[str, typer.Option("--b", help="Period b, the same way.")],
+    store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
+    window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the baselines and spikes (default: chosen from the time span).")] = None,
+    slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
+    html_out: Annotated[Path | None, typer.Option("--html", help="Also write the comparison as one self-contained HTML file.")] = None,
+) -> None:
+    """Compare two periods: per method p50/p99 of latency, TTFT and token gap in each and the change, the cause mix of slow requests in each, the network in each; what changed most first."""
+    from telemetry import render
+    from telemetry.report import compare_sections
+
+    store = _open_store(store_dir)
+    day_ns = _first_capture_ns(store)
+    params: dict[str, object] = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
+    for name, text in (("a", a), ("b", b)):
+        try:
+            since, until, capture = parse_period(text, day_ns)
+        except BadValue as exc:
+            raise typer.BadParameter(str(exc), param_hint=f"--{name}") from None
+        ids = _capture_ids(store, capture) if capture else None
+        if capture and not ids:
+            raise typer.BadParameter(f"no capture {capture!r} in {store_dir} (tailtap sql \"SELECT capture_id FROM captures\")", param_hint=f"--{name}")
+        params.update({f"{name}_since_ns": since, f"{name}_until_ns": until, f"{name}_capture_ids": ids})
+    try:
+        sections = compare_sections(store, params)
+        if html_out is not None:
+            from telemetry.html_report import compare_html
+
+            html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
+            err.print(f"wrote {html_out}")
+    except RuntimeError as exc:
+        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_INPUT) from None
+    if fmt == Format.table:
+        from telemetry.report import print_compare
+
+        print_compare(console, sections)
+    else:
+        render.emit(console, fmt.value, sections, title=f"tailtap compare {a} vs {b}")
+
+
+def _first_capture_ns(store) -> int | None:
+    from telemetry.db import connect
+
+    row = connect(store).execute("SELECT epoch_ns(min(first_ts)) FROM captures").fetchone()
+    return row[0] if row else None
+
+
+def _capture_ids(store, prefix: str) -> list[str]:
+    from telemetry.db import connect
+
+    rows = connect(store).execute("SELECT DISTINCT capture_id FROM captures WHERE starts_with(capture_id, ?)", [prefix]).fetchall()
+    return [r[0] for r in rows]
 
 
 dashboards_app = typer.Typer(

@@ -39,6 +39,9 @@ DEFAULT_PARAMS: dict[str, object] = {
     "queue_min_ms": 5.0,  # RTT inflation that counts as queueing ...
     "queue_floor_share": 0.25,  # ... and at least this share of the path's RTT floor (chosen on the sweep's tuning runs: 0.5 missed queues on long paths)
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
+    # the two periods `tailtap compare` sets (queries/compare_scope.sql)
+    "a_since_ns": None, "a_until_ns": None, "a_capture_ids": None,
+    "b_since_ns": None, "b_until_ns": None, "b_capture_ids": None,
 }
 
 

@@ -64,6 +64,17 @@ def report_sections(store: Store, params: dict | None = None, con: Analysis | No
     }
 
 
+def plot_sections(store: Store, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows]:
+    """What the HTML report draws beside the report's sections: the network signals and
+    the TTFT bands per window (the windows the report uses)."""
+    con = con or connect(store, params)
+    con.execute(f"SET VARIABLE bucket_s = {settings_window_s(con)!r}")  # conn_timeline's buckets = the windows
+    return {
+        "network": render.rows_of(con, "SELECT * FROM network_timeline"),
+        "ttft_heatmap": render.rows_of(con, "SELECT * FROM ttft_heatmap"),
+    }
+
+
 def _verdict(con, spikes: render.Rows) -> str:
     if not spikes:
         return "no p99 spike: every window stayed near its baseline"
@@ -77,6 +88,32 @@ def _verdict(con, spikes: render.Rows) -> str:
         label = cause + (f" ({kind})" if kind else "")
         parts.append(f"{start:%H:%M:%S}: {label} ({share:.0%} of slow requests)")
     return f"{len(spikes)} spike(s): " + "; ".join(parts)
+
+
+def compare_sections(store: Store, params: dict) -> dict[str, render.Rows | str]:
+    """`tailtap compare`: two periods (``params``: a_/b_ since_ns, until_ns, capture_ids)
+    side by side: per method, the cause mix of slow requests, the network."""
+    con = connect(store, params)
+    methods = render.rows_of(con, "SELECT * FROM compare_periods")
+    causes = render.rows_of(con, "SELECT * FROM compare_causes")
+    network = render.rows_of(con, "SELECT * FROM compare_network")
+    return {"summary": _compare_summary(methods, causes), "methods": methods, "causes": causes, "network": network}
+
+
+def _compare_summary(methods: render.Rows, causes: render.Rows) -> str:
+    if not methods:
+        return "no request in either period"
+    parts = []
+    m = methods[0]
+    moved = sorted(((abs(m.get(f"{k}_p99_change") or 0), k) for k in ("latency", "ttft", "gap")), reverse=True)
+    for size, metric in moved:
+        if size >= 0.1:
+            parts.append(f"{m['method']} {metric} p99 {m[f'{metric}_p99_a']:.1f} -> {m[f'{metric}_p99_b']:.1f} ms "
+                         f"({m[f'{metric}_p99_change']:+.0%})")
+    if causes:
+        c = causes[0]
+        parts.append(f"slow requests from {c['cause']}: {c['share_a'] or 0:.0%} -> {c['share_b'] or 0:.0%}")
+    return "what changed most: " + ("; ".join(parts) if parts else "nothing by 10% or more")
 
 
 class RequestNotFound(LookupError):
@@ -229,3 +266,28 @@ def print_explain(console: Console, s: dict) -> None:
             "server_ms"))
         console.print(f"\n[bold]where the {_num(d['latency_ms'])} ms went[/bold]: {parts}"
                       + (" (overlapping network delays scaled down)" if d["overlap_scaled"] else ""))
+
+
+def print_compare(console: Console, s: dict) -> None:
+    """`tailtap compare` in the terminal: one block per method, then causes and network."""
+    console.print(f"[bold]{s['summary']}[/bold]")
+    t = _table("method", "metric", "p50 a", "p50 b", "p99 a", "p99 b", "p99 change", title="per method (ms; requests a / b)")
+    for m in s["methods"]:
+        for i, (metric, label) in enumerate((("latency", "latency"), ("ttft", "TTFT"), ("gap", "token gap"))):
+            change = m.get(f"{metric}_p99_change")
+            t.add_row(f"{m['method']} ({m['requests_a']} / {m['requests_b']})" if i == 0 else "", label,
+                      _num(m.get(f"{metric}_p50_a")), _num(m.get(f"{metric}_p50_b")),
+                      _num(m.get(f"{metric}_p99_a")), _num(m.get(f"{metric}_p99_b")),
+                      "-" if change is None else f"{change:+.0%}")  # fmt: skip
+    console.print(t)
+    t = _table("cause", "slow a", "slow b", "share a", "share b", "delay ms a", "delay ms b", title="slow requests by cause")
+    for c in s["causes"]:
+        t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else ""), str(c["slow_requests_a"]), str(c["slow_requests_b"]),
+                  f"{c['share_a'] or 0:.0%}", f"{c['share_b'] or 0:.0%}", _num(c["delay_ms_a"]), _num(c["delay_ms_b"]))  # fmt: skip
+    console.print(t)
+    t = _table("period", "requests", "retx / 1k", "lost / 1k", "ooo / 1k", "win stalls / 1k", "RTT p50 client side", "RTT p50 server side",
+               title="network")  # fmt: skip
+    for n in s["network"]:
+        t.add_row(n["period"], str(n["requests"]), *(_num(n[k]) for k in ("retransmissions_per_1k", "lost_segments_per_1k",
+                  "out_of_order_per_1k", "window_stalls_per_1k", "rtt_p50_ms_client_side", "rtt_p50_ms_server_side")))  # fmt: skip
+    console.print(t)

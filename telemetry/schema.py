@@ -90,7 +90,7 @@ CONNECTIONS = _table(
     C("rtt_min_ms_to_client", pa.float64(), "Min RTT of samples on server->client data (capture point <-> client path), ms."),
     C("rtt_p50_ms_to_client", pa.float64(), "Median of those samples, ms."),
     C("rtt_p99_ms_to_client", pa.float64(), "99th percentile of those samples, ms."),
-    C("capture_side", pa.string(), "Which end the capture point is near: 'server', 'client' or 'middle'/'unknown' (from the two RTT floors)."),
+    C("capture_side", pa.string(), "Which end the capture point is near: 'server', 'client' or 'middle'/'unknown' (from the two RTT floors; --capture-side sets it). path_rtt measures the path on the far side of it."),
     C("retransmissions_to_server", pa.int64(), "Retransmitted segments client -> server."),
     C("retransmissions_to_client", pa.int64(), "Retransmitted segments server -> client."),
     C("loss_bursts_to_server", pa.int64(), "Loss bursts (runs of consecutive lost segments) client -> server."),

@@ -120,9 +120,12 @@ def _kill(pid: int) -> None:
         pass
 
 
+needs_prometheus = pytest.mark.skipif(PROMETHEUS is None or PROMTOOL is None,
+                                      reason="prometheus and promtool (Debian's prometheus package) are needed: make test installs it")
+
+
 def _promtool_check(text: str) -> None:
-    if PROMTOOL is None:
-        return
+    assert PROMTOOL is not None, "promtool missing (the test is marked needs_prometheus)"
     proc = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, text=True, timeout=20)
     assert proc.returncode == 0, f"promtool check metrics:\n{proc.stdout}{proc.stderr}"
 
@@ -130,6 +133,7 @@ def _promtool_check(text: str) -> None:
 # -- exposition format ---------------------------------------------------------------------
 
 
+@needs_prometheus
 def test_exposition_format_and_promtool():
     r = Registry()
     c = Counter(r, "demo_requests_total", "Requests.\nSecond line \\ backslash.", ["method"])
@@ -156,6 +160,7 @@ def test_exposition_format_and_promtool():
     _promtool_check(text)
 
 
+@needs_prometheus
 def test_daemon_metrics_on_an_empty_store_render_and_lint(tmp_path):
     m = DaemonMetrics(max_methods=2)
     m.refresh_recent(Store(tmp_path / "store"), window_s=300, bucket_s=10)  # nothing stored yet
@@ -485,13 +490,13 @@ def _log(tmp_path: Path) -> str:
 
 
 @needs_capture
+@needs_prometheus
 def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
     load = _GrpcLoad().start()
     metrics_port = _free_port()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
-    prom = prom_port = None
-    if PROMETHEUS:  # start early: it takes a moment to come up
-        prom, prom_port = _prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
+    # a real Prometheus, started early: it takes a moment to come up
+    prom, prom_port = _prometheus(tmp_path, f"127.0.0.1:{metrics_port}")
     daemon = _daemon(tmp_path, load.port, metrics_port)
     seen_children: set[int] = set()
     try:
@@ -539,16 +544,15 @@ def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
         assert 0 <= lag < 30, lag
 
         # a real Prometheus scrapes it
-        if prom is not None:
-            def scraped():
-                body = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=tailtap_requests_total"))
-                values = [float(r["value"][1]) for r in body["data"]["result"]]
-                return values if values and max(values) > 0 else None
+        def scraped():
+            body = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=tailtap_requests_total"))
+            values = [float(r["value"][1]) for r in body["data"]["result"]]
+            return values if values and max(values) > 0 else None
 
-            values = _wait_for("Prometheus to scrape tailtap_requests_total", 20, scraped)
-            assert max(values) > 0
-            up = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
-            assert [r["value"][1] for r in up] == ["1"], up
+        values = _wait_for("Prometheus to scrape tailtap_requests_total", 20, scraped)
+        assert max(values) > 0
+        up = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
+        assert [r["value"][1] for r in up] == ["1"], up
         load.stop()
         assert load.calls > 0 and not load.errors, load.errors
 

@@ -254,18 +254,18 @@ class DaemonMetrics:
 
         con = duckdb.connect()
         try:
-            req_files = _capture_files(store, "requests", capture_id)
-            if req_files:
-                rel = f"read_parquet({_list(req_files)}, hive_partitioning = false)"
+            # the capture's request_metrics, as stored with it at ingest: the one definition
+            # of each request's method, latency, TTFT and gap the report and gauges read too
+            rel = _request_metrics_of(store, capture_id, con)
+            if rel is not None:
                 for method, grpc_status, http_status, n in con.execute(
-                    f"SELECT coalesce(path, '(headers unknown)'), coalesce(CAST(grpc_status AS VARCHAR), ''), "
+                    f"SELECT method, coalesce(CAST(grpc_status AS VARCHAR), ''), "
                     f"coalesce(CAST(http_status AS VARCHAR), ''), count(*) FROM {rel} GROUP BY ALL"
                 ).fetchall():
                     self.requests.inc(n, method=self.method_label(method), grpc_status=grpc_status, http_status=http_status)
                 for method, lat, ttft, gap in con.execute(
-                    f"SELECT coalesce(path, '(headers unknown)'), "
-                    f"list(coalesce(latency_client_est_ms, latency_ms) / 1e3), "
-                    f"list(coalesce(ttft_client_est_ms, ttft_ms) / 1e3), list(max_gap_ms / 1e3) FROM {rel} GROUP BY ALL"
+                    f"SELECT method, list(latency_eff_ms / 1e3), list(ttft_eff_ms / 1e3), list(gap_eff_ms / 1e3) "
+                    f"FROM {rel} GROUP BY ALL"
                 ).fetchall():
                     label = self.method_label(method)
                     self.latency.observe_many(lat, method=label)
@@ -346,6 +346,32 @@ def _dedupe(series: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, 
 
 def _list(paths: Iterable[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
+    """The capture's request_metrics as a relation of ``con``: the file stored with the
+    capture, or (a store written without its models) the rows computed now; None when the
+    capture has no request."""
+    from telemetry.db import DEFAULT_PARAMS
+    from telemetry.models import load_models, stored_key
+
+    models = {m.name: m for m in load_models()}
+    path = store.model_file(stored_key(models, "request_metrics", DEFAULT_PARAMS), "request_metrics", capture_id)
+    if path.exists():
+        return f"read_parquet({_list([path])})"
+    if not _capture_files(store, "requests", capture_id):
+        return None
+    import warnings
+
+    from telemetry.db import connect
+
+    with warnings.catch_warnings():  # a few hundred rows: the extra copy does not matter
+        warnings.simplefilter("ignore", UserWarning)
+        rows = connect(store, {"capture_ids": [capture_id]}).execute(
+            "SELECT method, grpc_status, http_status, latency_eff_ms, ttft_eff_ms, gap_eff_ms FROM request_metrics"
+        ).to_arrow_table()
+    con.register("capture_request_metrics", rows)
+    return "capture_request_metrics"
 
 
 def _capture_files(store: Store, table: str, capture_id: str) -> list[Path]:

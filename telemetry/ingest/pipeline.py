@@ -291,7 +291,8 @@ class CapturePipeline:
             summary = flip_summary(summary)
         self._write_rows(conn, summary)
         self.sendlog.forget(summary.conn_key)
-        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol, tls))
+        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol, tls,
+                                                             self.options.capture_side))
         self.connections_written += 1
 
     def finish(self) -> None:

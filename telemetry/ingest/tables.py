@@ -169,8 +169,9 @@ TLS_FACTS = ("tls_version", "tls_sni", "tls_alpn", "tls_cipher", "tls_resumed", 
 
 
 def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: str,
-                      tls: dict | None = None) -> pa.Table:
-    """The connection's one row (``tls``: a TLS connection's facts, parsers.tls)."""
+                      tls: dict | None = None, side: str = "auto") -> pa.Table:
+    """The connection's one row (``tls``: a TLS connection's facts, parsers.tls; ``side``:
+    where the user says the capture point sits, auto: told from the two RTT floors)."""
     cols: dict[str, list] = {
         "capture_id": [capture_id],
         "conn_id": [s.conn_id],
@@ -213,7 +214,7 @@ def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protoco
         for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
             cols[f"rtt_{stat}_ms_{name}"] = [value]
         floors[name] = stats[0]
-    cols["capture_side"] = [capture_side(floors["to_server"], floors["to_client"])]
+    cols["capture_side"] = [side if side in ("server", "client") else capture_side(floors["to_server"], floors["to_client"])]
     return table_from_columns("connections", cols)
 
 
