@@ -45,6 +45,8 @@ from parsers.records import (
     message_flags,
     message_from_row,
 )
+from parsers.records import MessageColumn as MC
+from parsers.tls import KeyLog, TlsConnection
 
 _SNIFF_MAX = 64 * 1024  # bytes per direction looked at before giving up
 _SNIFF_NOFRAMES = 32 * 1024  # no frame chain in this many bytes: not HTTP/2
@@ -62,6 +64,7 @@ class SessionResult:
     h2_events: list[H2Event] = field(default_factory=list)
     issues: list[DecodeIssue] = field(default_factory=list)
     message_rows: list[MessageRow] = field(default_factory=list)  # ``messages`` as tuples
+    tls: dict | None = None  # a TLS connection's facts (TlsConnection.facts)
 
 
 def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
@@ -164,16 +167,20 @@ class AppSession:
     """Protocol detection and application decoding for one TCP connection."""
 
     def __init__(
-        self, conn_key: int, client_port: int, server_port: int, force_h2: bool = False
+        self, conn_key: int, client_port: int, server_port: int, force_h2: bool = False,
+        keylog: KeyLog | None = None,
     ) -> None:
         self.conn_key = conn_key
+        self.keylog = keylog  # TLS secrets (key logs, Decryption Secrets Blocks)
+        self._tls: TlsConnection | None = None
+        self._inner: AppSession | None = None  # the decrypted plaintext's own session
         self.client_port = client_port
         self.server_port = server_port
         self.force_h2 = force_h2
         self.protocol = "unknown"
         self._flipped = False
         self._orient_locked = False  # orientation known from HTTP/1.1 before a tunnel/upgrade
-        self._mode = "sniff"  # sniff | h2 | http1 | opaque
+        self._mode = "sniff"  # sniff | h2 | http1 | tls | opaque
         self._held: list[_Held] = []
         self._prefix = [bytearray(), bytearray()]
         self._scan_from = [0, 0]  # where the frame-chain scan of each prefix resumes
@@ -196,6 +203,8 @@ class AppSession:
 
     @property
     def flipped(self) -> bool:
+        if self._tls is not None:
+            return self._flipped  # from the ClientHello
         if self._h2 is not None:
             return self._h2.flipped
         return self._flipped
@@ -247,7 +256,9 @@ class AppSession:
             self._sniff_step(chunk.direction, chunk.data, chunk.gap_before)
         elif mode == "http1":
             self._feed_h1(item)
-        # opaque: nothing to decode (TLS or unknown)
+        elif mode == "tls":
+            self._tls.feed(*item)  # type: ignore[union-attr]
+        # opaque: nothing to decode
 
     def feed_run(self, run: ChunkRun) -> None:
         """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the
@@ -279,6 +290,8 @@ class AppSession:
     def take_columns(self) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
         """Like :meth:`take_rows`, with messages as one int64 (n, 7) array of the
         MessageRow fields (compressed as 0/1): no tuple per message."""
+        if self._tls is not None:
+            return self._take_tls_columns(final=False)
         reqs, self._requests = self._requests, []
         parts = []
         if self._messages:
@@ -304,6 +317,9 @@ class AppSession:
         """Like :meth:`take_records`, with messages as :data:`MessageRow` tuples
         (stream_id, direction, index, ts_ns, size, compressed, end_offset): the
         pipeline turns them into columns without a record object per message."""
+        if self._tls is not None:
+            reqs, cols, evs = self._take_tls_columns(final=False)
+            return reqs, [tuple(r) for r in cols.tolist()], evs
         reqs, self._requests = self._requests, []
         rows = _rows_of(self._messages)
         self._messages = []
@@ -333,6 +349,8 @@ class AppSession:
             return self._finished
         if self._mode == "sniff":
             self._decide_final()
+        if self._tls is not None:
+            return self._finish_tls(end_ns)
         reqs = self._requests
         rows = _rows_of(self._messages)
         self._requests, self._messages = [], []
@@ -449,9 +467,84 @@ class AppSession:
                     self._flipped = d == 1
                 elif kind == "tls-server":
                     self._flipped = d == 0
-        else:
-            self.protocol = "unknown"
+            self._mode = "tls"
+            self._tls = TlsConnection(self.conn_key, 1 if self._flipped else 0, self.keylog, self._tls_plaintext)
+            for item in held:
+                self._tls.feed(*item)
+            return
+        self.protocol = "unknown"
         self._mode = "opaque"
+
+    # -- TLS -------------------------------------------------------------------------
+
+    def _tls_plaintext(self, d: int, data: bytes, ts: int, frame_no: int, offset: int, gap: int) -> None:
+        """Decrypted application data: decoded as if it had come in clear."""
+        inner = self._inner
+        if inner is None:
+            alpn = (self._tls.hello.alpn or "") if self._tls else ""
+            inner = self._inner = AppSession(self.conn_key, self.client_port, self.server_port,
+                                             force_h2=alpn.startswith("h2"))  # fmt: skip
+            inner._flipped, inner._orient_locked = self._flipped, True  # the ClientHello said
+        inner.feed(PayloadChunk(self.conn_key, d, data, ts, frame_no, offset, gap))
+
+    def _map_tls(self, reqs: list[RequestRecord], cols: np.ndarray) -> None:
+        """Plaintext offsets -> the TCP offsets of the records that carried them (what
+        the ACKs are joined with); requests marked as decrypted."""
+        tls = self._tls
+        assert tls is not None
+        server_dir = 1 - tls.client_dir
+        for r in reqs:
+            r.first_message_end_offset = tls.tcp_offset(server_dir, r.first_message_end_offset)
+            r.end_offset = tls.tcp_offset(server_dir, r.end_offset)
+            r.protocol = r.protocol + "-tls"
+        for d in (0, 1):
+            role = 0 if d == tls.client_dir else 1
+            if not len(cols) or not tls.plain_ends[role]:
+                continue
+            sel = np.flatnonzero(cols[:, MC.DIRECTION] == d)
+            if len(sel):
+                ends = np.asarray(tls.plain_ends[role], dtype=np.int64)
+                at = np.minimum(np.searchsorted(ends, cols[sel, MC.END_OFFSET], side="left"), len(ends) - 1)
+                cols[sel, MC.END_OFFSET] = np.asarray(tls.tcp_ends[role], dtype=np.int64)[at]
+
+    def _take_tls_columns(self, final: bool) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
+        reqs: list[RequestRecord] = []
+        cols, evs = _NO_COLS, []
+        if self._inner is not None:
+            reqs, cols, evs = self._inner.take_columns()
+            cols = np.array(cols, dtype=np.int64, copy=True)
+            self._map_tls(reqs, cols)
+        if final:
+            kreqs, krows = self._tls.keyless.take()  # type: ignore[union-attr]
+            if kreqs:
+                reqs += kreqs
+                if krows:
+                    cols = np.concatenate([cols, _cols_of(krows)]) if len(cols) else _cols_of(krows)
+        return reqs, cols, evs
+
+    def _finish_tls(self, end_ns: int) -> SessionResult:
+        tls = self._tls
+        assert tls is not None
+        issues = list(self._issues) + tls.issues
+        reqs, cols, evs = [], _NO_COLS, []
+        if self._inner is not None:
+            inner = self._inner.finish(end_ns)
+            reqs = inner.requests
+            cols = _cols_of(inner.message_rows) if inner.message_rows else _NO_COLS
+            cols = np.array(cols, dtype=np.int64, copy=True)
+            self._map_tls(reqs, cols)
+            evs = inner.h2_events
+            issues += inner.issues
+            self.protocol = ("h2" if inner.protocol.startswith("h2") else inner.protocol) + "-tls"
+        kreqs, krows = tls.keyless.take()
+        reqs += kreqs
+        if krows:
+            cols = np.concatenate([cols, _cols_of(krows)]) if len(cols) else _cols_of(krows)
+        rows = [tuple(r) for r in cols.tolist()]
+        ck = self.conn_key
+        msgs = [message_from_row(ck, row) for row in rows]
+        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows, tls.facts())
+        return self._finished
 
     # -- HTTP/2 ----------------------------------------------------------------------
 

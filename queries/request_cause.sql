@@ -18,7 +18,7 @@
 --   server       the network explains less than half of the excess (or nothing):
 --                delay = the excess it does not explain
 --   unknown      the capture cannot tell (one direction only, no RTT at all)
--- depends_on: slow_requests, request_evidence, throttle_evidence
+-- depends_on: slow_requests, request_evidence, throttle_evidence, requests
 -- materialize: session
 WITH s AS (
     SELECT
@@ -99,12 +99,19 @@ SELECT conn_id, stream_id, cause, kind, direction, round(delay_ms, 3) AS delay_m
 UNION ALL
 SELECT n.conn_id, n.stream_id, 'server', NULL, NULL,
     round(greatest(n.excess_ms - coalesce(x.network_ms, 0), 0), 3),
-    format('{} high with {}; network explains {:.1f} of {:.1f} ms excess',
+    format('{} high with {}; network explains {:.1f} of {:.1f} ms excess{}',
            array_to_string(n.slow_metrics, '/'),
            CASE WHEN x.network_ms IS NULL THEN 'a clean network (no loss, reordering, queueing or stalls)' ELSE 'some network delay' END,
-           coalesce(x.network_ms, 0), n.excess_ms)
+           coalesce(x.network_ms, 0), n.excess_ms,
+           -- a TLS request read without keys: its TTFT is the first response record's,
+           -- which may be headers rather than a token, and over HTTP/2 the connection's
+           CASE WHEN q.estimated THEN '; estimated from TLS records without keys (first record, not first token'
+                || CASE WHEN q.kind = 'tls_burst' THEN '; per connection, streams may overlap' ELSE '' END
+                || '): the server''s share is uncertain' ELSE '' END)
 FROM net AS n
 LEFT JOIN explained AS x USING (conn_id, stream_id)
+LEFT JOIN (SELECT conn_id, stream_id, bool_or(estimated) AS estimated, any_value(kind) AS kind
+           FROM requests GROUP BY ALL) AS q USING (conn_id, stream_id)
 WHERE NOT n.one_sided AND NOT n.no_rtt
   AND (x.network_ms IS NULL OR x.network_ms < 0.5 * n.excess_ms)
 UNION ALL

@@ -7,8 +7,11 @@
 -- depends_on: requests
 SELECT
     r.*,
-    -- the method a request is judged as: gRPC method / HTTP path, and the model when it names one
-    coalesce(r.path, '(headers unknown)') || coalesce(' [' || r.model || ']', '') AS method_label,
+    -- the method a request is judged as: gRPC method / HTTP path, and the model when it names
+    -- one; a TLS request estimated without keys is judged with its server name and ALPN
+    coalesce(r.path,
+             CASE WHEN r.estimated THEN 'TLS ' || coalesce(r.authority, '?') || ' ' || coalesce(r.method, '') END,
+             '(headers unknown)') || coalesce(' [' || r.model || ']', '') AS method_label,
     coalesce(r.grpc_status, 0) <> 0
         OR (r.grpc_status IS NULL AND r.http_status >= 400)
         OR r.reset_code IS NOT NULL AS is_error,

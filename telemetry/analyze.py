@@ -64,13 +64,36 @@ def _processes(jobs: int | None) -> tuple[int, int]:
     return cores, 2 if cores >= SPLIT_MIN_CORES else 1
 
 
-def _ingest_one(args: tuple[str, str, tuple[int, ...], str, bool]):
+def _ingest_one(args: tuple):
     """Worker for parallel ingest (one capture file per process)."""
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.store import Store
 
-    path, store_dir, ports, side, force = args
-    return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force))
+    path, store_dir, ports, side, force, keylog = args
+    return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force, keylog=keylog))
+
+
+def load_keylogs(paths: list[Path], status: StatusLines):
+    """The TLS key logs (NSS format) of ``paths`` as one KeyLog; a line it cannot read is
+    a warning naming the file and line; a file it cannot read at all is an error (None)."""
+    from parsers.tls import KeyLog
+
+    keylog = KeyLog()
+    for path in paths:
+        try:
+            text = path.read_text(encoding="ascii", errors="replace")
+        except OSError as exc:
+            status.say(f"{path}: cannot read the key log: {exc.strerror or exc}", "error")
+            return None
+        before = keylog.lines
+        keylog.add_text(text, str(path))
+        if keylog.lines == before:
+            status.say(f"{path}: no TLS secrets in this file (NSS key log lines such as CLIENT_RANDOM ...)", "warning")
+    for problem in keylog.problems[:20]:
+        status.say(problem, "warning")
+    if len(keylog.problems) > 20:
+        status.say(f"... and {len(keylog.problems) - 20} more key log lines not read", "warning")
+    return keylog
 
 
 def run_analyze(
@@ -83,6 +106,7 @@ def run_analyze(
     jobs: int | None = None,
     report: bool = True,
     window: str | None = None,
+    keylog_files: list[Path] | None = None,
 ) -> int:
     """Ingest ``captures`` into the store ``out``, print what was read and (``report``)
     the per-method report; returns the exit code. ``jobs``: processes; several files are
@@ -92,6 +116,11 @@ def run_analyze(
     from telemetry.capture_id import prefetch
 
     status = StatusLines()
+    keylog = None
+    if keylog_files:
+        keylog = load_keylogs(keylog_files, status)
+        if keylog is None:
+            return EXIT_INPUT
     jobs, split = _processes(jobs)
     if jobs == 1 or len(captures) == 1:
         prefetch(captures)  # the files' hashes run while the pipeline's modules import
@@ -107,10 +136,10 @@ def run_analyze(
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                args = [(str(p), str(out), ports, capture_side.value, force) for p in captures]
+                args = [(str(p), str(out), ports, capture_side.value, force, keylog) for p in captures]
                 results = list(pool.map(_ingest_one, args))
         else:
-            options = IngestOptions(frozenset(ports), capture_side.value, force, processes=split)
+            options = IngestOptions(frozenset(ports), capture_side.value, force, processes=split, keylog=keylog)
             total = sum(p.stat().st_size for p in captures if p.is_file())
             with _progress(status, total) as progress:
                 task = progress.add_task("reading", total=total or None, packets=0)

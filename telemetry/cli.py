@@ -84,6 +84,7 @@ def analyze(
     jobs: Annotated[int | None, typer.Option("--jobs", "-j", min=1, show_default="one per core; a single file split from 4 cores", help="Processes: several capture files are ingested in parallel; with 2 or more, a single capture of 16 MiB or more is split between two processes by connection (the same rows as one process).")] = None,
     report: Annotated[bool, typer.Option("--report/--no-report", help="Print the report after ingesting.")] = True,
     window: Annotated[str | None, typer.Option("--window", "-w", help="Window length of the spike report (default: chosen from the time span: at most 20 windows).")] = None,
+    keylog: Annotated[list[Path] | None, typer.Option("--keylog", help="TLS key log (SSLKEYLOGFILE / NSS format; repeatable): TLS 1.2 and 1.3 connections with their secrets in it are decrypted. Decryption Secrets Blocks in a pcapng are read without it. Without keys, TLS requests are estimated from record times and sizes.")] = None,
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report (as `tailtap report --html`) for the store.")] = None,
 ) -> None:
     """Ingest capture files into the store and print per-method latency, TTFT and token-gap percentiles.
@@ -92,7 +93,7 @@ def analyze(
     """
     if window:
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
-    code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window)
+    code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
     if html_out is not None and code != EXIT_STORE:
         from telemetry.report import report_sections
 

@@ -184,7 +184,8 @@ def print_analyze(console: Console, s: dict) -> None:
         )
     for m in s["methods"]:
         console.print(f"\n[bold]{m['method']}[/bold]  {m['requests']} requests, {m['errors']} errors"
-                      + (f", {m['headers_unknown']} with HPACK context missing" if m["headers_unknown"] else ""))
+                      + (f", {m['headers_unknown']} with HPACK context missing" if m["headers_unknown"] else "")
+                      + (f", {m['estimated']} estimated from TLS records (no keys)" if m.get("estimated") else ""))
         t = _table("", "p50", "p90", "p99", "max")
         for label, key in (("latency ms", "latency"), ("TTFT ms", "ttft"), ("token gap ms", "gap")):
             t.add_row(label, *(_num(m.get(f"{key}_{q}_ms")) for q in ("p50", "p90", "p99", "max")))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from shared_paths import CAPTURES
-from tshark_ref import TSHARK, h2_streams
+from tshark_ref import TSHARK, compare_streams, h2_streams
 
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
@@ -61,29 +61,7 @@ def test_streams_match_tshark(tmp_path, name, ports):
     ref = h2_streams(CAPTURES / name, ports)
     assert ref, f"tshark decoded no HTTP/2 stream in {name}"
     ours = {(frozenset((r["client_port"], r["server_port"])), r["stream_id"]): r for r in _requests(tmp_path, name)}
-    problems = []
-    for key, st in sorted(ref.items(), key=lambda kv: (sorted(kv[0][0]), kv[0][1])):
-        label = f"{name} ports {sorted(key[0])} stream {st.stream_id}"
-        r = ours.get(key)
-        if r is None:
-            problems.append(f"{label}: missing in tailtap")
-            continue
-        if st.path is not None and r["path"] != st.path:
-            problems.append(f"{label}: path {r['path']!r} != tshark {st.path!r}")
-        if st.status is not None and r["http_status"] != st.status:
-            problems.append(f"{label}: status {r['http_status']} != tshark {st.status}")
-        if st.grpc_status is not None and r["grpc_status"] != st.grpc_status:
-            problems.append(f"{label}: grpc-status {r['grpc_status']} != tshark {st.grpc_status}")
-        if st.ambiguous:
-            continue
-        msgs = st.messages
-        if r["response_messages"] != len(msgs):
-            problems.append(f"{label}: {r['response_messages']} response messages != tshark {len(msgs)}")
-        if msgs:
-            if r["first_ns"] != msgs[0]:
-                problems.append(f"{label}: first message at {r['first_ns']} != tshark frame {msgs[0]}")
-            if r["last_ns"] != msgs[-1]:
-                problems.append(f"{label}: last message at {r['last_ns']} != tshark frame {msgs[-1]}")
+    problems = compare_streams(name, ref, ours)
     assert not problems, "\n".join(problems)
 
 

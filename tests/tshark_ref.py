@@ -49,9 +49,12 @@ def _ns(epoch: str) -> int:
     return int(Decimal(epoch) * 1_000_000_000)
 
 
-def h2_streams(path: Path, decode_ports: tuple[int, ...] = ()) -> dict[tuple[frozenset[int], int], RefStream]:
-    """Every HTTP/2 stream tshark decodes, keyed by (the connection's two ports, stream id)."""
+def h2_streams(path: Path, decode_ports: tuple[int, ...] = (), keylog: Path | None = None) -> dict[tuple[frozenset[int], int], RefStream]:
+    """Every HTTP/2 stream tshark decodes, keyed by (the connection's two ports, stream id);
+    TLS decrypted with ``keylog`` (tshark reads a pcapng's Decryption Secrets Blocks itself)."""
     cmd = [TSHARK or "tshark", "-r", str(path), "-o", "tcp.reassemble_out_of_order:TRUE"]
+    if keylog is not None:
+        cmd += ["-o", f"tls.keylog_file:{keylog}"]
     for port in decode_ports:
         cmd += ["-d", f"tcp.port=={port},http2"]
     cmd += ["-Y", "http2", "-T", "json", "--no-duplicate-keys", "-J", "frame tcp http http2 grpc"]
@@ -104,3 +107,32 @@ def h2_streams(path: Path, decode_ports: tuple[int, ...] = ()) -> dict[tuple[fro
                     ts for g in grpc if "grpc.message_length" in g and g.get("grpc.frame_type", "0") == "0"
                 )
     return {k: v for k, v in streams.items() if v.has_headers or v.data_frames}
+
+
+def compare_streams(name: str, ref: dict[tuple[frozenset[int], int], RefStream], ours: dict) -> list[str]:
+    """What differs between tshark's streams and tailtap's requests (rows keyed like
+    ``ref``: path, http_status, grpc_status, response_messages, first_ns, last_ns)."""
+    problems = []
+    for key, st in sorted(ref.items(), key=lambda kv: (sorted(kv[0][0]), kv[0][1])):
+        label = f"{name} ports {sorted(key[0])} stream {st.stream_id}"
+        r = ours.get(key)
+        if r is None:
+            problems.append(f"{label}: missing in tailtap")
+            continue
+        if st.path is not None and r["path"] != st.path:
+            problems.append(f"{label}: path {r['path']!r} != tshark {st.path!r}")
+        if st.status is not None and r["http_status"] != st.status:
+            problems.append(f"{label}: status {r['http_status']} != tshark {st.status}")
+        if st.grpc_status is not None and r["grpc_status"] != st.grpc_status:
+            problems.append(f"{label}: grpc-status {r['grpc_status']} != tshark {st.grpc_status}")
+        if st.ambiguous:
+            continue
+        msgs = st.messages
+        if r["response_messages"] != len(msgs):
+            problems.append(f"{label}: {r['response_messages']} response messages != tshark {len(msgs)}")
+        if msgs:
+            if r["first_ns"] != msgs[0]:
+                problems.append(f"{label}: first message at {r['first_ns']} != tshark frame {msgs[0]}")
+            if r["last_ns"] != msgs[-1]:
+                problems.append(f"{label}: last message at {r['last_ns']} != tshark frame {msgs[-1]}")
+    return problems

@@ -87,6 +87,9 @@ class CaptureDecoder:
         self.bytes_read = 0
         # Sum over interfaces of the latest pcapng ISB drop counter (None when unknown).
         self.kernel_drops: int | None = None
+        # TLS key logs carried by pcapng Decryption Secrets Blocks, in file order; the
+        # reader of the packets takes them (and clears the list)
+        self.tls_secrets: list[bytes] = []
         # unconsumed input: _store[_lo:_hi] (see _data); _store[_lo] is file offset _base
         self._store = np.empty(0, np.uint8)
         self._lo = self._hi = 0

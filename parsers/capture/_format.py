@@ -42,6 +42,8 @@ SHB_TYPE = 0x0A0D0D0A  # palindrome: readable in either byte order
 _BOM_LE = b"\x4d\x3c\x2b\x1a"
 _BOM_BE = b"\x1a\x2b\x3c\x4d"
 IDB_TYPE, PB_TYPE, SPB_TYPE, NRB_TYPE, ISB_TYPE, EPB_TYPE = 1, 2, 3, 4, 5, 6
+DSB_TYPE = 0x0A  # Decryption Secrets Block
+DSB_TLS_KEY_LOG = 0x544C534B  # its secrets type for an NSS key log ("TLSK")
 # Non-packet blocks skipped without a word: name resolution, interface statistics,
 # systemd journal, decryption secrets, custom blocks, and a few rare/newer ones.
 _KNOWN_SKIPPED = {NRB_TYPE, ISB_TYPE, 7, 8, 9, 0x0A, 0xBAD, 0x40000BAD}

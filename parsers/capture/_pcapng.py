@@ -17,6 +17,8 @@ from ._format import (
     _KNOWN_SKIPPED,
     _NS,
     _U32LE,
+    DSB_TLS_KEY_LOG,
+    DSB_TYPE,
     EPB_TYPE,
     IDB_TYPE,
     ISB_TYPE,
@@ -380,6 +382,7 @@ class _PcapngReader:
             SPB_TYPE: self._spb,
             PB_TYPE: self._pb,
             ISB_TYPE: self._isb,
+            DSB_TYPE: self._dsb,
         }.get(btype)
         if handler is not None:
             body = bytes(data[rel + 8 : rel + blen - 4])
@@ -492,6 +495,16 @@ class _PcapngReader:
         ts = int(ts_to_ns(raw, f.tsresol, f.tsoffset)[0])
         self.last_ts = ts
         self.slow_rows.append((dec.packets_read, ts, f.linktype, caplen, origlen, at + 28))
+        return True
+
+    def _dsb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:
+        """Decryption Secrets Block: a TLS key log is kept for the reader; other secrets
+        (WireGuard, ZigBee...) are not used."""
+        if len(body) < 8:
+            return self._too_short(dec, DSB_TYPE, at, len(body) + 12)
+        kind, length = struct.unpack_from(order + "II", body, 0)
+        if kind == DSB_TLS_KEY_LOG and 8 + length <= len(body):
+            dec.tls_secrets.append(bytes(body[8 : 8 + length]))
         return True
 
     def _isb(self, dec: CaptureDecoder, order: str, body: bytes, at: int) -> bool:

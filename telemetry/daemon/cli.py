@@ -56,6 +56,7 @@ def run(
     keep_files: Annotated[bool, typer.Option("--keep-files", help="Keep ingested capture files in SPOOL/ingested (pruned by --retention-hours and --max-files).")] = False,
     h2_port: Annotated[list[int] | None, typer.Option("--h2-port", help="Force HTTP/2 decoding on this TCP port (repeatable).")] = None,
     capture_side: Annotated[CaptureSide, typer.Option("--capture-side", help="Where the capture point sits (auto: from the RTT floors).")] = CaptureSide.auto,
+    keylog: Annotated[list[Path] | None, typer.Option("--keylog", help="TLS key log (NSS format; repeatable), read at start: TLS connections whose secrets it holds are decrypted, the others estimated from their records.")] = None,
     once: Annotated[bool, typer.Option("--once", help="Capture one file (--rotate-seconds long), ingest it, exit.")] = False,
     duration: Annotated[float | None, typer.Option("--duration", min=0.1, help="Capture for this many seconds, ingest everything, exit.")] = None,
     metrics_window: Annotated[float, typer.Option("--metrics-window-seconds", min=1.0, help="Span of the tailtap_recent_* gauges (per-method p50/p99, spikes, causes).")] = 300.0,
@@ -79,7 +80,7 @@ def run(
         interface=interface, store=store, spool=spool, rotate_seconds=rotate_seconds, rotate_mb=rotate_mb,
         bpf=bpf, snaplen=snaplen, buffer_mb=buffer_mb, capturer=capturer.value, metrics_addr=metrics_addr,
         retention_hours=retention_hours, max_files=max_files, keep_files=keep_files,
-        h2_ports=tuple(h2_port or ()), capture_side=capture_side.value,
+        h2_ports=tuple(h2_port or ()), capture_side=capture_side.value, keylogs=tuple(keylog or ()),
         duration_s=float(rotate_seconds) if once else duration,
         metrics_window_s=metrics_window, window_s=window, refresh_s=refresh,
     )

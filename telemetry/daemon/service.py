@@ -70,6 +70,7 @@ class DaemonConfig:
     keep_files: bool = False
     h2_ports: tuple[int, ...] = ()
     capture_side: str = "auto"
+    keylogs: tuple[Path, ...] = ()  # TLS key logs, read at start
     duration_s: float | None = None  # bounded run; None: until a signal
     metrics_window_s: float = 300.0
     window_s: float = 10.0
@@ -97,6 +98,18 @@ class Daemon:
             host, port = parse_addr(c.metrics_addr)
         except ValueError as exc:
             raise DaemonError(f"--metrics-addr {exc}", EXIT_USAGE) from None
+        self.keylog = None
+        if c.keylogs:
+            from parsers.tls import KeyLog
+
+            self.keylog = KeyLog()
+            for path in c.keylogs:
+                try:
+                    self.keylog.add_text(Path(path).read_text(encoding="ascii", errors="replace"), str(path))
+                except OSError as exc:
+                    raise DaemonError(f"--keylog {path}: {exc.strerror or exc}", EXIT_USAGE) from None
+            for problem in self.keylog.problems[:20]:
+                log.warning("%s", problem)
         try:
             tool_path = find_tool(c.capturer)
             capture_config = CaptureConfig(
@@ -157,7 +170,7 @@ class Daemon:
         host, port = self.server.server_address[:2]
         log.info("metrics on http://%s:%d/metrics", f"[{host}]" if ":" in str(host) else host, port)
         settings = WorkerSettings(
-            options=IngestOptions(frozenset(c.h2_ports), c.capture_side),
+            options=IngestOptions(frozenset(c.h2_ports), c.capture_side, keylog=self.keylog),
             retention_hours=c.retention_hours, max_files=c.max_files, keep_files=c.keep_files,
             metrics_window_s=c.metrics_window_s, window_s=c.window_s, refresh_s=c.refresh_s,
         )

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from parsers.records import DecodeIssue
+from parsers.tls import KeyLog
 
 ProgressFn = Callable[[int, int], None]  # (bytes read of the file on disk, packets)
 
@@ -21,6 +22,9 @@ class IngestOptions:
     # compute the models kept with each capture at its commit (telemetry.stored_models);
     # off, queries compute them when read (the same answers)
     store_models: bool = True
+    # TLS secrets (key logs read by the caller); the capture's Decryption Secrets Blocks
+    # are added to a copy as the file is read
+    keylog: KeyLog | None = None
 
 
 @dataclass

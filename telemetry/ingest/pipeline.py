@@ -7,6 +7,7 @@ while the connection is open."""
 
 from __future__ import annotations
 
+import copy
 import time
 from itertools import groupby
 from operator import attrgetter
@@ -28,6 +29,7 @@ from parsers.records import (
 )
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer, flip_summary
+from parsers.tls import KeyLog
 from telemetry import __version__
 from telemetry.ingest.columns import IdColumns
 from telemetry.ingest.joins import resolve_acks, take_messages
@@ -88,6 +90,8 @@ class CapturePipeline:
         self._requests_out: list[tuple[ConnectionSummary, list[Ready]]] = []
         self._requests_out_n = 0
         self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
+        # TLS secrets: the given key logs, then the capture's Decryption Secrets Blocks
+        self.keylog = copy.deepcopy(options.keylog) if options.keylog is not None else KeyLog()
 
     # -- files of a chain ----------------------------------------------------------------
     def begin_file(self, capture_id: str, writer: CaptureWriter) -> None:
@@ -129,11 +133,15 @@ class CapturePipeline:
         conn = self._conn(key)
         client_port, server_port = self.tcp.connection_info(key)
         force = bool(self.options.h2_ports & {client_port, server_port})
-        conn.session = self.sessions[key] = AppSession(key, client_port, server_port, force_h2=force)
+        conn.session = self.sessions[key] = AppSession(key, client_port, server_port, force_h2=force, keylog=self.keylog)
         return conn.session
 
     # -- per batch -------------------------------------------------------------------
     def process(self, batch: PacketBatch) -> None:
+        if self.decoder.tls_secrets:
+            for secrets in self.decoder.tls_secrets:
+                self.keylog.add_text(secrets.decode("ascii", "replace"), "the capture's Decryption Secrets Block")
+            self.decoder.tls_secrets.clear()
         if len(batch) == 0:
             return
         ts_ns = batch.ts_ns
@@ -268,10 +276,10 @@ class CapturePipeline:
     def _close(self, summary: ConnectionSummary) -> None:
         conn = self.conns.pop(summary.conn_key, None) or Conn(summary.conn_key)
         self.sessions.pop(summary.conn_key, None)
-        protocol = "unknown"
+        protocol, tls = "unknown", None
         if conn.session is not None:
             result = conn.session.finish(summary.end_ns)
-            protocol = result.protocol
+            protocol, tls = result.protocol, result.tls
             self.issues.extend(result.issues)
             self._take(conn, result.requests, result.message_rows, result.h2_events)
         if summary.ack_progress is not None:
@@ -283,7 +291,8 @@ class CapturePipeline:
             summary = flip_summary(summary)
         self._write_rows(conn, summary)
         self.sendlog.forget(summary.conn_key)
-        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol, self.options.capture_side))
+        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol, tls,
+                                                             self.options.capture_side))
         self.connections_written += 1
 
     def finish(self) -> None:

@@ -135,6 +135,9 @@ def requests_table(capture_id: str, resolved: list[tuple[ConnectionSummary, list
     ttft_est = client_est(ttft_from, times["first_message"], first_acked, floor)
     latency_est = client_est(start, last, end_acked, floor)
     p50, p99, max_gap = (np.concatenate([b.gaps[j] for b in blocks]) for j in range(3))
+    protocols = cols["protocol"]
+    cols["encrypted"] = [p is not None and p.endswith("tls") for p in protocols]
+    cols["estimated"] = [p == "tls" for p in protocols]
     throttled = [
         h in APP_THROTTLE_HTTP or g in APP_THROTTLE_GRPC
         for h, g in zip(cols["http_status"], cols["grpc_status"], strict=True)
@@ -162,10 +165,13 @@ def requests_table(capture_id: str, resolved: list[tuple[ConnectionSummary, list
     return table_from_columns("requests", cols)
 
 
+TLS_FACTS = ("tls_version", "tls_sni", "tls_alpn", "tls_cipher", "tls_resumed", "tls_decrypted", "tls_note")
+
+
 def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: str,
-                      side: str = "auto") -> pa.Table:
-    """The connection's one row (``side``: where the user says the capture point sits;
-    auto: told from the two RTT floors)."""
+                      tls: dict | None = None, side: str = "auto") -> pa.Table:
+    """The connection's one row (``tls``: a TLS connection's facts, parsers.tls; ``side``:
+    where the user says the capture point sits, auto: told from the two RTT floors)."""
     cols: dict[str, list] = {
         "capture_id": [capture_id],
         "conn_id": [s.conn_id],
@@ -197,6 +203,7 @@ def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protoco
         "protocol": [protocol],
         "requests": [conn.requests],
         "history": [s.history],
+        **{k: [(tls or {}).get(k)] for k in TLS_FACTS},
     }
     floors = {}
     for tcp_dir in (TO_SERVER, TO_CLIENT):

@@ -1,0 +1,56 @@
+"""Seed inputs for the fuzz targets, from real captures: the shared captures (small ones,
+whole) for ``capture``; each connection's first chunks of both directions for ``session``
+(HTTP/2, gRPC, HTTP/1.1, TLS) and ``tls``; header blocks from them for ``hpack``."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from fuzz.targets import encode_chunks
+from parsers.capture import CaptureDecoder, decode_segments
+from parsers.records import DecodeStats
+from parsers.tcp import TcpAnalyzer
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("TAILTAP_SHARED_CAPTURES") or ROOT.parent / "shared" / "captures")
+
+
+def _captures() -> list[Path]:
+    found = sorted(SHARED.glob("*.pcap*")) + [ROOT / "samples" / "baseline" / "capture.pcap"]
+    return [p for p in found if p.is_file()]
+
+
+def _connections(path: Path, budget: int = 8192) -> list[list[tuple[int, bytes]]]:
+    dec, tcp, per = CaptureDecoder(), TcpAnalyzer(), {}
+    for batch in dec.feed(path.read_bytes()) + dec.close():
+        for item in tcp.feed_runs(decode_segments(batch, DecodeStats(), [])):
+            for c in item.chunks() if hasattr(item, "chunks") else [item]:
+                got = per.setdefault(c.conn_key, [])
+                if sum(len(b) for _d, b in got) < budget:
+                    got.append((c.direction, bytes(c.data[:4096])))
+    return list(per.values())[:4]
+
+
+def write_seeds(folder: Path) -> None:
+    def put(target: str, data: bytes) -> None:
+        d = folder / target
+        d.mkdir(parents=True, exist_ok=True)
+        (d / hashlib.sha256(data).hexdigest()[:16]).write_bytes(data)
+
+    for path in _captures():
+        if path.stat().st_size <= 200_000:
+            put("capture", path.read_bytes())
+        for conn in _connections(path):
+            put("session", encode_chunks(conn))
+            if conn and conn[0][1][:1] == b"\x16":
+                put("tls", encode_chunks(conn))
+            for _d, b in conn[:6]:
+                if len(b) > 9 and b[3] == 1:  # an HTTP/2 HEADERS frame: its block
+                    put("hpack", b"\x01" + bytes([min(len(b) - 9, 255) - 1]) + b[9 : 9 + 255])
+    put("hpack", b"\x00\x03\x82\x86\x84")
+
+
+if __name__ == "__main__":
+    write_seeds(Path(__file__).resolve().parent / "seeds")

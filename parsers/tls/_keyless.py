@@ -1,0 +1,141 @@
+"""Requests estimated from the TLS record layer alone (no keys): record headers are in
+clear, so their times and sizes show the exchange even when the content does not.
+
+Rules (published work on LLM token side channels finds that token streams leak per-token
+timing and sizes through TLS record boundaries; padding hides sizes, not timing):
+
+* application-data records only; in TLS 1.3 the server's protected records before the
+  client's first one (its Finished, itself skipped) are the rest of the handshake;
+* a client record starts a request once the server has answered the previous one; more
+  client records before the answer belong to the same request. Over HTTP/2 (chosen, or
+  offered when TLS 1.3 hides the choice) a client record needs ``REQUEST_MIN_BYTES`` of
+  (estimated) plaintext (smaller ones are control frames: WINDOW_UPDATE, PING, SETTINGS
+  acknowledgements), the client's first record is its connection preface, and the
+  server's records of control-frame size do not count;
+* each server record (records completed by the same packet count once: a flight) is a
+  response chunk: the first is the first byte (the TTFT estimate), the last before the
+  next request is the end.
+
+Over HTTP/1.1 one exchange is open at a time: each estimate is one request
+(``kind = tls_exchange``). Over HTTP/2 (or an unknown ALPN) streams may share the
+connection, so an estimate spans what the connection did between two requests
+(``kind = tls_burst``): a per-connection figure, not a per-stream one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parsers.records import MessageRow, RequestRecord
+
+from ._handshake import Hello
+from ._records import APPLICATION_DATA, Record
+
+REQUEST_MIN_BYTES = 40  # HTTP/2 control frames are 9-17 bytes; a request head is more
+# HTTP/2: the client's first record is its connection preface and SETTINGS (24 + 9 + 6 per
+# setting bytes, ~60-80) unless the first request rides in it too; a server record under
+# CONTROL_MAX_BYTES is a SETTINGS ack, WINDOW_UPDATE or PING, not a response chunk
+PREFACE_MAX_BYTES = 100
+CONTROL_MAX_BYTES = 18
+
+
+def plaintext_estimate(payload_len: int, hello: Hello | None) -> int:
+    """Plaintext bytes of a protected record: its length less the AEAD tag, TLS 1.2
+    GCM's explicit nonce, and TLS 1.3's inner content type."""
+    if hello is not None and hello.version == 0x0304:
+        return max(payload_len - 17, 0)
+    if hello is not None and hello.cipher_suite is not None and hello.cipher_suite >> 8 == 0xCC:
+        return max(payload_len - 16, 0)  # ChaCha20-Poly1305: no explicit nonce
+    return max(payload_len - 24, 0)
+
+
+def _maybe_h2(hello: Hello | None) -> bool:
+    """HTTP/2 chosen, or offered and the choice unseen (TLS 1.3 sends it encrypted)."""
+    if hello is None:
+        return False
+    if hello.alpn is not None:
+        return hello.alpn.startswith("h2")
+    return any(p.startswith("h2") for p in hello.alpn_offered)
+
+
+@dataclass
+class _Estimate:
+    start: int
+    request_end: int
+    request_bytes: int
+    flights: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, bytes, end offset)
+
+
+class KeylessEstimator:
+    def __init__(self, conn_key: int, client_dir: int) -> None:
+        self.conn_key = conn_key
+        self.client_dir = client_dir
+        self.hello: Hello | None = None
+        self.client_protected = 0  # the client's protected records so far
+        self.client_app = 0  # the client's application-data records so far
+        self.estimates: list[_Estimate] = []
+        self.records = 0
+
+    def lost(self, role: int) -> None:
+        """Bytes of ``role``'s records never came (the estimates go on after them)."""
+
+    def record(self, role: int, rec: Record, hello: Hello | None) -> None:
+        self.hello = hello
+        if rec.content_type != APPLICATION_DATA:
+            return
+        tls13 = hello is not None and hello.version == 0x0304
+        if role == 0:
+            self.client_protected += 1
+            if tls13 and self.client_protected == 1:
+                return  # the client's Finished
+        elif tls13 and self.client_protected == 0:
+            return  # the server's encrypted handshake
+        self.records += 1
+        size = plaintext_estimate(len(rec.payload), hello)
+        h2 = _maybe_h2(hello)
+        cur = self.estimates[-1] if self.estimates else None
+        if role == 0:
+            first = self.client_app == 0
+            self.client_app += 1
+            if h2 and (size < REQUEST_MIN_BYTES or (first and size < PREFACE_MAX_BYTES)):
+                return
+            if cur is None or cur.flights:
+                self.estimates.append(_Estimate(rec.ts_ns, rec.ts_ns, size))
+            else:
+                cur.request_end = rec.ts_ns
+                cur.request_bytes += size
+            return
+        if cur is None or (h2 and size < CONTROL_MAX_BYTES):
+            return  # before any request (a session ticket, SETTINGS), or HTTP/2 control
+        if cur.flights and cur.flights[-1][0] == rec.ts_ns:
+            ts, b, _end = cur.flights[-1]
+            cur.flights[-1] = (ts, b + size, rec.end_offset)
+        else:
+            cur.flights.append((rec.ts_ns, size, rec.end_offset))
+
+    def take(self) -> tuple[list[RequestRecord], list[MessageRow]]:
+        """The estimated requests and their response chunks (as message rows, TCP
+        direction), and forget them."""
+        hello = self.hello
+        alpn = None
+        if hello is not None:
+            alpn = hello.alpn or (hello.alpn_offered[0] if len(hello.alpn_offered) == 1 else None)
+        kind = "tls_exchange" if alpn in ("http/1.1", "http/1.0") else "tls_burst"
+        server_dir = 1 - self.client_dir
+        reqs: list[RequestRecord] = []
+        rows: list[MessageRow] = []
+        for i, e in enumerate(self.estimates):
+            sid = i + 1
+            r = RequestRecord(self.conn_key, sid, method=alpn or "tls", authority=hello.sni if hello else None,
+                              kind=kind, request_start=e.start, request_end=e.request_end, protocol="tls",
+                              headers_known=False, request_bytes=e.request_bytes)  # fmt: skip
+            if e.flights:
+                r.first_message = r.first_byte = e.flights[0][0]
+                r.last_message = r.end = e.flights[-1][0]
+                r.response_messages = len(e.flights)
+                r.response_bytes = sum(b for _t, b, _o in e.flights)
+                r.first_message_end_offset = e.flights[0][2]
+                r.end_offset = e.flights[-1][2]
+                rows += [(sid, server_dir, j, t, b, 0, off) for j, (t, b, off) in enumerate(e.flights)]
+            reqs.append(r)
+        self.estimates = []
+        return reqs, rows

@@ -1,0 +1,90 @@
+"""TLS record framing of one TCP direction (RFC 8446 section 5.1, RFC 5246 section 6.2):
+records are cut from the in-order byte stream whatever the segments were, each timed by
+the packet that completed it and placed by the direction offset just after it.
+
+After bytes were lost the framing is found again at the next plausible record header
+(type 20-23, version 3.x, length within the limit, and the next header plausible too
+when its bytes are there)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
+MAX_RECORD = (1 << 14) + 2048  # the largest protected record (RFC 5246 section 6.2.3)
+
+
+@dataclass(slots=True)
+class Record:
+    content_type: int
+    version: int
+    payload: bytes
+    ts_ns: int  # capture time of the packet that completed the record
+    frame_no: int
+    end_offset: int  # direction byte offset just after the record
+
+
+def _plausible(buf: bytes | bytearray, pos: int) -> bool:
+    return (
+        CHANGE_CIPHER_SPEC <= buf[pos] <= APPLICATION_DATA
+        and buf[pos + 1] == 3
+        and buf[pos + 2] <= 4
+        and int.from_bytes(buf[pos + 3 : pos + 5], "big") <= MAX_RECORD
+    )
+
+
+class RecordStream:
+    """Cuts one direction's bytes into records."""
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+        self.base = -1  # direction offset of buf[0]
+        self.searching = False  # looking for a record boundary after lost bytes
+        self.skipped = 0  # bytes passed over while searching (or lost)
+        self.records = 0
+
+    def feed(self, data: bytes, ts_ns: int, frame_no: int, offset: int, gap: int) -> list[Record]:
+        if self.base < 0:
+            self.base = offset
+        elif gap or offset != self.base + len(self.buf):
+            # bytes never came: the record they were in is lost, and the framing with it
+            self.skipped += len(self.buf) + gap
+            self.buf.clear()
+            self.base = offset
+            self.searching = True
+        self.buf += data
+        buf = self.buf
+        pos, n = 0, len(buf)
+        if self.searching:
+            while pos + 5 <= n:
+                if _plausible(buf, pos):
+                    nxt = pos + 5 + int.from_bytes(buf[pos + 3 : pos + 5], "big")
+                    if nxt + 5 > n or _plausible(buf, nxt):
+                        break
+                pos += 1
+            if pos + 5 > n:
+                keep = max(0, n - 4)  # a header may begin in the last 4 bytes
+                self.skipped += keep
+                del buf[:keep]
+                self.base += keep
+                return []
+            self.skipped += pos
+            self.searching = False
+        out: list[Record] = []
+        while pos + 5 <= n:
+            length = int.from_bytes(buf[pos + 3 : pos + 5], "big")
+            if not _plausible(buf, pos):
+                self.searching = True  # not TLS framing any more: look for it again
+                self.skipped += n - pos
+                pos = n
+                break
+            end = pos + 5 + length
+            if end > n:
+                break
+            out.append(Record(buf[pos], int.from_bytes(buf[pos + 1 : pos + 3], "big"), bytes(buf[pos + 5 : end]),
+                              ts_ns, frame_no, self.base + end))  # fmt: skip
+            pos = end
+        del buf[:pos]
+        self.base += pos
+        self.records += len(out)
+        return out

@@ -1,0 +1,104 @@
+"""The TLS layer's pieces: the TLS 1.3 key schedule's last steps against RFC 8448's
+published values, key log lines (each format, and clear problems naming the line), record
+framing over arbitrary chunks and after lost bytes, and the ClientHello/ServerHello facts
+of real captures."""
+
+from __future__ import annotations
+
+import pytest
+from shared_paths import CAPTURES
+
+from parsers.tls import SUITES, KeyLog, RecordStream, tls13_keys
+from parsers.tls._handshake import HandshakeBuffer, Hello, read_client_hello, read_server_hello
+
+AES128 = SUITES[0x1301]
+
+
+def test_tls13_traffic_keys_match_rfc8448():
+    """RFC 8448 section 3 (a simple 1-RTT handshake, TLS_AES_128_GCM_SHA256)."""
+    server = tls13_keys(AES128, bytes.fromhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38"))
+    assert server.key.hex() == "3fce516009c21727d0f2e4e86ee403bc"
+    assert server.iv.hex() == "5d313eb2671276ee13000b30"
+    client = tls13_keys(AES128, bytes.fromhex("b3eddb126e067f35a780b3abf45e2d8f3b1a950738f52e9600746a0e27a55a21"))
+    assert client.key.hex() == "dbfaa693d1762c5b666af5d950258d01"
+    assert client.iv.hex() == "5bd3c71b836e0b76bb73265f"
+
+
+def test_key_log_formats_and_problems():
+    r = "11" * 32
+    text = "\n".join([
+        "# a comment",
+        f"CLIENT_RANDOM {r} {'22' * 48}",
+        f"RSA Session-ID:{'33' * 32} Master-Key:{'44' * 48}",
+        f"CLIENT_TRAFFIC_SECRET_0 {r} {'55' * 32}",
+        f"SERVER_HANDSHAKE_TRAFFIC_SECRET {r} {'66' * 48}",
+        f"EXPORTER_SECRET {r} {'77' * 32}",
+        "CLIENT_RANDOM abc",
+        f"CLIENT_RANDOM {'zz' * 32} {'22' * 48}",
+        f"CLIENT_RANDOM {r} {'22' * 10}",
+        "SOMETHING_ELSE 1 2",
+    ])  # fmt: skip
+    log = KeyLog()
+    log.add_text(text, "keys.txt")
+    assert log.lines == 4
+    assert log.master_secret(bytes.fromhex(r), b"") == bytes.fromhex("22" * 48)
+    assert log.master_secret(b"\0" * 32, bytes.fromhex("33" * 32)) == bytes.fromhex("44" * 48)
+    assert log.tls13_secret("CLIENT_TRAFFIC_SECRET_0", bytes.fromhex(r)) == bytes.fromhex("55" * 32)
+    assert log.problems == [
+        "keys.txt line 7: CLIENT_RANDOM needs a client random and a secret (1 fields)",
+        "keys.txt line 8: not hexadecimal",
+        "keys.txt line 9: a TLS 1.2 master secret has 48 bytes, not 10",
+        "keys.txt line 10: unknown label 'SOMETHING_ELSE'",
+    ]
+
+
+def _records(data: bytes, pieces: list[int]) -> list[tuple[int, int, int]]:
+    rs, out, off = RecordStream(), [], 0
+    for i, n in enumerate(pieces):
+        out += [(r.content_type, len(r.payload), r.end_offset) for r in rs.feed(data[off : off + n], i, i, off, 0)]
+        off += n
+    return out
+
+
+def test_records_cut_from_any_chunking_and_refound_after_a_loss():
+    recs = [bytes([23, 3, 3]) + len(p).to_bytes(2, "big") + p for p in (b"a" * 100, b"b" * 3000, b"c" * 7)]
+    data = b"".join(recs)
+    want = [(23, 100, 105), (23, 3000, 3110), (23, 7, 3122)]
+    assert _records(data, [len(data)]) == want
+    assert _records(data, [1] * len(data)) == want
+    assert _records(data, [3, 200, 2, 1000, 5000]) == want
+    # bytes lost inside the second record: the first is kept, the third refound
+    rs = RecordStream()
+    got = rs.feed(data[:150], 0, 1, 0, 0)
+    got += rs.feed(data[3000:], 1, 2, 3000, 2850)
+    assert [(r.content_type, len(r.payload), r.end_offset) for r in got] == [(23, 100, 105), (23, 7, 3122)]
+    assert rs.skipped > 0
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"shared captures not found at {CAPTURES}")
+def test_hello_facts_of_a_real_tls13_handshake():
+    """Firefox 65 to facebook.com: the ClientHello and ServerHello read from the capture's
+    first records (tshark shows the same SNI, suite and version)."""
+    from parsers.capture import CaptureDecoder, decode_segments
+    from parsers.records import DecodeStats
+    from parsers.tcp import TcpAnalyzer
+
+    dec, tcp = CaptureDecoder(), TcpAnalyzer()
+    streams = {0: RecordStream(), 1: RecordStream()}
+    bufs = {0: HandshakeBuffer(), 1: HandshakeBuffer()}
+    hello = Hello()
+    for batch in dec.feed((CAPTURES / "firefox-tls13-facebook-dsb.pcapng").read_bytes()) + dec.close():
+        for item in tcp.feed_runs(decode_segments(batch, DecodeStats(), [])):
+            for c in item.chunks() if hasattr(item, "chunks") else [item]:
+                for rec in streams[c.direction].feed(c.data, c.ts_ns, c.frame_no, c.stream_offset, c.gap_before):
+                    if rec.content_type != 22:
+                        continue
+                    for mtype, body in bufs[c.direction].feed(rec.payload):
+                        if mtype == 1:
+                            read_client_hello(body, hello)
+                        elif mtype == 2:
+                            read_server_hello(body, hello)
+    assert hello.sni == "www.facebook.com"
+    assert hello.alpn_offered[:2] == ["h2", "http/1.1"]
+    assert hello.version_name == "TLS 1.3" and hello.cipher_suite == 0x1301 and hello.resumed is False
+    assert len(hello.client_random) == 32 and len(hello.server_random) == 32

@@ -1,0 +1,282 @@
+"""TLS with real stacks on loopback, captured by tcpdump: servers that this project did not
+write (uvicorn over HTTPS/1.1, hypercorn over HTTPS/2 with ALPN h2) stream OpenAI-style
+completions to httpx, whose OpenSSL writes the key log (SSLKEYLOGFILE's format).
+
+With the key log every request is found with the bars of the cleartext stacks (model and
+counts as sent, TTFT within 2 ms median of the client's own); without it the same capture
+gives estimates from the records alone, compared with the decrypted truth: the request
+count, and TTFT / end errors (median and p99), bounded here at what the closing note
+justifies. Python's OpenSSL client and server over TLS 1.2 ChaCha20-Poly1305 and TLS 1.3
+decrypt too, also when the same bytes come a few at a time (every record over many
+chunks); cut before its handshake, the connection is estimated and says why."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from statistics import median
+
+import pytest
+import test_real_stacks as rs
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from parsers.tls import KeyLog
+from telemetry.db import connect
+from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.store import Store
+
+needs_capture = pytest.mark.skipif(rs.TCPDUMP is None or os.geteuid() != 0, reason="needs tcpdump and root to capture on loopback")
+EDITCAP = shutil.which("editcap")
+
+# Keyless estimates against the decrypted truth on these stacks (the figures the bounds
+# come from are printed and in the closing note of the TLS issue): the first response
+# record is the first response byte (here the SSE role chunk, sent PREFILL_S before the
+# first content token: no record-layer estimate can tell the two apart), and the last
+# record is the end
+KEYLESS_FIRST_BYTE_MEDIAN_MS = 2.0
+KEYLESS_END_MEDIAN_MS = 2.0
+
+
+def self_signed(tmp: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))  # fmt: skip
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))  # fmt: skip
+    return cert_path, key_path
+
+
+def serve_tls(kind: str, port: int, cert: str, key: str) -> None:
+    """Run one TLS server until stdin closes (in its own process)."""
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    if kind == "uvicorn":
+        import uvicorn
+
+        uvicorn.run(rs.sse_app, host="127.0.0.1", port=port, http="h11", log_level="warning", lifespan="on",
+                    timeout_keep_alive=60, ssl_certfile=cert, ssl_keyfile=key)  # fmt: skip
+    elif kind == "hypercorn":
+        import asyncio
+
+        from hypercorn.asyncio import serve as hserve
+        from hypercorn.config import Config
+
+        cfg = Config()
+        cfg.bind = [f"127.0.0.1:{port}"]
+        cfg.certfile, cfg.keyfile = cert, key
+        cfg.alpn_protocols = ["h2", "http/1.1"]
+        cfg.keep_alive_timeout = 60
+        cfg.loglevel = "WARNING"
+        asyncio.run(hserve(rs.sse_app, cfg))
+    else:
+        raise SystemExit(f"unknown server {kind}")
+
+
+def run_client(port: int, http2: bool, name: str, keylog: Path) -> list[rs.Seen]:
+    import httpx
+
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.keylog_filename = str(keylog)  # OpenSSL writes the NSS key log
+    seen = []
+    trace = rs.SendTrace()
+    with httpx.Client(http1=not http2, http2=http2, verify=ctx, timeout=10) as client:
+        for i, n in enumerate(rs.TOKENS):
+            b = rs.body_of(f"tls-{name}-{i}", n)
+            s = trace.seen = rs.Seen(name, b["model"], n, time.time_ns())
+            with client.stream("POST", f"https://localhost:{port}/v1/chat/completions", json=b,
+                               extensions={"trace": trace}) as r:  # fmt: skip
+                assert r.http_version == ("HTTP/2" if http2 else "HTTP/1.1")
+                rs._read_sse_lines(r.iter_lines(), s)
+            s.end = time.time_ns()
+            seen.append(s)
+    return seen
+
+
+def ingest(capture: Path, tmp: Path, keylog: Path | None):
+    kl = None
+    if keylog is not None:
+        kl = KeyLog()
+        kl.add_text(keylog.read_text(), str(keylog))
+        assert kl and not kl.problems, kl.problems
+    store = Store(tmp / f"store-{capture.stem}-{'keys' if keylog else 'nokeys'}")
+    result = ingest_file(capture, store, IngestOptions(keylog=kl))
+    assert result.error is None, result.error
+    return connect(store), result
+
+
+FIGURES: list[str] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _print_figures():
+    yield
+    for line in FIGURES:
+        print(line)
+
+
+def _pct(values: list[float], q: float) -> float:
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+@needs_capture
+@pytest.mark.parametrize(("server", "http2"), [("uvicorn", False), ("hypercorn", True)])
+def test_real_tls_stack_decrypted_and_estimated(tmp_path, server, http2):
+    cert, key = self_signed(tmp_path)
+    port = rs.free_port()
+    code = f"import test_tls_stacks as t; t.serve_tls({server!r}, {port}, {str(cert)!r}, {str(key)!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rs.TESTS, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": f"{rs.TESTS}{os.pathsep}{rs.TESTS.parent}"})  # fmt: skip
+    try:
+        rs.wait_port(port, proc, server)
+        capture = tmp_path / f"{server}.pcap"
+        keylog = tmp_path / "keys.txt"
+        cap = rs.Capture(port, capture)
+        seen = run_client(port, http2, server, keylog)
+        cap.stop()
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    # with keys: the cleartext bars
+    con, _ = ingest(capture, tmp_path, keylog)
+    rs.check_against_clients(con, seen, f"{server} TLS ({'h2' if http2 else 'http/1.1'}) + httpx, decrypted")
+    truth = con.execute("""SELECT epoch_ns(request_start), epoch_ns(first_message), epoch_ns("end"), protocol, encrypted,
+                                  epoch_ns(first_byte) FROM requests ORDER BY request_start""").fetchall()  # fmt: skip
+    assert all(t[3] == ("h2-tls" if http2 else "http1-tls") and t[4] for t in truth)
+    facts = con.execute("SELECT tls_version, tls_alpn, tls_decrypted FROM connections").fetchall()
+    assert facts == [("TLS 1.3", "h2" if http2 else "http/1.1", True)] * len(facts)
+    # without keys: estimates from the records
+    con, result = ingest(capture, tmp_path, None)
+    est = con.execute("""SELECT epoch_ns(request_start), epoch_ns(first_message), epoch_ns("end"), kind, estimated
+                         FROM requests ORDER BY request_start""").fetchall()  # fmt: skip
+    assert all(e[4] for e in est)
+    assert abs(len(est) - len(truth)) <= 0.05 * len(truth), (len(est), len(truth))
+    assert {e[3] for e in est} == {"tls_burst" if http2 else "tls_exchange"}
+    ttft_err = [((e[1] - e[0]) - (t[1] - t[0])) / 1e6 for e, t in zip(est, truth, strict=True)]
+    first_byte_err = [((e[1] - e[0]) - (t[5] - t[0])) / 1e6 for e, t in zip(est, truth, strict=True)]
+    end_err = [(e[2] - t[2]) / 1e6 for e, t in zip(est, truth, strict=True)]
+    FIGURES.append(f"{server} TLS keyless vs decrypted: {len(est)}/{len(truth)} requests; TTFT error median "
+                   f"{median(ttft_err):.2f} ms, p99 {_pct(ttft_err, 0.99):.2f} ms (vs first byte: median "
+                   f"{median(first_byte_err):.2f} ms, p99 {_pct(first_byte_err, 0.99):.2f} ms); end error median "
+                   f"{median(end_err):.2f} ms, p99 {_pct(end_err, 0.99):.2f} ms")  # fmt: skip
+    assert abs(median(first_byte_err)) <= KEYLESS_FIRST_BYTE_MEDIAN_MS, FIGURES[-1]
+    assert -(rs.PREFILL_S * 1e3 + 5) <= median(ttft_err) <= KEYLESS_FIRST_BYTE_MEDIAN_MS, FIGURES[-1]
+    assert abs(median(end_err)) <= KEYLESS_END_MEDIAN_MS, FIGURES[-1]
+
+
+def _openssl_exchange(port: int, ctx_server: ssl.SSLContext, ctx_client: ssl.SSLContext, body: bytes) -> None:
+    """One HTTP/1.1 request and a ``body`` response over TLS."""
+    ready = threading.Event()
+
+    def server() -> None:
+        with socket.socket() as ls:
+            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            ls.bind(("127.0.0.1", port))
+            ls.listen(1)
+            ready.set()
+            conn, _ = ls.accept()
+            with ctx_server.wrap_socket(conn, server_side=True) as tls:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += tls.recv(4096)
+                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+                tls.recv(10)  # until the client closes
+
+    t = threading.Thread(target=server, daemon=True)
+    t.start()
+    ready.wait(5)
+    with socket.socket() as s:
+        s.connect(("127.0.0.1", port))
+        with ctx_client.wrap_socket(s, server_hostname="localhost") as tls:
+            tls.sendall(b"GET /big HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            got = b""
+            while len(got) < len(body):
+                chunk = tls.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            assert got.endswith(body)
+    t.join(5)
+
+
+@needs_capture
+@pytest.mark.parametrize("version", ["1.2-chacha20", "1.3"])
+def test_openssl_tls12_chacha20_and_tls13_records_in_pieces(tmp_path, version):
+    cert, key = self_signed(tmp_path)
+    srv = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    srv.load_cert_chain(cert, key)
+    cli = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    cli.check_hostname, cli.verify_mode = False, ssl.CERT_NONE
+    keylog = tmp_path / "keys.txt"
+    cli.keylog_filename = str(keylog)
+    if version.startswith("1.2"):
+        for c in (srv, cli):
+            c.maximum_version = ssl.TLSVersion.TLSv1_2
+            c.set_ciphers("ECDHE-ECDSA-CHACHA20-POLY1305")
+    port = rs.free_port()
+    capture = tmp_path / "split.pcap"
+    cap = rs.Capture(port, capture)
+    _openssl_exchange(port, srv, cli, os.urandom(40_000))
+    cap.stop()
+    con, _ = ingest(capture, tmp_path, keylog)
+    rows = con.execute("SELECT path, http_status, response_bytes, protocol FROM requests").fetchall()
+    assert rows == [("/big", 200, 40_000, "http1-tls")], rows
+    want = ("TLS 1.2", "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256") if version.startswith("1.2") else ("TLS 1.3", None)
+    facts = con.execute("SELECT tls_version, tls_cipher, tls_decrypted FROM connections").fetchone()
+    assert facts[0] == want[0] and facts[2] and (want[1] is None or facts[1] == want[1]), facts
+    # the same bytes a few at a time: every record over many chunks, the same request
+    assert _requests_fed_in_pieces(capture, keylog, piece=7) == [("/big", 200, 40_000)]
+    if EDITCAP is None and not os.environ.get("CI"):
+        pytest.skip("editcap (tshark's package) missing: the cut-handshake check did not run")
+    # cut before the handshake: estimated, and the connection says why
+    cut = tmp_path / "cut.pcap"
+    subprocess.run([EDITCAP or "editcap", "-r", str(capture), str(cut), "7-1000000"], check=True, capture_output=True)
+    con, result = ingest(cut, tmp_path, keylog)
+    note = con.execute("SELECT protocol, tls_note FROM connections").fetchone()
+    assert note[0] == "tls" and "handshake was not captured" in note[1], note
+
+
+def _requests_fed_in_pieces(capture: Path, keylog: Path, piece: int) -> list[tuple]:
+    """The capture's TCP payload handed to the session layer ``piece`` bytes at a time."""
+    from parsers.capture import CaptureDecoder, decode_segments
+    from parsers.records import DecodeStats, PayloadChunk
+    from parsers.session import AppSession
+    from parsers.tcp import TcpAnalyzer
+
+    keys = KeyLog()
+    keys.add_text(keylog.read_text())
+    dec, tcp, sessions = CaptureDecoder(), TcpAnalyzer(), {}
+    for batch in dec.feed(capture.read_bytes()) + dec.close():
+        for item in tcp.feed_runs(decode_segments(batch, DecodeStats(), [])):
+            chunks = item.chunks() if hasattr(item, "chunks") else [item]
+            for c in chunks:
+                s = sessions.get(c.conn_key)
+                if s is None:
+                    s = sessions[c.conn_key] = AppSession(c.conn_key, *tcp.connection_info(c.conn_key), keylog=keys)
+                for i in range(0, len(c.data), piece):
+                    s.feed(PayloadChunk(c.conn_key, c.direction, c.data[i : i + piece], c.ts_ns, c.frame_no,
+                                        c.stream_offset + i, c.gap_before if i == 0 else 0))  # fmt: skip
+    return [(r.path, r.http_status, r.response_bytes) for s in sessions.values() for r in s.finish(0).requests]
