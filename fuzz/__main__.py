@@ -27,6 +27,7 @@ def main() -> None:
 
     if not corpus.is_dir():
         write_seeds(HERE / "seeds")
+    corpus.mkdir(parents=True, exist_ok=True)  # without the shared captures a target may have no seed
     max_len = 16384 if name == "capture" else 65536  # whole captures: keep each run short
     args = [sys.argv[0], *sys.argv[2:], f"-artifact_prefix={crashes}/", "-rss_limit_mb=2048", "-timeout=10",
             f"-max_len={max_len}", str(corpus), str(crashes)]  # fmt: skip

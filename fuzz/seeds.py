@@ -50,6 +50,10 @@ def write_seeds(folder: Path) -> None:
                 if len(b) > 9 and b[3] == 1:  # an HTTP/2 HEADERS frame: its block
                     put("hpack", b"\x01" + bytes([min(len(b) - 9, 255) - 1]) + b[9 : 9 + 255])
     put("hpack", b"\x00\x03\x82\x86\x84")
+    # a bare TLS 1.2 ClientHello record each way, so the tls target has a start without captures
+    hello = b"\x16\x03\x01\x00\x2f\x01\x00\x00\x2b\x03\x03" + bytes(32) + b"\x00\x00\x02\x00\x2f\x01\x00"
+    put("tls", encode_chunks([(0, hello), (1, hello)]))
+    put("session", encode_chunks([(0, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), (1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]))
 
 
 if __name__ == "__main__":
