@@ -9,7 +9,8 @@ Exit codes (stable, for scripts; telemetry/exit_codes.py):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, TypeVar
 
@@ -178,6 +179,20 @@ def _open_store(store_dir: Path):
     return Store(store_dir)
 
 
+@contextmanager
+def _user_errors(html_out: Path | None, *not_found: type[Exception]) -> Iterator[None]:
+    """A query that cannot answer (or a request not in the store), or an HTML file that
+    cannot be written: one line and exit code 1, never a traceback."""
+    try:
+        yield
+    except (RuntimeError, *not_found) as exc:
+        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        raise typer.Exit(EXIT_INPUT) from None
+    except OSError as exc:
+        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_INPUT) from None
+
+
 @app.command()
 def report(
     store_dir: Annotated[Path, typer.Option("--store", "-s", help="Store folder.")] = Path("store"),
@@ -200,17 +215,11 @@ def report(
         "slowest_n": top,
         **parse_slo(slo),
     }
-    try:
+    with _user_errors(html_out):
         store = _open_store(store_dir)
         sections = report_sections(store, params)
         if html_out is not None:
             write_report_html(store, params, sections, html_out)
-    except RuntimeError as exc:
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_report
 
@@ -248,19 +257,13 @@ def explain(
     if not sep or not conn_id or not stream.isdigit():
         raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
-    try:
+    with _user_errors(html_out, RequestNotFound):
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
         if html_out is not None:
             from telemetry.html_report import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
-    except (RequestNotFound, RuntimeError) as exc:
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_explain
 
@@ -295,19 +298,13 @@ def compare(
         if capture and not ids:
             raise typer.BadParameter(f"no capture {capture!r} in {store_dir} (tailtap sql \"SELECT capture_id FROM captures\")", param_hint=f"--{name}")
         params.update({f"{name}_since_ns": since, f"{name}_until_ns": until, f"{name}_capture_ids": ids})
-    try:
+    with _user_errors(html_out):
         sections = compare_sections(store, params)
         if html_out is not None:
             from telemetry.html_report import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
-    except RuntimeError as exc:
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
-        raise typer.Exit(EXIT_INPUT) from None
     if fmt == Format.table:
         from telemetry.report import print_compare
 
