@@ -126,7 +126,8 @@ def _figures(s: dict[str, Any], window_s: float) -> dict[str, dict]:
     figs["network"] = {"data": [
         *({"type": "bar", "name": name, "x": bx, "width": window_s * 900, "y": [r[col] for r in net], "yaxis": "y"}
           for col, name in (("retransmissions", "retransmissions"), ("lost_segments", "lost segments"),
-                            ("out_of_order", "out-of-order"), ("window_stalls", "zero / full windows"))),
+                            ("out_of_order", "out-of-order"), ("window_stalls", "zero / full windows"),
+                            ("capture_drops", "capture drops"))),
         {"type": "scatter", "mode": "lines", "name": "flow-control blocked ms", "x": nx,
          "y": [r["flow_control_blocked_ms"] for r in net], "yaxis": "y2"},
         {"type": "scatter", "mode": "lines", "name": "RTT p50 client side ms", "x": nx,
