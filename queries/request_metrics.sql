@@ -188,6 +188,7 @@ SELECT
     r.conn_id,
     r.stream_id,
     r.method_label AS method,
+    r.model,
     r.client_addr,
     r.server_addr,
     r.kind,

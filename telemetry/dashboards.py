@@ -1,10 +1,16 @@
-"""Grafana dashboards as code: definitions here, exported JSON and provisioning in dashboards/.
+"""Grafana dashboards as code: definitions here, built with Grafana's own builder
+(grafana-foundation-sdk), exported JSON and provisioning in dashboards/.
 
-Panels query the views of queries/ through the DuckDB data source plugin
-(``motherduck-duckdb-datasource``, datasource uid ``tailtap``) pointed at a DuckDB file
-that `tailtap dashboards db` writes: every store table and every model as a view over the
-Parquet store, with the model parameters fixed in it. Panel SQL uses Grafana's
-``$__timeFilter(column)`` macro for the dashboard time range.
+Two kinds, linked both ways:
+- live (``tailtap-live``): PromQL over the daemon's /metrics scraped by Prometheus: p50/p99
+  of latency, TTFT and token gap by method and model with exemplars (each points at one
+  request, ``request="CONN_ID:STREAM_ID"``), request and error rates, slow requests by
+  cause, retransmissions, RTT, capture drops and ingest lag;
+- drill-down (latency, attribution, network): SQL over the views of queries/ through the
+  DuckDB data source plugin (``motherduck-duckdb-datasource``, datasource uid ``tailtap``)
+  pointed at the DuckDB file `tailtap dashboards db` writes. Panel SQL uses Grafana's
+  ``$__timeFilter(column)`` macro; the attribution dashboard's ``request`` variable takes
+  an exemplar's request (the Prometheus data source's exemplar link fills it in).
 
 `tailtap dashboards export` regenerates dashboards/*.json (committed, so provisioning
 works without Python); `tailtap dashboards push` uploads them with grafana-client.
@@ -17,23 +23,44 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DATASOURCE = {"type": "motherduck-duckdb-datasource", "uid": "tailtap"}
+from grafana_foundation_sdk.builders import barchart, dashboard, stat, table, timeseries
+from grafana_foundation_sdk.builders import prometheus as promql
+from grafana_foundation_sdk.cog import builder as cogbuilder
+from grafana_foundation_sdk.cog import variants as cogvariants
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardLinkType,
+    DataSourceRef,
+    GridPos,
+)
+
+DUCKDB = DataSourceRef(type_val="motherduck-duckdb-datasource", uid="tailtap")
+PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${prometheus}")  # the dashboard's data source variable
 DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "dashboards"
+TAG = "tailtap"
+SCHEMA_VERSION = 39  # Grafana 11's dashboard JSON
 
 
 @dataclass(frozen=True)
 class Panel:
     title: str
-    sql: str
+    query: str  # SQL (drill-down) or PromQL (live); a PromQL panel may have more queries in `more`
     kind: str = "timeseries"  # timeseries | table | barchart | stat
     unit: str | None = None
     width: int = 12
     height: int = 8
     description: str = ""
+    legend: str = ""  # PromQL legend format
+    more: tuple[tuple[str, str], ...] = ()  # further PromQL (query, legend) on the same panel
+    exemplars: bool = False
 
     @property
     def format(self) -> str:
         return "time_series" if self.kind == "timeseries" else "table"
+
+    @property
+    def sql(self) -> str:
+        return self.query
 
 
 @dataclass(frozen=True)
@@ -42,6 +69,7 @@ class Dashboard:
     title: str
     description: str
     panels: tuple[Panel, ...] = field(default_factory=tuple)
+    live: bool = False  # PromQL over Prometheus, else SQL over the DuckDB file
 
 
 LATENCY = Dashboard(
@@ -71,6 +99,9 @@ ATTRIBUTION = Dashboard(
         Panel("Delay explained per cause", "SELECT make_timestamp_ns(CAST(floor(epoch_ns(s.started_at) / 1e10) * 1e10 AS BIGINT)) AS time, sum(c.delay_ms) FILTER (WHERE c.cause = 'loss_burst') AS loss_burst, sum(c.delay_ms) FILTER (WHERE c.cause = 'reordering') AS reordering, sum(c.delay_ms) FILTER (WHERE c.cause = 'queueing') AS queueing, sum(c.delay_ms) FILTER (WHERE c.cause = 'throttling') AS throttling, sum(c.delay_ms) FILTER (WHERE c.cause = 'server') AS server FROM request_cause AS c JOIN slow_requests AS s USING (conn_id, stream_id) WHERE $__timeFilter(s.started_at) GROUP BY 1 ORDER BY 1", unit="ms"),
         Panel("Where the slow requests' time went", "SELECT make_timestamp_ns(CAST(floor(epoch_ns(d.started_at) / 1e10) * 1e10 AS BIGINT)) AS time, avg(d.path_rtt_ms) AS path_rtt, avg(d.queueing_ms) AS queueing, avg(d.loss_recovery_ms) AS loss_recovery, avg(d.reordering_ms) AS reordering, avg(d.flow_control_ms) AS flow_control, avg(d.client_read_ms) AS client_read, avg(d.server_ms) AS server FROM latency_decomposition AS d JOIN slow_requests AS s USING (conn_id, stream_id) WHERE $__timeFilter(d.started_at) GROUP BY 1 ORDER BY 1", unit="ms", width=24,
               description="Mean latency decomposition of the slow requests per 10 s: path round trip, queueing, loss recovery, reordering wait, window / HTTP/2 flow-control wait, the client's own read wait, and the rest (server)."),
+        Panel("The request: causes and evidence", "SELECT c.* FROM request_cause AS c WHERE c.conn_id || ':' || c.stream_id = '$request'", kind="table", width=24,
+              description="The request of the `request` variable (CONN_ID:STREAM_ID), as an exemplar of the live dashboard links it: each cause with its evidence. `tailtap explain --request` tells its whole story."),
+        Panel("The request: where its time went", "SELECT d.* FROM latency_decomposition AS d WHERE d.conn_id || ':' || d.stream_id = '$request'", kind="table", width=24),
     ),
 )
 
@@ -87,46 +118,138 @@ NETWORK = Dashboard(
     ),
 )
 
-DASHBOARDS = (LATENCY, ATTRIBUTION, NETWORK)
+# Label matchers of the live dashboard's variables (regex; "All" is .*).
+_BY = 'method=~"$method", model=~"$model"'
 
 
-def dashboard_json(d: Dashboard) -> dict:
-    panels = []
-    x = y = 0
-    row_h = 0
+def _quantiles(metric: str, what: str) -> Panel:
+    expr = f'histogram_quantile({{q}}, sum by (le, method) (rate({metric}_bucket{{{{{_BY}}}}}[$__rate_interval])))'
+    return Panel(
+        f"{what} p50 / p99 by method", expr.format(q=0.99), unit="s", legend="p99 {{method}}",
+        more=((expr.format(q=0.5), "p50 {{method}}"),), exemplars=True,
+        description=f"From the {metric} histogram. Exemplars (dots) are single requests: their link opens the request on the attribution dashboard.",
+    )
+
+
+LIVE = Dashboard(
+    "tailtap-live",
+    "tailtap: live",
+    "What the daemon sees now, from its Prometheus metrics: tail latency, TTFT and token gaps by method and model with exemplars, rates and errors, slow requests by cause, network and capture health.",
+    (
+        _quantiles("tailtap_request_latency_seconds", "Latency"),
+        _quantiles("tailtap_request_ttft_seconds", "Time to first token"),
+        _quantiles("tailtap_request_max_gap_seconds", "Largest token gap"),
+        Panel("p99 latency by model", f'histogram_quantile(0.99, sum by (le, model) (rate(tailtap_request_latency_seconds_bucket{{{_BY}}}[$__rate_interval])))',
+              unit="s", legend="{{model}}", exemplars=True),
+        Panel("Requests per second by method", f'sum by (method) (rate(tailtap_requests_total{{{_BY}}}[$__rate_interval]))', unit="reqps", legend="{{method}}"),
+        Panel("Errors per second by method",
+              f'sum by (method) (rate(tailtap_requests_total{{{_BY}, grpc_status!~"0|"}}[$__rate_interval])) or sum by (method) (rate(tailtap_requests_total{{{_BY}, http_status=~"5.."}}[$__rate_interval]))',
+              unit="reqps", legend="{{method}}", description="gRPC status other than OK, or HTTP 5xx."),
+        Panel("Slow requests by cause (recent window)", 'sum by (cause) (tailtap_recent_slow_request_causes)', legend="{{cause}}",
+              description="The request_cause model over the daemon's recent window (--metrics-window-seconds), recomputed after each ingest."),
+        Panel("Retransmissions per second", 'sum by (kind, direction) (rate(tailtap_tcp_events_total{kind=~".*retransmission"}[$__rate_interval]))',
+              unit="pps", legend="{{kind}} {{direction}}"),
+        Panel("RTT (recent window)", 'tailtap_recent_rtt_seconds', unit="s", legend="{{percentile}} {{direction}}"),
+        Panel("Capture drops", 'rate(tailtap_capture_kernel_drops_total[$__rate_interval])', unit="pps", legend="kernel drops",
+              more=(('sum(rate(tailtap_tcp_events_total{kind="capture_loss"}[$__rate_interval]))', "capture loss (bytes ACKed, never seen)"),)),
+        Panel("Ingest lag", 'tailtap_ingest_lag_seconds', unit="s", legend="lag",
+              more=(("tailtap_spool_oldest_pending_age_seconds", "oldest waiting file"),),
+              description="From a file's last packet to its rows in the store; and how long the oldest completed capture file has waited."),
+        Panel("Capture up", 'tailtap_capture_up', kind="stat", width=6, height=4),
+        Panel("Files waiting", 'tailtap_spool_pending_files', kind="stat", width=6, height=4),
+        Panel("Ingest and store errors", 'sum(increase(tailtap_ingest_errors_total[1h])) + sum(increase(tailtap_store_write_errors_total[1h]))', kind="stat", width=6, height=4,
+              description="Capture files that failed to ingest or to be written, over the last hour."),
+        Panel("Store size", 'tailtap_store_bytes', kind="stat", unit="bytes", width=6, height=4),
+    ),
+    live=True,
+)
+
+DRILL_DOWN = (LATENCY, ATTRIBUTION, NETWORK)
+DASHBOARDS = (LIVE, *DRILL_DOWN)
+
+
+class DuckDBQuery(cogvariants.Dataquery):
+    """A query of the DuckDB data source plugin (the SDK has builders for the core data
+    sources only)."""
+
+    def __init__(self, sql: str, fmt: str) -> None:
+        self.sql = sql
+        self.format = fmt
+
+    def to_json(self) -> dict[str, object]:
+        return {"refId": "A", "datasource": DUCKDB.to_json(), "rawSql": self.sql, "rawQuery": True, "editorMode": "code", "format": self.format}
+
+
+class DuckDBQueryBuilder(cogbuilder.Builder[DuckDBQuery]):
+    def __init__(self, sql: str, fmt: str) -> None:
+        self._query = DuckDBQuery(sql, fmt)
+
+    def build(self) -> DuckDBQuery:
+        return self._query
+
+
+_PANEL_BUILDERS = {"timeseries": timeseries.Panel, "table": table.Panel, "barchart": barchart.Panel, "stat": stat.Panel}
+
+
+def _panel(d: Dashboard, p: Panel, panel_id: int, pos: GridPos) -> cogbuilder.Builder:
+    b = _PANEL_BUILDERS[p.kind]().id(panel_id).title(p.title).grid_pos(pos)
+    if p.description:
+        b = b.description(p.description)
+    if p.unit:
+        b = b.unit(p.unit)
+    if not d.live:
+        return b.datasource(DUCKDB).with_target(DuckDBQueryBuilder(p.query, p.format))
+    b = b.datasource(PROMETHEUS)
+    for ref, (expr, legend) in zip("ABCDEFGH", ((p.query, p.legend), *p.more), strict=False):
+        q = promql.Dataquery().ref_id(ref).datasource(PROMETHEUS).expr(expr).legend_format(legend or "__auto")
+        b = b.with_target(q.exemplar(True) if p.exemplars else q)
+    return b
+
+
+def _variables(d: Dashboard) -> list[cogbuilder.Builder]:
+    if d.live:
+        source = dashboard.DatasourceVariable("prometheus").label("Prometheus").type("prometheus")
+        by = [
+            dashboard.QueryVariable(name).label(name).datasource(PROMETHEUS).query(f"label_values(tailtap_requests_total, {name})")
+            .multi(True).include_all(True).all_value(".*").refresh(2)  # fmt: skip
+            for name in ("method", "model")
+        ]
+        return [source, *by]
+    if d is ATTRIBUTION:
+        return [dashboard.TextBoxVariable("request").label("Request (CONN_ID:STREAM_ID)").default_value("")]
+    return []
+
+
+def _links(d: Dashboard) -> list[cogbuilder.Builder]:
+    # every tailtap dashboard links to the others (by tag), keeping the time range
+    others = "drill-down (store)" if d.live else "live and drill-down"
+    return [dashboard.DashboardLink(f"tailtap: {others}").type(DashboardLinkType.DASHBOARDS).tags([TAG]).as_dropdown(True).keep_time(True)]
+
+
+def build(d: Dashboard) -> cogbuilder.Builder:
+    b = (
+        dashboard.Dashboard(d.title).uid(d.uid).description(d.description).tags([TAG]).timezone("utc")
+        .time("now-1h" if d.live else "now-6h", "now").refresh("30s" if d.live else "1m").editable()
+        .links(_links(d))
+    )  # fmt: skip
+    for v in _variables(d):
+        b = b.with_variable(v)
+    x = y = row_h = 0
     for i, p in enumerate(d.panels, start=1):
         if x + p.width > 24:
             x, y, row_h = 0, y + row_h, 0
-        panel = {
-            "id": i,
-            "type": p.kind,
-            "title": p.title,
-            "description": p.description,
-            "datasource": DATASOURCE,
-            "gridPos": {"x": x, "y": y, "w": p.width, "h": p.height},
-            "targets": [{"refId": "A", "datasource": DATASOURCE, "rawSql": p.sql, "rawQuery": True,
-                         "editorMode": "code", "format": p.format}],
-            "fieldConfig": {"defaults": {"unit": p.unit} if p.unit else {}, "overrides": []},
-            "options": {},
-        }
-        panels.append(panel)
+        b = b.with_panel(_panel(d, p, i, GridPos(h=p.height, w=p.width, x=x, y=y)))
         x += p.width
         row_h = max(row_h, p.height)
-    return {
-        "uid": d.uid,
-        "title": d.title,
-        "description": d.description,
-        "tags": ["tailtap"],
-        "timezone": "utc",
-        "schemaVersion": 39,
-        "version": 1,
-        "editable": True,
-        "time": {"from": "now-6h", "to": "now"},
-        "refresh": "1m",
-        "panels": panels,
-        "templating": {"list": []},
-        "annotations": {"list": []},
-    }
+    return b
+
+
+def dashboard_json(d: Dashboard) -> dict:
+    """The dashboard as Grafana reads it: the builder's model through the SDK's encoder."""
+    j = json.loads(json.dumps(build(d).build(), cls=JSONEncoder))
+    j["schemaVersion"] = SCHEMA_VERSION
+    j["version"] = 1
+    return j
 
 
 def export(folder: Path = DASHBOARDS_DIR) -> list[Path]:
@@ -139,12 +262,25 @@ def export(folder: Path = DASHBOARDS_DIR) -> list[Path]:
     return paths
 
 
+_PROM_VARIABLES = {"$__rate_interval": "1m", "$method": ".*", "$model": ".*"}
+
+
+def render_promql(expr: str, rate_interval: str = "1m") -> str:
+    """Expand the variables a live panel's PromQL uses as Grafana would with "All"
+    selected (regex .*) and a rate interval of ``rate_interval``."""
+    for name, value in {**_PROM_VARIABLES, "$__rate_interval": rate_interval}.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
 _TIME_FILTER = re.compile(r"\$__timeFilter\(([^)]+)\)")
 
 
-def render_macros(sql: str, from_rfc3339: str, to_rfc3339: str) -> str:
+def render_macros(sql: str, from_rfc3339: str, to_rfc3339: str, request: str = "") -> str:
     """Expand the Grafana macros the panels use as the data source plugin does (its sqlds
-    default: RFC 3339 UTC string literals, cast by DuckDB to the column's type)."""
+    default: RFC 3339 UTC string literals, cast by DuckDB to the column's type), and the
+    ``request`` variable."""
+    sql = sql.replace("$request", request.replace("'", "''"))
     return _TIME_FILTER.sub(
         lambda m: f"{m.group(1)} >= '{from_rfc3339}' AND {m.group(1)} <= '{to_rfc3339}'", sql
     )

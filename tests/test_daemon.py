@@ -18,20 +18,25 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from concurrent import futures
 from pathlib import Path
 
 import pytest
 from capture_builders import ether, ipv4, pcap, tcp
+from prometheus_client import generate_latest
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
 from telemetry.daemon import retention
 from telemetry.daemon.cli import daemon_app
-from telemetry.daemon.metrics import Counter, DaemonMetrics, Gauge, Histogram, Registry
+from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, run_of
+from telemetry.dashboards import LIVE, render_promql
 from telemetry.db import connect
-from telemetry.ingest import IngestOptions
+from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.store import Store
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,40 +138,57 @@ def _promtool_check(text: str) -> None:
 # -- exposition format ---------------------------------------------------------------------
 
 
+def _openmetrics(metrics: DaemonMetrics) -> str:
+    encoder, content_type = choose_encoder("application/openmetrics-text; version=1.0.0")
+    assert content_type.startswith("application/openmetrics-text")
+    return encoder(metrics.registry).decode()
+
+
 @needs_prometheus
-def test_exposition_format_and_promtool():
-    r = Registry()
-    c = Counter(r, "demo_requests_total", "Requests.\nSecond line \\ backslash.", ["method"])
-    g = Gauge(r, "demo_temperature_celsius", "A gauge.")
-    h = Histogram(r, "demo_latency_seconds", "Latency.", ["method"], buckets=(0.1, 1.0))
-    c.inc(2, method='/a"b\\c\nd')
-    c.inc(method="/plain")
-    g.set(21.5)
-    h.observe_many([0.05, 0.1, 0.5, 3.0, None, float("nan")], method="/plain")
-    text = r.render()
-    assert '# HELP demo_requests_total Requests.\\nSecond line \\\\ backslash.' in text
-    assert 'demo_requests_total{method="/a\\"b\\\\c\\nd"} 2' in text
-    assert "demo_temperature_celsius 21.5" in text
-    # le is inclusive; NaN and None are not observations
-    assert 'demo_latency_seconds_bucket{method="/plain",le="0.1"} 2' in text
-    assert 'demo_latency_seconds_bucket{method="/plain",le="1"} 3' in text
-    assert 'demo_latency_seconds_bucket{method="/plain",le="+Inf"} 4' in text
-    assert 'demo_latency_seconds_count{method="/plain"} 4' in text
-    assert _samples(text, "demo_latency_seconds_sum") == [('{method="/plain"}', 3.65)]
-    with pytest.raises(ValueError):
-        c.inc(-1, method="/plain")
-    with pytest.raises(ValueError):
-        Counter(r, "demo_bad", "counters end in _total")
-    _promtool_check(text)
+def test_capture_metrics_carry_exemplars_of_stored_requests(tmp_path):
+    """A stored lab capture folded into the histograms: every request observed once, each
+    histogram bucket's exemplar a request the store holds; both expositions lint."""
+    store = Store(tmp_path / "store")
+    result = ingest_file(REPO / "samples" / "loss_burst" / "capture.pcap", store)
+    metrics = DaemonMetrics()
+    metrics.observe_capture(store, result.capture_id)
+    con = connect(store)
+    n, keys = con.execute(
+        "SELECT count(*) FILTER (WHERE latency_eff_ms IS NOT NULL), list(conn_id || ':' || stream_id) FROM request_metrics"
+    ).fetchone()
+    assert n > 100
+    observed = sum(
+        metrics.value("tailtap_request_latency_seconds_count", method=m, model=model)
+        for (m, model) in {(s.labels["method"], s.labels["model"]) for f in metrics.registry.collect() for s in f.samples
+                           if s.name == "tailtap_request_latency_seconds_count"}
+    )
+    assert observed == n
+    assert metrics.value("tailtap_tcp_events_total", kind="fast_retransmission", direction="to_client") == 39
+
+    text = _openmetrics(metrics)
+    exemplars = re.findall(r'^tailtap_request_(?:latency|ttft|max_gap)_seconds_bucket\{[^}]*\} [0-9.]+ # \{request="([^"]+)"\} ([0-9.e+-]+)', text, re.M)
+    assert len(exemplars) >= 10, text[:2000]
+    assert {key for key, _ in exemplars} <= set(keys)
+    # an exemplar's value lies in its bucket (the line: series, count, # {labels} value time)
+    for line in text.splitlines():
+        if " # {request=" in line:
+            le = float(re.search(r'le="([^"]+)"', line).group(1))
+            assert float(line.split("} ")[-1].split()[0]) <= le, line
+    # the OpenMetrics text parses (the client library's own parser) and ends with # EOF
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert "tailtap_request_ttft_seconds" in families and text.endswith("# EOF\n")
+    classic = generate_latest(metrics.registry).decode()
+    assert " # {" not in classic  # exemplars are OpenMetrics only
+    _promtool_check(classic)
 
 
 @needs_prometheus
 def test_daemon_metrics_on_an_empty_store_render_and_lint(tmp_path):
     m = DaemonMetrics(max_methods=2)
     m.refresh_recent(Store(tmp_path / "store"), window_s=300, bucket_s=10)  # nothing stored yet
-    assert m.refresh_errors.value() == 0
+    assert m.value("tailtap_metrics_refresh_errors_total") == 0
     assert [m.method_label(x) for x in ("/a", "/b", "/c", "/a")] == ["/a", "/b", "(other)", "/a"]
-    text = m.registry.render()
+    text = generate_latest(m.registry).decode()
     assert "tailtap_recent_slow_requests 0" in text
     _promtool_check(text)
 
@@ -275,9 +297,9 @@ def test_worker_ingests_fails_and_bounds_the_spool(tmp_path):
     for path in (good, empty, bad):
         worker.ingest(path)
     assert not good.exists() and not empty.exists() and not bad.exists()
-    assert metrics.captures_ingested.value() == 1 and metrics.packets.value() == 3
-    assert metrics.spool_empty.value() == 1
-    assert metrics.ingest_errors.value() == 1
+    assert metrics.value("tailtap_captures_ingested_total") == 1 and metrics.value("tailtap_ingested_packets_total") == 3
+    assert metrics.value("tailtap_spool_empty_files_total") == 1
+    assert metrics.value("tailtap_ingest_errors_total") == 1
     assert (spool.failed_dir / bad.name).exists()
     assert str(bad) in (spool.failed_dir / f"{bad.name}.error").read_text()
     assert spool.failed_count() == 1
@@ -291,7 +313,7 @@ def test_worker_ingests_fails_and_bounds_the_spool(tmp_path):
         waiting.append(p)
     kept = worker._bound(spool.completed(set(), capturing=False))
     assert kept == waiting[2:]
-    assert metrics.spool_dropped.value() == 2
+    assert metrics.value("tailtap_spool_dropped_files_total") == 2
     assert not waiting[0].exists() and waiting[3].exists()
 
 
@@ -324,7 +346,7 @@ def test_files_of_one_run_are_one_chain_until_a_new_run_or_a_gap(tmp_path):
     worker.close_chain()  # what the worker does when it exits
     assert not worker._chain.open
     assert connect(store).execute(connections).fetchone()[0] == 4
-    assert worker.metrics.captures_ingested.value() == 4
+    assert worker.metrics.value("tailtap_captures_ingested_total") == 4
 
 
 def test_spool_is_locked_by_one_daemon(tmp_path):
@@ -398,6 +420,13 @@ def test_bad_filter_is_a_usage_error(tmp_path):
 grpc = pytest.importorskip("grpc")
 
 
+FAIL_METHOD = "/tailtap.test.LLM/Overloaded"
+
+
+def _overloaded(request: bytes, context):
+    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, "overloaded")
+
+
 def _generate(request: bytes, context):
     n = int(request.decode())
     time.sleep(0.005)
@@ -411,11 +440,16 @@ class _GrpcLoad:
     (a local subchannel pool per channel: every call has its own HPACK context), or, with
     ``one_channel``, every call on one long-lived connection."""
 
-    def __init__(self, one_channel: bool = False) -> None:
+    def __init__(self, one_channel: bool = False, fail_every: int = 0) -> None:
         self.one_channel = one_channel
+        self.fail_every = fail_every  # every n-th call goes to a method that fails (0: none)
+        self.failed = 0
         self.port = _free_port()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        handler = grpc.method_handlers_generic_handler("tailtap.test.LLM", {"Generate": grpc.unary_stream_rpc_method_handler(_generate)})
+        handler = grpc.method_handlers_generic_handler("tailtap.test.LLM", {
+            "Generate": grpc.unary_stream_rpc_method_handler(_generate),
+            "Overloaded": grpc.unary_unary_rpc_method_handler(_overloaded),
+        })
         self.server.add_generic_rpc_handlers((handler,))
         self.server.add_insecure_port(f"127.0.0.1:{self.port}")
         self.calls = 0
@@ -435,6 +469,9 @@ class _GrpcLoad:
         shared = self._channel() if self.one_channel else None
         try:
             while not self._stop.is_set():
+                if self.fail_every and (self.calls + self.failed) % self.fail_every == self.fail_every - 1:
+                    self._fail(shared)
+                    continue
                 try:
                     if shared is not None:
                         got = list(shared.unary_stream(METHOD)(str(TOKENS).encode(), timeout=5))
@@ -449,6 +486,20 @@ class _GrpcLoad:
         finally:
             if shared is not None:
                 shared.close()
+
+    def _fail(self, shared) -> None:
+        try:
+            if shared is not None:
+                shared.unary_unary(FAIL_METHOD)(b"", timeout=5)
+            else:
+                with self._channel() as ch:
+                    ch.unary_unary(FAIL_METHOD)(b"", timeout=5)
+            self.errors.append("the failing method answered")
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                self.errors.append(repr(exc))
+        self.failed += 1
+        self._stop.wait(0.03)
 
     def stop(self) -> None:
         self._stop.set()
@@ -478,7 +529,7 @@ def _prometheus(tmp_path: Path, target: str) -> tuple[subprocess.Popen[bytes], i
     )
     proc = subprocess.Popen(
         [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn", "--enable-feature=exemplar-storage"],
         stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "wb"),  # noqa: SIM115
     )
     return proc, port
@@ -492,7 +543,7 @@ def _log(tmp_path: Path) -> str:
 @needs_capture
 @needs_prometheus
 def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
-    load = _GrpcLoad().start()
+    load = _GrpcLoad(fail_every=4).start()
     metrics_port = _free_port()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     # a real Prometheus, started early: it takes a moment to come up
@@ -553,8 +604,38 @@ def test_daemon_captures_ingests_serves_metrics_and_stops_cleanly(tmp_path):
         assert max(values) > 0
         up = json.loads(_get(f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"))["data"]["result"]
         assert [r["value"][1] for r in up] == ["1"], up
+
+        # it stored the exemplars: each names a request the store holds
+        prom_api = f"http://127.0.0.1:{prom_port}/api/v1"
+
+        def exemplars():
+            query = urllib.parse.urlencode({"query": "tailtap_request_latency_seconds_bucket", "start": time.time() - 600, "end": time.time() + 60})
+            body = json.loads(_get(f"{prom_api}/query_exemplars?{query}"))
+            found = [e["labels"]["request"] for series in body["data"] for e in series["exemplars"]]
+            return found or None
+
+        requests = _wait_for("Prometheus to return exemplars", 20, exemplars)
+        stored = {k for (k,) in connect(Store(tmp_path / "store")).execute("SELECT conn_id || ':' || stream_id FROM requests").fetchall()}
+        assert set(requests) <= stored, (requests, sorted(stored)[:5])
+
+        # every panel of the live dashboard answers with rows (its variables as "All")
+        def panels_answer():
+            empty = []
+            for panel in LIVE.panels:
+                answers = [json.loads(_get(f"{prom_api}/query?" + urllib.parse.urlencode({"query": render_promql(expr, "30s")})))
+                           for expr in (panel.query, *(q for q, _ in panel.more))]
+                assert all(a["status"] == "success" for a in answers), (panel.title, answers)
+                if not any(a["data"]["result"] for a in answers):
+                    empty.append(panel.title)
+            return empty
+
+        empty = panels_answer()
+        if empty:  # rates need two scrapes of the new series
+            time.sleep(3)
+            empty = panels_answer()
+        assert not empty, empty
         load.stop()
-        assert load.calls > 0 and not load.errors, load.errors
+        assert load.calls > 0 and load.failed > 0 and not load.errors, load.errors
 
         # SIGTERM: capture stopped, current ingest finished, exit 0, no child left
         seen_children |= set(_children(daemon.pid))

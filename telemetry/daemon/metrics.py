@@ -1,252 +1,201 @@
-"""Prometheus metrics of the daemon: a small registry, the text exposition format, an
-HTTP endpoint (stdlib http.server), and the store queries behind the "recent" gauges.
+"""Prometheus metrics of the daemon: prometheus-client metrics in a registry of the
+daemon's own, the recomputed "recent" gauges as a collector over a snapshot, the store
+queries behind them, and an HTTP endpoint (stdlib http.server) that speaks OpenMetrics (with
+exemplars) or the classic text format, as the scraper asks.
 
-No client library: the exposition format is a few lines of text, and owning it keeps the
-daemon's dependencies to what tailtap already has. Scrapes only read a rendered snapshot
-under a lock; the expensive work (DuckDB over the store) runs in the ingest worker.
+Scrapes only read the registry; the expensive work (DuckDB over the store) runs in the
+ingest worker.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.exposition import choose_encoder
+from prometheus_client.registry import Collector
 
+from parsers.records import TcpEventKind
 from telemetry import __version__
 from telemetry.store import NS_PER_HOUR, Store
 
 log = logging.getLogger("tailtap.daemon")
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# no `_created` series beside each counter and histogram: nothing here reads them, and
+# they double what Prometheus stores
+disable_created_metrics()
+
 # Seconds; covers sub-ms loopback TTFTs up to minute-long generations.
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 OTHER = "(other)"  # method label once max_methods distinct values were seen
+NO_MODEL = ""  # model label of requests that name no model
+# the causes request_cause.sql attributes (DESIGN.md): each has a series from the start, at
+# 0 while no slow request carries it, so that a dashboard's query is never empty
+CAUSES = ("loss_burst", "reordering", "queueing", "throttling", "server")
+DIRECTIONS = ("to_server", "to_client")
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class SnapshotGauges(Collector):
+    """Gauges recomputed as a whole (the recent window): each refresh swaps every series at
+    once, so a label set that vanished from the window vanishes from /metrics too."""
 
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._lock = threading.Lock()
+        self._families: dict[str, tuple[str, tuple[str, ...]]] = {}
+        self._series: dict[str, dict[tuple[str, ...], float]] = {}
+        self._registry = registry
 
-def _fmt(value: float) -> str:
-    if isinstance(value, int) or (isinstance(value, float) and value.is_integer() and abs(value) < 2**53):
-        return str(int(value))
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    def gauge(self, name: str, doc: str, labelnames: Sequence[str] = ()) -> str:
+        self._families[name] = (doc, tuple(labelnames))
+        self._series[name] = {}
+        return name
 
+    def register(self) -> None:
+        self._registry.register(self)
 
-def _labels(names: Sequence[str], values: Sequence[str], extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-class _Metric:
-    kind = "untyped"
-
-    def __init__(self, registry: Registry, name: str, doc: str, labelnames: Sequence[str] = ()) -> None:
-        self.name = name
-        self.doc = doc
-        self.labelnames = tuple(labelnames)
-        self._lock = registry.lock
-        registry.add(self)
-
-    def _key(self, labels: dict[str, str]) -> tuple[str, ...]:
-        if set(labels) != set(self.labelnames):
-            raise ValueError(f"{self.name}: labels {sorted(labels)} != {sorted(self.labelnames)}")
-        return tuple(str(labels[n]) for n in self.labelnames)
-
-    def header(self) -> list[str]:
-        doc = self.doc.replace("\\", "\\\\").replace("\n", "\\n")
-        return [f"# HELP {self.name} {doc}", f"# TYPE {self.name} {self.kind}"]
-
-
-class Counter(_Metric):
-    """Monotonic; only ever incremented."""
-
-    kind = "counter"
-
-    def __init__(self, registry: Registry, name: str, doc: str, labelnames: Sequence[str] = ()) -> None:
-        if not name.endswith("_total"):
-            raise ValueError(f"counter {name} must end in _total")
-        super().__init__(registry, name, doc, labelnames)
-        self._values: dict[tuple[str, ...], float] = {} if labelnames else {(): 0.0}
-
-    def inc(self, amount: float = 1.0, **labels: str) -> None:
-        if amount < 0:
-            raise ValueError(f"{self.name}: counters only go up")
-        key = self._key(labels)
+    def replace(self, name: str, series: Iterable[tuple[dict[str, str], float]]) -> None:
+        labelnames = self._families[name][1]
+        new: dict[tuple[str, ...], float] = {}
+        for labels, value in series:
+            if set(labels) != set(labelnames):
+                raise ValueError(f"{name}: labels {sorted(labels)} != {sorted(labelnames)}")
+            # several methods may fold into (other): the first value stays
+            new.setdefault(tuple(str(labels[n]) for n in labelnames), float(value))
         with self._lock:
-            self._values[key] = self._values.get(key, 0.0) + amount
+            self._series[name] = new
 
-    def value(self, **labels: str) -> float:
+    def value(self, name: str, **labels: str) -> float | None:
+        key = tuple(labels[n] for n in self._families[name][1])
         with self._lock:
-            return self._values.get(self._key(labels), 0.0)
+            return self._series[name].get(key)
 
-    def lines(self) -> list[str]:
-        return [f"{self.name}{_labels(self.labelnames, k)} {_fmt(v)}" for k, v in sorted(self._values.items())]
+    def describe(self) -> Iterator[Metric]:
+        for name, (doc, labelnames) in self._families.items():
+            yield GaugeMetricFamily(name, doc, labels=labelnames)
 
-
-class Gauge(_Metric):
-    kind = "gauge"
-
-    def __init__(self, registry: Registry, name: str, doc: str, labelnames: Sequence[str] = ()) -> None:
-        super().__init__(registry, name, doc, labelnames)
-        self._values: dict[tuple[str, ...], float] = {}
-
-    def set(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
+    def collect(self) -> Iterator[Metric]:
         with self._lock:
-            self._values[key] = float(value)
-
-    def replace(self, series: Iterable[tuple[dict[str, str], float]]) -> None:
-        """Swap every series at once (recomputed gauges: vanished label sets disappear)."""
-        new = {self._key(labels): float(v) for labels, v in series}
-        with self._lock:
-            self._values = new
-
-    def value(self, **labels: str) -> float | None:
-        with self._lock:
-            return self._values.get(self._key(labels))
-
-    def lines(self) -> list[str]:
-        return [f"{self.name}{_labels(self.labelnames, k)} {_fmt(v)}" for k, v in sorted(self._values.items())]
-
-
-class Histogram(_Metric):
-    """Cumulative buckets; observations come in batches (one capture's requests)."""
-
-    kind = "histogram"
-
-    def __init__(
-        self, registry: Registry, name: str, doc: str, labelnames: Sequence[str] = (), buckets: Sequence[float] = LATENCY_BUCKETS
-    ) -> None:
-        super().__init__(registry, name, doc, labelnames)
-        self.bounds = np.asarray(sorted(buckets), dtype="float64")
-        self._series: dict[tuple[str, ...], tuple[np.ndarray, list[float]]] = {}
-
-    def observe_many(self, values: Iterable[float | None], **labels: str) -> None:
-        arr = np.asarray([v for v in values if v is not None], dtype="float64")
-        arr = arr[~np.isnan(arr)]
-        if arr.size == 0:
-            return
-        # bucket i counts values <= bounds[i] (Prometheus `le`); last slot is +Inf
-        counts = np.bincount(np.searchsorted(self.bounds, arr, side="left"), minlength=len(self.bounds) + 1)
-        key = self._key(labels)
-        with self._lock:
-            buckets, total = self._series.setdefault(key, (np.zeros(len(self.bounds) + 1, dtype="int64"), [0.0]))
-            buckets += counts
-            total[0] += float(arr.sum())
-
-    def lines(self) -> list[str]:
-        out = []
-        for key, (buckets, total) in sorted(self._series.items()):
-            cumulative = np.cumsum(buckets)
-            les = [_fmt(b) for b in self.bounds.tolist()] + ["+Inf"]
-            for le, count in zip(les, cumulative.tolist(), strict=True):
-                le_label = 'le="' + le + '"'
-                out.append(f"{self.name}_bucket{_labels(self.labelnames, key, le_label)} {count}")
-            out.append(f"{self.name}_sum{_labels(self.labelnames, key)} {_fmt(total[0])}")
-            out.append(f"{self.name}_count{_labels(self.labelnames, key)} {int(cumulative[-1])}")
-        return out
-
-
-class Registry:
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self._metrics: list[_Metric] = []
-
-    def add(self, metric: _Metric) -> None:
-        if any(m.name == metric.name for m in self._metrics):
-            raise ValueError(f"metric {metric.name} registered twice")
-        self._metrics.append(metric)
-
-    def render(self) -> str:
-        with self.lock:
-            out: list[str] = []
-            for m in self._metrics:
-                out += m.header()
-                out += m.lines()
-        return "\n".join(out) + "\n"
+            snapshot = {name: dict(series) for name, series in self._series.items()}
+        for name, (doc, labelnames) in self._families.items():
+            family = GaugeMetricFamily(name, doc, labels=labelnames)
+            for key, value in sorted(snapshot[name].items()):
+                family.add_metric(list(key), value)
+            yield family
 
 
 class DaemonMetrics:
     """Every metric the daemon exposes, with their documentation."""
 
     def __init__(self, max_methods: int = 200) -> None:
-        r = self.registry = Registry()
+        r = self.registry = CollectorRegistry(auto_describe=True)
         self.max_methods = max_methods
+        self._labels_lock = threading.Lock()
         self._methods: set[str] = set()
-        self.build_info = Gauge(r, "tailtap_build_info", "tailtap version running this daemon (always 1).", ["version"])
-        self.build_info.set(1, version=__version__)
-        self.start_time = Gauge(r, "tailtap_daemon_start_time_seconds", "Unix time the daemon started.")
+        self._models: set[str] = set()
+        self.build_info = Gauge("tailtap_build_info", "tailtap version running this daemon (always 1).", ["version"], registry=r)
+        self.build_info.labels(version=__version__).set(1)
+        self.start_time = Gauge("tailtap_daemon_start_time_seconds", "Unix time the daemon started.", registry=r)
         self.start_time.set(time.time())
         # capture
-        self.capture_up = Gauge(r, "tailtap_capture_up", "1 while the capture process (tcpdump/dumpcap) is running, else 0.")
-        self.capture_restarts = Counter(r, "tailtap_capture_restarts_total", "Times the capture process died unexpectedly and was restarted.")
-        self.capture_packets = Counter(r, "tailtap_capture_packets_total", "Packets received by the capture filter, as reported by the capture tool.")
-        self.kernel_drops = Counter(r, "tailtap_capture_kernel_drops_total", "Packets the kernel dropped before the capture tool could read them (capture tool statistics).")
+        self.capture_up = Gauge("tailtap_capture_up", "1 while the capture process (tcpdump/dumpcap) is running, else 0.", registry=r)
+        self.capture_restarts = Counter("tailtap_capture_restarts", "Times the capture process died unexpectedly and was restarted.", registry=r)
+        self.capture_packets = Counter("tailtap_capture_packets", "Packets received by the capture filter, as reported by the capture tool.", registry=r)
+        self.kernel_drops = Counter("tailtap_capture_kernel_drops", "Packets the kernel dropped before the capture tool could read them (capture tool statistics).", registry=r)
         # spool
-        self.spool_pending = Gauge(r, "tailtap_spool_pending_files", "Completed capture files waiting to be ingested.")
-        self.spool_oldest_age = Gauge(r, "tailtap_spool_oldest_pending_age_seconds", "Age of the oldest completed capture file waiting to be ingested (0: none).")
-        self.spool_dropped = Counter(r, "tailtap_spool_dropped_files_total", "Capture files deleted unread because more than --max-files were waiting (ingest too slow).")
-        self.spool_failed = Gauge(r, "tailtap_spool_failed_files", "Capture files in spool/failed (could not be ingested; kept for inspection).")
-        self.spool_empty = Counter(r, "tailtap_spool_empty_files_total", "Completed capture files without packets, deleted without ingest.")
+        self.spool_pending = Gauge("tailtap_spool_pending_files", "Completed capture files waiting to be ingested.", registry=r)
+        self.spool_oldest_age = Gauge("tailtap_spool_oldest_pending_age_seconds", "Age of the oldest completed capture file waiting to be ingested (0: none).", registry=r)
+        self.spool_dropped = Counter("tailtap_spool_dropped_files", "Capture files deleted unread because more than --max-files were waiting (ingest too slow).", registry=r)
+        self.spool_failed = Gauge("tailtap_spool_failed_files", "Capture files in spool/failed (could not be ingested; kept for inspection).", registry=r)
+        self.spool_empty = Counter("tailtap_spool_empty_files", "Completed capture files without packets, deleted without ingest.", registry=r)
         # ingest
-        self.captures_ingested = Counter(r, "tailtap_captures_ingested_total", "Capture files ingested into the store.")
-        self.ingest_errors = Counter(r, "tailtap_ingest_errors_total", "Capture files that failed to ingest (moved to spool/failed).")
-        self.packets = Counter(r, "tailtap_ingested_packets_total", "Packets read from ingested capture files.")
-        self.bytes = Counter(r, "tailtap_ingested_bytes_total", "Captured bytes of the packets read from ingested capture files.")
-        self.connections = Counter(r, "tailtap_ingested_connections_total", "TCP connections found in ingested capture files.")
-        self.ingest_seconds = Counter(r, "tailtap_ingest_seconds_total", "Time spent ingesting capture files.")
-        self.last_ingest = Gauge(r, "tailtap_last_ingest_timestamp_seconds", "Unix time the last capture file was ingested.")
-        self.ingest_lag = Gauge(r, "tailtap_ingest_lag_seconds", "For the last ingested file: time from its last packet to its rows being in the store.")
-        self.requests = Counter(
-            r, "tailtap_requests_total",
-            "Requests (HTTP/2 streams, gRPC calls, HTTP/1.1 exchanges) ingested, by method (gRPC path) and status (empty: not seen).",
-            ["method", "grpc_status", "http_status"],
+        self.captures_ingested = Counter("tailtap_captures_ingested", "Capture files ingested into the store.", registry=r)
+        self.ingest_errors = Counter("tailtap_ingest_errors", "Capture files that failed to ingest (moved to spool/failed).", registry=r)
+        self.store_errors = Counter(
+            "tailtap_store_write_errors", "Capture files that could not be written to the store (disk full, store not writable); kept in the spool and retried.", registry=r
         )
-        self.latency = Histogram(r, "tailtap_request_latency_seconds", "Request latency (client-side estimate where available), by method.", ["method"])
-        self.ttft = Histogram(r, "tailtap_request_ttft_seconds", "Time to first response message (client-side estimate where available), by method.", ["method"])
-        self.max_gap = Histogram(r, "tailtap_request_max_gap_seconds", "Largest gap between consecutive response messages of a request, by method.", ["method"], GAP_BUCKETS)
+        self.packets = Counter("tailtap_ingested_packets", "Packets read from ingested capture files.", registry=r)
+        self.bytes = Counter("tailtap_ingested_bytes", "Captured bytes of the packets read from ingested capture files.", registry=r)
+        self.connections = Counter("tailtap_ingested_connections", "TCP connections found in ingested capture files.", registry=r)
+        self.ingest_seconds = Counter("tailtap_ingest_seconds", "Time spent ingesting capture files.", registry=r)
+        self.last_ingest = Gauge("tailtap_last_ingest_timestamp_seconds", "Unix time the last capture file was ingested.", registry=r)
+        self.ingest_lag = Gauge("tailtap_ingest_lag_seconds", "For the last ingested file: time from its last packet to its rows being in the store.", registry=r)
+        by_request = ["method", "model"]
+        self.requests = Counter(
+            "tailtap_requests",
+            "Requests (HTTP/2 streams, gRPC calls, HTTP/1.1 exchanges) ingested, by method (the report's method label), model (empty: none named) and status (empty: not seen).",
+            [*by_request, "grpc_status", "http_status"], registry=r,
+        )
+        exemplar_note = " Exemplars: request=\"CONN_ID:STREAM_ID\", the request's key in the store (tailtap explain --request)."
+        self.latency = Histogram(
+            "tailtap_request_latency_seconds", "Request latency (request_metrics.latency_eff_ms: client-side estimate where available), by method and model." + exemplar_note,
+            by_request, buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.ttft = Histogram(
+            "tailtap_request_ttft_seconds", "Time to first response message (request_metrics.ttft_eff_ms), by method and model." + exemplar_note,
+            by_request, buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.max_gap = Histogram(
+            "tailtap_request_max_gap_seconds", "Largest gap between consecutive response messages of a request (request_metrics.gap_eff_ms), by method and model." + exemplar_note,
+            by_request, buckets=GAP_BUCKETS, registry=r,
+        )
+        # network, per ingested capture (tcp_events): one count per event, whatever files a connection spans
+        self.tcp_events = Counter(
+            "tailtap_tcp_events",
+            "TCP events of ingested captures (tcp_events.kind: retransmission, fast_retransmission, rto_retransmission, lost_segment, out_of_order, zero_window, capture_loss, ...) by direction of the data.",
+            ["kind", "direction"], registry=r,
+        )
+        for kind in TcpEventKind:
+            for direction in DIRECTIONS:
+                self.tcp_events.labels(kind.value, direction)
         # recent window (recomputed with DuckDB over the store)
-        self.recent_requests = Gauge(r, "tailtap_recent_requests", "Requests in the recent window (--metrics-window-seconds), by method.", ["method"])
-        self.recent_latency = Gauge(r, "tailtap_recent_request_latency_seconds", "Latency percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
-        self.recent_ttft = Gauge(r, "tailtap_recent_request_ttft_seconds", "TTFT percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
-        self.recent_gap = Gauge(r, "tailtap_recent_request_max_gap_seconds", "Percentiles (p50, p99) of the per-request largest token gap over the recent window, by method.", ["method", "percentile"])
-        self.recent_spikes = Gauge(r, "tailtap_recent_spike_windows", "Windows of the recent window whose p99 spiked (spikes view), by spiked metric.", ["metric"])
-        self.recent_slow = Gauge(r, "tailtap_recent_slow_requests", "Slow requests in the recent window (slow_requests view).")
-        self.recent_causes = Gauge(r, "tailtap_recent_slow_request_causes", "Slow requests of the recent window per cause (request_cause view); kind empty when none.", ["cause", "kind"])
-        self.recent_cause_delay = Gauge(r, "tailtap_recent_slow_request_cause_delay_seconds", "Delay the cause explains, summed over the recent window's slow requests.", ["cause", "kind"])
-        self.refresh_errors = Counter(r, "tailtap_metrics_refresh_errors_total", "Failed recomputations of the recent-window gauges.")
-        self.refresh_duration = Gauge(r, "tailtap_metrics_refresh_duration_seconds", "Time the last recomputation of the recent-window gauges took.")
-        self.last_refresh = Gauge(r, "tailtap_metrics_refresh_timestamp_seconds", "Unix time of the last successful recomputation of the recent-window gauges.")
+        s = self.recent = SnapshotGauges(r)
+        self.recent_requests = s.gauge("tailtap_recent_requests", "Requests in the recent window (--metrics-window-seconds), by method.", ["method"])
+        self.recent_latency = s.gauge("tailtap_recent_request_latency_seconds", "Latency percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
+        self.recent_ttft = s.gauge("tailtap_recent_request_ttft_seconds", "TTFT percentiles (p50, p99) over the recent window, by method.", ["method", "percentile"])
+        self.recent_gap = s.gauge("tailtap_recent_request_max_gap_seconds", "Percentiles (p50, p99) of the per-request largest token gap over the recent window, by method.", ["method", "percentile"])
+        self.recent_rtt = s.gauge(
+            "tailtap_recent_rtt_seconds", "RTT sample percentiles (p50, p99) and the floor (min) over the recent window, by direction of the data (rtt_samples).", ["direction", "percentile"]
+        )
+        self.recent_spikes = s.gauge("tailtap_recent_spike_windows", "Windows of the recent window whose p99 spiked (spikes view), by spiked metric.", ["metric"])
+        self.recent_slow = s.gauge("tailtap_recent_slow_requests", "Slow requests in the recent window (slow_requests view).")
+        self.recent_causes = s.gauge("tailtap_recent_slow_request_causes", "Slow requests of the recent window per cause (request_cause view); kind empty when none.", ["cause", "kind"])
+        self.recent_cause_delay = s.gauge("tailtap_recent_slow_request_cause_delay_seconds", "Delay the cause explains, summed over the recent window's slow requests.", ["cause", "kind"])
+        s.register()
+        self.refresh_errors = Counter("tailtap_metrics_refresh_errors", "Failed recomputations of the recent-window gauges.", registry=r)
+        self.refresh_duration = Gauge("tailtap_metrics_refresh_duration_seconds", "Time the last recomputation of the recent-window gauges took.", registry=r)
+        self.last_refresh = Gauge("tailtap_metrics_refresh_timestamp_seconds", "Unix time of the last successful recomputation of the recent-window gauges.", registry=r)
         # retention
-        self.retention_removed = Counter(r, "tailtap_retention_removed_partitions_total", "Store partitions (table/date=/hour=) deleted by retention.")
-        self.store_bytes = Gauge(r, "tailtap_store_bytes", "Size of the Parquet store on disk.")
+        self.retention_removed = Counter("tailtap_retention_removed_partitions", "Store partitions (table/date=/hour=) deleted by retention.", registry=r)
+        self.store_bytes = Gauge("tailtap_store_bytes", "Size of the Parquet store on disk.", registry=r)
 
-    def method_label(self, method: str) -> str:
-        """Bound the label's cardinality: HTTP/1.1 paths can be unbounded."""
-        with self.registry.lock:
-            if method in self._methods:
-                return method
-            if len(self._methods) < self.max_methods:
-                self._methods.add(method)
-                return method
+    def value(self, name: str, **labels: str) -> float | None:
+        """A sample's current value, by its exposed name (counters end in _total)."""
+        return self.registry.get_sample_value(name, labels)
+
+    def _bounded(self, seen: set[str], value: str) -> str:
+        """Bound a label's cardinality: HTTP/1.1 paths and model names can be unbounded."""
+        with self._labels_lock:
+            if value in seen or len(seen) < self.max_methods:
+                seen.add(value)
+                return value
         return OTHER
 
+    def method_label(self, method: str) -> str:
+        return self._bounded(self._methods, method)
+
+    def model_label(self, model: str | None) -> str:
+        return NO_MODEL if model is None else self._bounded(self._models, model)
+
     def observe_capture(self, store: Store, capture_id: str) -> tuple[float | None, int | None]:
-        """Fold one ingested capture's requests into the counters and histograms.
+        """Fold one ingested capture's requests and TCP events into the counters and histograms.
 
         Returns (last packet time in s, kernel drops) from its `captures` row.
         """
@@ -258,19 +207,27 @@ class DaemonMetrics:
             # of each request's method, latency, TTFT and gap the report and gauges read too
             rel = _request_metrics_of(store, capture_id, con)
             if rel is not None:
-                for method, grpc_status, http_status, n in con.execute(
-                    f"SELECT method, coalesce(CAST(grpc_status AS VARCHAR), ''), "
+                for method, model, grpc_status, http_status, n in con.execute(
+                    f"SELECT method, model, coalesce(CAST(grpc_status AS VARCHAR), ''), "
                     f"coalesce(CAST(http_status AS VARCHAR), ''), count(*) FROM {rel} GROUP BY ALL"
                 ).fetchall():
-                    self.requests.inc(n, method=self.method_label(method), grpc_status=grpc_status, http_status=http_status)
-                for method, lat, ttft, gap in con.execute(
-                    f"SELECT method, list(latency_eff_ms / 1e3), list(ttft_eff_ms / 1e3), list(gap_eff_ms / 1e3) "
-                    f"FROM {rel} GROUP BY ALL"
+                    self.requests.labels(self.method_label(method), self.model_label(model), grpc_status, http_status).inc(n)
+                rows = con.execute(
+                    f"SELECT method, model, conn_id || ':' || stream_id, latency_eff_ms / 1e3, ttft_eff_ms / 1e3, gap_eff_ms / 1e3 "
+                    f"FROM {rel} ORDER BY started_at"
+                ).fetchall()
+                for method, model, key, *values in rows:
+                    labels = (self.method_label(method), self.model_label(model))
+                    exemplar = {"request": key}
+                    for histogram, value in zip((self.latency, self.ttft, self.max_gap), values, strict=True):
+                        if value is not None and value == value:  # NaN != NaN
+                            histogram.labels(*labels).observe(value, exemplar)
+            event_files = _capture_files(store, "tcp_events", capture_id)
+            if event_files:
+                for kind, direction, n in con.execute(
+                    f"SELECT kind, direction, count(*) FROM read_parquet({_list(event_files)}, hive_partitioning = false) GROUP BY ALL"
                 ).fetchall():
-                    label = self.method_label(method)
-                    self.latency.observe_many(lat, method=label)
-                    self.ttft.observe_many(ttft, method=label)
-                    self.max_gap.observe_many(gap, method=label)
+                    self.tcp_events.labels(kind, direction).inc(n)
             cap_files = _capture_files(store, "captures", capture_id)
             if not cap_files:
                 return None, None
@@ -291,7 +248,7 @@ class DaemonMetrics:
         try:
             con = connect(RecentStore(store.root, since_ns), {"since_ns": since_ns, "window_s": bucket_s})
             try:
-                self._query_recent(con)
+                self._query_recent(con, since_ns)
             finally:
                 con.close()
         except Exception as exc:  # a refresh must never take the daemon down
@@ -301,7 +258,7 @@ class DaemonMetrics:
         self.refresh_duration.set(time.perf_counter() - started)
         self.last_refresh.set(time.time())
 
-    def _query_recent(self, con) -> None:
+    def _query_recent(self, con, since_ns: int) -> None:
         per_method = con.execute(
             "SELECT method, count(*), "
             "quantile_cont(latency_eff_ms, [0.5, 0.99]), quantile_cont(ttft_eff_ms, [0.5, 0.99]), "
@@ -316,32 +273,31 @@ class DaemonMetrics:
                 for q, v in zip(("p50", "p99"), qs or (None, None), strict=True):
                     if v is not None:
                         series.append(({"method": label, "percentile": q}, v / 1e3))
+        rtt = con.execute(
+            "SELECT direction, min(rtt_ms), quantile_cont(rtt_ms, [0.5, 0.99]) FROM rtt_samples "
+            "WHERE epoch_ns(ts) >= ? GROUP BY ALL",
+            [since_ns],
+        ).fetchall()
         spikes = con.execute("SELECT m, count(*) FROM spikes, unnest(spiked_metrics) AS t(m) GROUP BY m").fetchall()
         slow = con.execute("SELECT count(*) FROM slow_requests WHERE len(slow_metrics) > 0").fetchone()[0]
         causes = con.execute(
             "SELECT cause, coalesce(kind, ''), count(DISTINCT (conn_id, stream_id)), coalesce(sum(delay_ms), 0) "
             "FROM request_cause GROUP BY ALL"
         ).fetchall()
-        # (other) may collect several methods: keep the first value rather than fail on duplicates
-        self.recent_requests.replace(_dedupe(counts))
-        self.recent_latency.replace(_dedupe(lat))
-        self.recent_ttft.replace(_dedupe(ttft))
-        self.recent_gap.replace(_dedupe(gap))
-        self.recent_spikes.replace([({"metric": m}, n) for m, n in spikes] or [({"metric": "any"}, 0)])
-        self.recent_slow.set(slow)
-        self.recent_causes.replace([({"cause": c, "kind": k}, n) for c, k, n, _ in causes])
-        self.recent_cause_delay.replace([({"cause": c, "kind": k}, d / 1e3) for c, k, _, d in causes])
-
-
-def _dedupe(series: list[tuple[dict[str, str], float]]) -> list[tuple[dict[str, str], float]]:
-    seen: set[tuple] = set()
-    out = []
-    for labels, v in series:
-        key = tuple(sorted(labels.items()))
-        if key not in seen:
-            seen.add(key)
-            out.append((labels, v))
-    return out
+        s = self.recent
+        s.replace(self.recent_requests, counts)
+        s.replace(self.recent_latency, lat)
+        s.replace(self.recent_ttft, ttft)
+        s.replace(self.recent_gap, gap)
+        s.replace(
+            self.recent_rtt,
+            [({"direction": d, "percentile": p}, v / 1e3) for d, lo, qs in rtt for p, v in zip(("min", "p50", "p99"), (lo, *qs), strict=True)],
+        )
+        s.replace(self.recent_spikes, [({"metric": m}, n) for m, n in spikes] or [({"metric": "any"}, 0)])
+        s.replace(self.recent_slow, [({}, slow)])
+        zero = [({"cause": c, "kind": ""}, 0.0) for c in CAUSES]
+        s.replace(self.recent_causes, [({"cause": c, "kind": k}, n) for c, k, n, _ in causes] + zero)
+        s.replace(self.recent_cause_delay, [({"cause": c, "kind": k}, d / 1e3) for c, k, _, d in causes] + zero)
 
 
 def _list(paths: Iterable[Path]) -> str:
@@ -419,7 +375,9 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 (http.server API)
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._send(200, self.server.registry.render().encode(), CONTENT_TYPE)
+            # OpenMetrics (with exemplars) when the scraper asks for it, as Prometheus does
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._send(200, encoder(self.server.registry), content_type)
         elif path in ("/healthz", "/-/healthy"):
             ok = self.server.healthy()
             self._send(200 if ok else 503, b"ok\n" if ok else b"capture not running\n", "text/plain")
@@ -443,7 +401,7 @@ class MetricsServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, addr: tuple[str, int], registry: Registry, healthy: Callable[[], bool] = lambda: True) -> None:
+    def __init__(self, addr: tuple[str, int], registry: CollectorRegistry, healthy: Callable[[], bool] = lambda: True) -> None:
         if ":" in addr[0]:
             import socket
 

@@ -299,7 +299,7 @@ class Worker(threading.Thread):
                 result = self._chain.ingest(path)
             except StoreError as exc:
                 # the file is fine, the store is not: keep the file and retry later
-                m.ingest_errors.inc()
+                m.store_errors.inc()
                 self.store_broken = True
                 log.error("store: %s; %s stays in the spool, retried in 5 s or at the next start", exc, path.name)
                 self._halt.wait(5.0)
