@@ -18,7 +18,7 @@ APT_PACKAGES += chromium:chromium chromedriver:chromium-driver
 APT_PACKAGES += prometheus:prometheus promtool:prometheus
 NODE_DIR := tests/node
 
-.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz clean
+.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
@@ -98,6 +98,14 @@ FUZZ_RUNS ?= hpack:400000 tls:300000 session:200000 capture:100000
 fuzz: venv
 	@for tr in $(FUZZ_RUNS); do echo "fuzz $${tr%%:*}: $${tr#*:} inputs"; \
 	  $(BIN)/python -m fuzz $${tr%%:*} -runs=$${tr#*:} -print_final_stats=1 2>&1 | grep -E "^(Done|stat::number_of_executed_units|==|ERROR)" || exit 1; done
+
+# The daemon under continuous gRPC load for 5 minutes (root, tcpdump): RSS sampled every
+# second, flat or it fails; the figures go to bench/results/soak.json (CI soaks 60 s)
+SOAK_SECONDS ?= 300
+soak: system-deps venv
+	@mkdir -p bench/results
+	TAILTAP_SOAK_SECONDS=$(SOAK_SECONDS) TAILTAP_SOAK_REPORT=bench/results/soak.json \
+	  $(BIN)/pytest -q -ra tests/test_daemon_hardening.py -k soak
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .ruff_cache *.egg-info $(NODE_DIR)/node_modules

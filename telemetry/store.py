@@ -337,12 +337,26 @@ class CaptureWriter:
             self._finish_writes()
         except Exception:  # noqa: BLE001 - the files are thrown away anyway
             pass
-        try:
-            self._close_files()
-        except Exception:  # noqa: BLE001 - the files are thrown away anyway
-            pass
+        files, self._files = self._files, {}
+        for out in files.values():
+            _close_discarded(out)
         shutil.rmtree(self.staging, ignore_errors=True)
         _remove_empty_dirs(self.store.root / STAGING)
+
+
+def _close_discarded(out: pq.ParquetWriter) -> None:
+    """Close a staging file that is thrown away, even when its last write fails (a full
+    disk): a writer whose close raises keeps its file open, and a deleted file still open
+    keeps its space and the file system busy (no remount read-only) until the next GC."""
+    try:
+        out.close()
+    except Exception:  # noqa: BLE001 - the file is thrown away anyway
+        out.is_open = False
+        if out.file_handle is not None:
+            try:
+                out.file_handle.close()
+            except Exception:  # noqa: BLE001 - its buffered bytes are not wanted
+                pass
 
 
 def _remove_empty_dirs(path: Path) -> None:

@@ -20,7 +20,15 @@ import duckdb
 import jsonschema
 import pytest
 
-from telemetry.dashboards import DASHBOARDS, DASHBOARDS_DIR, DRILL_DOWN, LIVE, dashboard_json, push, render_macros
+from telemetry.dashboards import (
+    DASHBOARDS,
+    DASHBOARDS_DIR,
+    DRILL_DOWN,
+    LIVE,
+    dashboard_json,
+    push,
+    render_macros,
+)
 from telemetry.db import export_database
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.store import Store

@@ -6,6 +6,12 @@ the daemon, which stops it in order) and with PR_SET_PDEATHSIG (so it dies with 
 daemon even on SIGKILL). A file is complete when the tool no longer has it open
 (/proc/PID/fd); without /proc, every file but the newest.
 
+Privileges: run as root, tcpdump opens the interface and then drops to its own user
+(``-Z``, Debian's ``tcpdump``): the spool is handed to that user so that it can create the
+next file. Where that user does not exist or cannot reach the spool (a folder above it is
+closed to others), tcpdump stays root and the log says why. dumpcap has no such switch and
+keeps the daemon's user.
+
 Kernel drops: tcpdump prints its counters on SIGUSR1 and at exit, dumpcap at exit only
 (it writes no interface statistics into ring files), so both are read from stderr.
 """
@@ -13,11 +19,14 @@ Kernel drops: tcpdump prints its counters on SIGUSR1 and at exit, dumpcap at exi
 from __future__ import annotations
 
 import ctypes
+import grp
 import logging
 import os
+import pwd
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -31,6 +40,7 @@ log = logging.getLogger("tailtap.daemon")
 
 PREFIX = "tailtap-"  # every spool file the daemon's capture writes starts with this
 TOOLS = ("tcpdump", "dumpcap")
+CAPTURE_USER = "tcpdump"  # Debian's tcpdump package creates it
 
 _PR_SET_PDEATHSIG = 1
 try:  # resolved before fork: the child must not load libraries
@@ -130,6 +140,27 @@ _INFO = re.compile(
 )
 
 
+def _unprivileged_user(spool: Path) -> tuple[str, str]:
+    """(user, why not) for tcpdump's ``-Z``: its own user when it exists and every folder
+    above the spool lets it through (the spool itself is handed to it); else root."""
+    try:
+        entry = pwd.getpwnam(CAPTURE_USER)
+    except KeyError:
+        return "root", f"there is no user {CAPTURE_USER!r} to drop to"
+    groups = {entry.pw_gid, *(g.gr_gid for g in grp.getgrall() if CAPTURE_USER in g.gr_mem)}
+    for folder in spool.resolve().parents:
+        st = folder.stat()
+        if st.st_uid == entry.pw_uid:
+            passes = st.st_mode & stat.S_IXUSR
+        elif st.st_gid in groups:
+            passes = st.st_mode & stat.S_IXGRP
+        else:
+            passes = st.st_mode & stat.S_IXOTH
+        if not passes:
+            return "root", f"user {CAPTURE_USER!r} cannot reach the spool {spool} ({folder} is closed to it)"
+    return CAPTURE_USER, ""
+
+
 class Capturer:
     """One capture tool process at a time, restartable; thread-safe reads of its state."""
 
@@ -145,7 +176,26 @@ class Capturer:
         self._stderr_tail: deque[str] = deque(maxlen=5)
         # counters reported by the tool are cumulative per process: hand out deltas
         self._pending = [0, 0]  # packets received, kernel drops
+        self._capture_user: str | None = None
         self._seen = [0, 0]
+
+    @property
+    def capture_user(self) -> str:
+        """The user tcpdump drops to once the interface is open: its own, when the system
+        has one and can reach the spool; else root (said once, with the reason)."""
+        if self._capture_user is None:
+            self._capture_user, why = _unprivileged_user(self.config.spool)
+            if why:
+                log.warning("capture runs as root: %s", why)
+        return self._capture_user
+
+    def _hand_spool_to_capture_user(self) -> None:
+        """The dropped user creates the next files; the daemon (root) still reads and deletes them."""
+        if self.tool != "tcpdump" or os.geteuid() != 0 or self.capture_user == "root":
+            return
+        entry = pwd.getpwnam(self.capture_user)
+        if self.config.spool.stat().st_uid != entry.pw_uid:
+            os.chown(self.config.spool, entry.pw_uid, entry.pw_gid)
 
     def command(self) -> list[str]:
         c = self.config
@@ -170,7 +220,7 @@ class Capturer:
         if c.buffer_mb:
             cmd += ["-B", str(c.buffer_mb * 1024)]  # KiB
         if os.geteuid() == 0:
-            cmd += ["-Z", "root"]  # else tcpdump drops to its own user and cannot create the next file
+            cmd += ["-Z", self.capture_user]
         cmd += ["-w", str(c.spool / f"{PREFIX}{run}-%Y%m%dT%H%M%S.pcap")]
         if c.bpf:
             cmd.append(c.bpf)
@@ -182,6 +232,7 @@ class Capturer:
             self._seen = [0, 0]
             self._stderr_tail.clear()
             cmd = self.command()
+            self._hand_spool_to_capture_user()
             log.info("capture: %s", " ".join(cmd))
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

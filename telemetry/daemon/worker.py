@@ -26,6 +26,7 @@ that retention is deleting).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -43,6 +44,16 @@ from telemetry.daemon.capture import PREFIX
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.ingest import IngestChain, IngestOptions, IngestResult
 from telemetry.store import Store, StoreError
+
+STORE_RETRY_S = 5.0  # how often a store that refused a write is tried again
+# errors of the store's file system, whatever file they name
+_STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def _store_problem(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return os.strerror(exc.errno)
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 log = logging.getLogger("tailtap.daemon")
 
@@ -197,6 +208,7 @@ class Worker(threading.Thread):
         settings: WorkerSettings,
         open_files: Callable[[], set[Path] | None],
         capturing: Callable[[], bool],
+        before_ingest: Callable[[], object] | None = None,
     ) -> None:
         super().__init__(name="ingest-worker", daemon=True)
         self.spool = spool
@@ -205,11 +217,13 @@ class Worker(threading.Thread):
         self.settings = settings
         self._open_files = open_files
         self._capturing = capturing
+        self._before_ingest = before_ingest  # e.g. read the key logs' new lines
         self._halt = threading.Event()  # finish the current file, then exit
         self._drain = threading.Event()  # ingest every completed file, then exit
         self.failure: BaseException | None = None
         self.current: Path | None = None
         self.store_broken = False
+        self._store_problem: str | None = None
         self._next_retention = 0.0
         self._next_refresh = 0.0
         self._dirty = True  # something was ingested since the last refresh
@@ -295,14 +309,23 @@ class Worker(threading.Thread):
                 m.spool_empty.inc()
                 log.debug("%s: no packets, deleted", path.name)
                 return
+            if self._before_ingest is not None:
+                self._before_ingest()
             try:
                 result = self._chain.ingest(path)
-            except StoreError as exc:
-                # the file is fine, the store is not: keep the file and retry later
+            except (StoreError, OSError) as exc:
+                if isinstance(exc, OSError) and not self._is_store_error(exc):
+                    raise
+                # the file is fine, the store is not (full, read-only, gone): keep the file,
+                # retry every few seconds; the chain starts afresh with it (ingest aborted it)
                 m.store_errors.inc()
+                message = _store_problem(exc)
+                if message != self._store_problem:  # once per problem, not once per retry
+                    log.error("store %s: %s; capture files stay in the spool (%s first), retried every %g s",
+                              self.store.root, message, path.name, STORE_RETRY_S)  # fmt: skip
+                self._store_problem = message
                 self.store_broken = True
-                log.error("store: %s; %s stays in the spool, retried in 5 s or at the next start", exc, path.name)
-                self._halt.wait(5.0)
+                self._halt.wait(STORE_RETRY_S)
                 return
             except Exception as exc:  # a parser bug must not lose the file or stop the daemon
                 m.ingest_errors.inc()
@@ -311,7 +334,10 @@ class Worker(threading.Thread):
                 dest = self.spool.fail(path, f"ingest crashed:\n{detail}")
                 log.error("%s: ingest crashed (%s: %s); moved to %s", path.name, type(exc).__name__, exc, dest)
                 return
+            if self.store_broken:
+                log.info("store %s: writable again, ingest resumed", self.store.root)
             self.store_broken = False
+            self._store_problem = None
             if result.error:
                 m.ingest_errors.inc()
                 self.close_chain()  # the file is missing from the run
@@ -328,6 +354,16 @@ class Worker(threading.Thread):
                 path.unlink(missing_ok=True)
         finally:
             self.current = None
+
+    def _is_store_error(self, exc: OSError) -> bool:
+        """A write the store refused (full, read-only, quota, permissions), not a file
+        the parsers could not read."""
+        if exc.errno in _STORAGE_ERRNOS:
+            return True
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            name = exc.filename if isinstance(exc.filename, str) else ""
+            return not name or Path(name).resolve().is_relative_to(self.store.root.resolve())
+        return False
 
     def _follow_run(self, path: Path) -> None:
         """Close the chain unless ``path`` is the next file of its run."""
