@@ -280,3 +280,69 @@ def _requests_fed_in_pieces(capture: Path, keylog: Path, piece: int) -> list[tup
                     s.feed(PayloadChunk(c.conn_key, c.direction, c.data[i : i + piece], c.ts_ns, c.frame_no,
                                         c.stream_offset + i, c.gap_before if i == 0 else 0))  # fmt: skip
     return [(r.path, r.http_status, r.response_bytes) for s in sessions.values() for r in s.finish(0).requests]
+
+
+OPENSSL = shutil.which("openssl")
+
+
+def _keep_alive_server(port: int, ctx: ssl.SSLContext, body: bytes, ready: threading.Event) -> None:
+    """Answers every HTTP/1.1 request of one TLS connection with ``body``, until it closes."""
+    with socket.socket() as ls:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", port))
+        ls.listen(1)
+        ready.set()
+        conn, _ = ls.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = tls.recv(4096)  # a KeyUpdate is read (and answered) in here
+                    if not chunk:
+                        return
+                    data += chunk
+                _, data = data.split(b"\r\n\r\n", 1)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+                tls.sendall(head + body)
+
+
+@needs_capture
+@pytest.mark.skipif(OPENSSL is None and not os.environ.get("CI"), reason="needs openssl(1) for its KeyUpdate command")
+def test_tls13_key_update_in_both_directions_keeps_decrypting(tmp_path):
+    """openssl s_client's 'K' command: the client updates its keys and asks the server to
+    update its own (RFC 8446 section 4.6.3); the requests after it decrypt as the ones before."""
+    cert, key = self_signed(tmp_path)
+    srv = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    srv.load_cert_chain(cert, key)
+    srv.minimum_version = ssl.TLSVersion.TLSv1_3
+    body = os.urandom(5_000)
+    port = rs.free_port()
+    keylog = tmp_path / "keys.txt"
+    capture = tmp_path / "keyupdate.pcap"
+    cap = rs.Capture(port, capture)
+    ready = threading.Event()
+    server = threading.Thread(target=_keep_alive_server, args=(port, srv, body, ready), daemon=True)
+    server.start()
+    ready.wait(5)
+    client = subprocess.Popen(
+        [OPENSSL or "openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-tls1_3", "-keylogfile", str(keylog),
+         "-crlf", "-no_ign_eof"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    assert client.stdin is not None
+    for line in (b"GET /before HTTP/1.1\nHost: localhost\n\n", b"K\n", b"GET /after HTTP/1.1\nHost: localhost\n\n",
+                 b"K\n", b"GET /again HTTP/1.1\nHost: localhost\n\n"):  # fmt: skip
+        client.stdin.write(line)
+        client.stdin.flush()
+        time.sleep(0.4)
+    client.stdin.close()
+    out = client.stdout.read().decode(errors="replace") if client.stdout else ""
+    client.wait(10)
+    server.join(5)
+    cap.stop()
+    assert out.count("KEYUPDATE") == 2 and out.count("HTTP/1.1 200 OK") == 3, out[-2000:]
+    con, result = ingest(capture, tmp_path, keylog)
+    rows = con.execute("SELECT path, http_status, response_bytes FROM requests ORDER BY request_start").fetchall()
+    assert rows == [("/before", 200, 5_000), ("/after", 200, 5_000), ("/again", 200, 5_000)], (rows, result.issues)
+    facts = con.execute("SELECT tls_version, tls_decrypted, tls_note FROM connections").fetchone()
+    assert facts[:2] == ("TLS 1.3", True), facts

@@ -9,11 +9,14 @@ Sans-I/O: text in, secrets and line problems out. Labels read:
   ``CLIENT_TRAFFIC_SECRET_0``, ``SERVER_TRAFFIC_SECRET_0`` (TLS 1.3, by client random).
 
 Other labels (``EXPORTER_SECRET``, ``EARLY_EXPORTER_SECRET``, ``CLIENT_EARLY_TRAFFIC_SECRET``,
-``RSA <encrypted pre-master> <pre-master>``) are recognised and not used.
+``RSA <encrypted pre-master> <pre-master>``) are recognised and not used; so are the secrets
+after a KeyUpdate that OpenSSL 3 logs as ``CLIENT_TRAFFIC_SECRET_N`` / ``SERVER_TRAFFIC_SECRET_N``
+(the decryption derives them from ``_0``, RFC 8446 section 7.2).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 TLS13_LABELS = (
@@ -22,6 +25,7 @@ TLS13_LABELS = (
     "CLIENT_TRAFFIC_SECRET_0",
     "SERVER_TRAFFIC_SECRET_0",
 )
+_UPDATED_SECRET = re.compile(r"(CLIENT|SERVER)_TRAFFIC_SECRET_(N|[1-9][0-9]*)")
 _IGNORED = ("EXPORTER_SECRET", "EARLY_EXPORTER_SECRET", "CLIENT_EARLY_TRAFFIC_SECRET", "RSA")
 
 
@@ -38,10 +42,11 @@ class KeyLog:
     def __bool__(self) -> bool:
         return bool(self.lines)
 
-    def add_text(self, text: str, source: str = "key log") -> None:
+    def add_text(self, text: str, source: str = "key log", first_line: int = 1) -> None:
         """Read every line of ``text``; a line that cannot be read is a problem, named by
-        ``source`` and its line number, and the others still count."""
-        for no, raw in enumerate(text.splitlines(), 1):
+        ``source`` and its line number (``text`` starts at ``first_line`` of the source:
+        a key log read as it grows), and the others still count."""
+        for no, raw in enumerate(text.splitlines(), first_line):
             line = raw.strip()
             if not line or line.startswith("#"):
                 continue
@@ -66,7 +71,7 @@ class KeyLog:
             self.by_session_id[sid_b] = master_b
             self.lines += 1
             return None
-        if label in _IGNORED:
+        if label in _IGNORED or _UPDATED_SECRET.fullmatch(label):
             return None
         if label != "CLIENT_RANDOM" and label not in TLS13_LABELS:
             return f"unknown label {label[:40]!r}"

@@ -56,7 +56,7 @@ def run(
     keep_files: Annotated[bool, typer.Option("--keep-files", help="Keep ingested capture files in SPOOL/ingested (pruned by --retention-hours and --max-files).")] = False,
     h2_port: Annotated[list[int] | None, typer.Option("--h2-port", help="Force HTTP/2 decoding on this TCP port (repeatable).")] = None,
     capture_side: Annotated[CaptureSide, typer.Option("--capture-side", help="Where the capture point sits (auto: from the RTT floors).")] = CaptureSide.auto,
-    keylog: Annotated[list[Path] | None, typer.Option("--keylog", help="TLS key log (NSS format; repeatable), read at start: TLS connections whose secrets it holds are decrypted, the others estimated from their records.")] = None,
+    keylog: Annotated[list[Path] | None, typer.Option("--keylog", help="TLS key log (NSS format; repeatable), read at start and again before each capture file as it grows: TLS connections whose secrets it holds are decrypted, the others estimated from their records.")] = None,
     once: Annotated[bool, typer.Option("--once", help="Capture one file (--rotate-seconds long), ingest it, exit.")] = False,
     duration: Annotated[float | None, typer.Option("--duration", min=0.1, help="Capture for this many seconds, ingest everything, exit.")] = None,
     metrics_window: Annotated[float, typer.Option("--metrics-window-seconds", min=1.0, help="Span of the tailtap_recent_* gauges (per-method p50/p99, spikes, causes).")] = 300.0,

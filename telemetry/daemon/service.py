@@ -32,6 +32,7 @@ from telemetry.daemon.capture import (
     check_interface,
     find_tool,
 )
+from telemetry.daemon.keylogs import KeyLogFollower
 from telemetry.daemon.metrics import DaemonMetrics, MetricsServer, parse_addr
 from telemetry.daemon.worker import Spool, SpoolBusy, Worker, WorkerSettings
 from telemetry.exit_codes import EXIT_INPUT as EXIT_FAILED  # the daemon could not go on
@@ -70,7 +71,7 @@ class DaemonConfig:
     keep_files: bool = False
     h2_ports: tuple[int, ...] = ()
     capture_side: str = "auto"
-    keylogs: tuple[Path, ...] = ()  # TLS key logs, read at start
+    keylogs: tuple[Path, ...] = ()  # TLS key logs, read at start and as they grow
     duration_s: float | None = None  # bounded run; None: until a signal
     metrics_window_s: float = 300.0
     window_s: float = 10.0
@@ -98,18 +99,13 @@ class Daemon:
             host, port = parse_addr(c.metrics_addr)
         except ValueError as exc:
             raise DaemonError(f"--metrics-addr {exc}", EXIT_USAGE) from None
-        self.keylog = None
+        self.keylogs: KeyLogFollower | None = None
         if c.keylogs:
-            from parsers.tls import KeyLog
-
-            self.keylog = KeyLog()
-            for path in c.keylogs:
-                try:
-                    self.keylog.add_text(Path(path).read_text(encoding="ascii", errors="replace"), str(path))
-                except OSError as exc:
-                    raise DaemonError(f"--keylog {path}: {exc.strerror or exc}", EXIT_USAGE) from None
-            for problem in self.keylog.problems[:20]:
-                log.warning("%s", problem)
+            self.keylogs = KeyLogFollower(c.keylogs)
+            try:
+                self.keylogs.read_start()
+            except OSError as exc:
+                raise DaemonError(f"--keylog {exc.filename}: {exc.strerror or exc}", EXIT_USAGE) from None
         try:
             tool_path = find_tool(c.capturer)
             capture_config = CaptureConfig(
@@ -170,7 +166,7 @@ class Daemon:
         host, port = self.server.server_address[:2]
         log.info("metrics on http://%s:%d/metrics", f"[{host}]" if ":" in str(host) else host, port)
         settings = WorkerSettings(
-            options=IngestOptions(frozenset(c.h2_ports), c.capture_side, keylog=self.keylog),
+            options=IngestOptions(frozenset(c.h2_ports), c.capture_side, keylog=self.keylogs.keylog if self.keylogs else None),
             retention_hours=c.retention_hours, max_files=c.max_files, keep_files=c.keep_files,
             metrics_window_s=c.metrics_window_s, window_s=c.window_s, refresh_s=c.refresh_s,
         )
@@ -183,6 +179,7 @@ class Daemon:
             self.spool, self.store, self.metrics, settings,
             open_files=self.capturer.open_files,
             capturing=lambda: capturing.is_set() or self.capturer.alive(),
+            before_ingest=self.keylogs.read_new if self.keylogs else None,
         )
         # files left by an earlier run are complete; mark "capturing" before starting the
         # tool so that the worker never takes the file it is opening for complete
