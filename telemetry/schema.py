@@ -116,7 +116,7 @@ CONNECTIONS = _table(
 REQUESTS = _table(
     _CAPTURE_ID,
     _CONN_ID,
-    C("stream_id", pa.int64(), "HTTP/2 stream id (HTTP/1.1: exchange index on the connection, from 1)."),
+    C("stream_id", pa.int64(), "HTTP/2 stream id (HTTP/1.1, and TLS estimated without keys: exchange index on the connection, from 0)."),
     C("client_addr", pa.string(), "Client IP address."),
     C("client_port", pa.int32(), "Client TCP port."),
     C("server_addr", pa.string(), "Server IP address."),

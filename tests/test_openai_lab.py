@@ -68,3 +68,87 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
     err = sorted(abs(r[9] - r[3]) for r in gen if r[9] is not None and r[3] is not None)
     assert len(err) > 0.9 * len(gen)
     assert median(err) < 3.0, err
+
+
+def _estimate_errors(con) -> dict[str, list[float]]:
+    """Per request, |keyless - decrypted| of the times the record layer can show (ms)."""
+    rows = con.execute("""
+        SELECT abs(epoch_ns(n.request_start) - epoch_ns(k.request_start)) / 1e6,
+               abs(epoch_ns(n."end") - epoch_ns(k."end")) / 1e6,
+               abs(epoch_ns(n.first_byte) - epoch_ns(k.first_byte)) / 1e6,
+               abs(n.gap_p50_ms - k.gap_p50_ms),
+               k.ttft_ms - n.ttft_ms
+        FROM keys.requests AS k JOIN nokeys.requests AS n USING (conn_id, stream_id)
+    """).fetchall()
+    names = ("start", "end", "first_byte", "gap_p50", "ttft_under")
+    return {name: sorted(r[i] for r in rows if r[i] is not None) for i, name in enumerate(names)}
+
+
+def _p99(values: list[float]) -> float:
+    return values[int(0.99 * (len(values) - 1))]
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark (apt-get install tshark)")
+def test_openai_lab_over_tls_decrypted_and_estimated_attribute_alike(tmp_path):
+    """``tailtap lab run queueing --protocol openai-http1 --tls``: uvicorn over HTTPS with a
+    self-signed certificate, httpx writing the key log. tshark decrypts every request with
+    it; so does tailtap; without the key log tailtap estimates each exchange from the record
+    layer (start and end exact, first byte within a millisecond; its TTFT is the first
+    response byte, which this server sends before the prefill), and the attribution of the
+    queueing window reads the same either way."""
+    pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
+    import duckdb
+
+    from parsers.tls import KeyLog
+    from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.lab.runner import run_scenario
+    from telemetry.lab.sweep_score import judge, tailtap_side, truth_of
+    from telemetry.sql_verb import open_analysis
+    from telemetry.store import Store
+
+    out = tmp_path / "run"
+    labels = run_scenario("queueing", out, seed=7, protocol="openai-http1", tls=True, log=lambda *_: None)
+    assert labels["tls"] == {"keylog": "keys.txt", "sni": "lab-llm.test"}
+    check = labels["client_check"]
+    assert check["checked"] and check["ok"], check  # tshark, decrypting with the client's key log
+    truth = truth_of(out / "client.parquet")
+    windows = {w["name"]: w for w in labels["windows"]}
+
+    keys = KeyLog()
+    keys.add_text((out / "keys.txt").read_text(), "keys.txt")
+    assert keys and not keys.problems, keys.problems
+    figures, stores = {}, {}
+    for name, keylog in (("keys", keys), ("nokeys", None)):
+        store = stores[name] = Store(tmp_path / name)
+        result = ingest_file(out / "capture.pcap", store, IngestOptions(keylog=keylog))
+        assert result.error is None, result.error
+        con = open_analysis(store.root)  # as `tailtap sql --store` reads it
+        assert not isinstance(con, int)
+        protocols = con.execute("SELECT protocol, encrypted, estimated, count(*) FROM requests GROUP BY ALL").fetchall()
+        if keylog is not None:
+            assert protocols == [("http1-tls", True, False, len(truth))], protocols
+        else:
+            assert [p[:3] for p in protocols] == [("tls", True, True)], protocols
+            assert abs(protocols[0][3] - len(truth)) <= 0.05 * len(truth), (protocols, len(truth))
+        figures[name] = judge(truth, tailtap_side(con), windows)
+
+    con = duckdb.connect()
+    for name, store in stores.items():
+        con.execute(f"ATTACH ':memory:' AS {name}")
+        con.execute(f"CREATE VIEW {name}.requests AS SELECT * FROM read_parquet('{store.root}/requests/**/*.parquet')")
+    err = _estimate_errors(con)
+    print({k: (round(median(v), 3), round(_p99(v), 3)) for k, v in err.items()})  # median, p99 (ms)
+    assert len(err["start"]) >= 0.95 * len(truth)
+    assert _p99(err["start"]) < 0.5 and _p99(err["end"]) < 0.5
+    assert median(err["first_byte"]) < 0.5 and _p99(err["first_byte"]) < 5.0
+    assert median(err["gap_p50"]) < 0.5
+    # the TTFT estimate is the first response byte: never later than the first token
+    assert min(err["ttft_under"]) > -1.0
+
+    for name, f in figures.items():
+        (window,) = f["windows"]
+        assert window["dominant"] == "queueing" and window["slow"] >= 10, (name, window)
+        carried, slow = f["carry"][1], f["carry"][0]
+        assert carried >= 0.8 * slow, (name, f["carry"], f["misses"][:5])
+        assert f["outside"][1] <= 0.02 * f["outside"][0], (name, f["outside_blamed"][:5])
+    assert abs(figures["keys"]["carry"][1] - figures["nokeys"]["carry"][1]) <= 0.1 * figures["keys"]["carry"][0]

@@ -17,7 +17,8 @@ timing and sizes through TLS record boundaries; padding hides sizes, not timing)
   next request is the end.
 
 Over HTTP/1.1 one exchange is open at a time: each estimate is one request
-(``kind = tls_exchange``). Over HTTP/2 (or an unknown ALPN) streams may share the
+(``kind = tls_exchange``; its stream id is the exchange index from 0, as decrypted
+HTTP/1.1's is, so the two readings of one capture join). Over HTTP/2 (or an unknown ALPN) streams may share the
 connection, so an estimate spans what the connection did between two requests
 (``kind = tls_burst``): a per-connection figure, not a per-stream one."""
 
@@ -123,8 +124,7 @@ class KeylessEstimator:
         server_dir = 1 - self.client_dir
         reqs: list[RequestRecord] = []
         rows: list[MessageRow] = []
-        for i, e in enumerate(self.estimates):
-            sid = i + 1
+        for sid, e in enumerate(self.estimates):  # from 0, as HTTP/1.1's exchange index
             r = RequestRecord(self.conn_key, sid, method=alpn or "tls", authority=hello.sni if hello else None,
                               kind=kind, request_start=e.start, request_end=e.request_end, protocol="tls",
                               headers_known=False, request_bytes=e.request_bytes)  # fmt: skip

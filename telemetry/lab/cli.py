@@ -49,6 +49,10 @@ def run(
         str, typer.Option(help="The LLM service's protocol: grpc (grpcio), openai-http1 (an OpenAI-compatible "
                                "SSE server on uvicorn) or openai-h2c (the same on hypercorn, HTTP/2 cleartext).")
     ] = "grpc",
+    tls: Annotated[
+        bool, typer.Option("--tls", help="Serve the OpenAI-compatible protocols over HTTPS (self-signed; the client "
+                                         "writes OUT/keys.txt, for `tailtap analyze --keylog`).")
+    ] = False,
 ) -> None:
     """Run SCENARIO in three network namespaces and write capture.pcap, labels.json,
     client.parquet and bridge_events.parquet to OUT."""
@@ -66,11 +70,14 @@ def run(
     if protocol not in PROTOCOLS:
         typer.echo(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}", err=True)
         raise typer.Exit(2)
+    if tls and protocol == "grpc":
+        typer.echo("--tls needs --protocol openai-http1 or openai-h2c: grpcio cannot write a key log", err=True)
+        raise typer.Exit(2)
     if client_capture:
         keep_work = True
     run_scenario(scenario, out, duration=duration, seed=seed, rate=rate, keep_work=keep_work,
-                 client_capture=client_capture, log=typer.echo, protocol=protocol)  # fmt: skip
-    typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet")
+                 client_capture=client_capture, log=typer.echo, protocol=protocol, tls=tls)  # fmt: skip
+    typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet" + (", keys.txt" if tls else ""))
 
 
 @lab_app.command("sweep")

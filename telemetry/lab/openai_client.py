@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import threading
 import time
 from concurrent.futures import Future
@@ -44,11 +45,13 @@ import grpc
 import httpcore
 import httpx
 from anyio.abc import SocketAttribute
+from anyio.streams.tls import TLSStream
 from httpcore._backends.anyio import AnyIOBackend, AnyIOStream
 
 from telemetry.lab.client import Call, Conn, LoadGenerator
 from telemetry.lab.openai_server import CHAT, EMBEDDINGS, MODEL
 from telemetry.lab.server import WORDS
+from telemetry.lab.tls import HOSTNAME, client_context
 
 _STATUS = {200: grpc.StatusCode.OK, 429: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
 
@@ -70,11 +73,22 @@ class _Preconnected(httpcore.AsyncNetworkBackend):
         await anyio.sleep(seconds)
 
 
+class _Handshaken(AnyIOStream):
+    """A TLS stream whose handshake was made before the load (as the TCP connection was):
+    httpcore's own start_tls for an https origin is then a no-op."""
+
+    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
+                        timeout: float | None = None) -> AnyIOStream:  # fmt: skip
+        return self
+
+
 class OpenAILoadGenerator(LoadGenerator):
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
         self.h2 = cfg.get("protocol") == "openai-h2c"
-        self.base = f"http://{cfg['server_ip']}:{int(cfg['server_port'])}"
+        keylog = cfg.get("tls_keylog")  # HTTPS: the session secrets go to this key log
+        self.tls = client_context(keylog, ["h2"] if self.h2 else ["http/1.1"]) if keylog else None
+        self.base = f"{'https' if self.tls else 'http'}://{cfg['server_ip']}:{int(cfg['server_port'])}"
         self.loop = asyncio.new_event_loop()
         self.loop_thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.idle: asyncio.Queue[Conn] | None = None
@@ -90,13 +104,18 @@ class OpenAILoadGenerator(LoadGenerator):
             # connection is opened here and handed to httpcore, which speaks HTTP on it
             # from the first request on (no request is made for it)
             tcp = await anyio.connect_tcp(self.cfg["server_ip"], int(self.cfg["server_port"]))
+            local_port = tcp.extra(SocketAttribute.local_port)
+            stream = AnyIOStream(tcp)
+            if self.tls is not None:  # the handshake too, before the load
+                tls = await TLSStream.wrap(tcp, hostname=HOSTNAME, ssl_context=self.tls, standard_compatible=False)
+                stream = _Handshaken(tls)
             transport = httpx.AsyncHTTPTransport(http1=not self.h2, http2=self.h2)
             transport._pool = httpcore.AsyncConnectionPool(  # (httpx takes no network backend)
                 http1=not self.h2, http2=self.h2, max_connections=1, max_keepalive_connections=1,
-                keepalive_expiry=600, network_backend=_Preconnected(AnyIOStream(tcp)),
+                keepalive_expiry=600, network_backend=_Preconnected(stream), ssl_context=self.tls,
             )  # fmt: skip
             client = httpx.AsyncClient(transport=transport, timeout=timeout)
-            conn = Conn(i, client, tcp.extra(SocketAttribute.local_port), None, None,  # type: ignore[arg-type]
+            conn = Conn(i, client, local_port, None, None,  # type: ignore[arg-type]
                         connected_ns=time.time_ns())  # fmt: skip
             conn.next_stream_id = 0  # HTTP/1.1: the next exchange index on the connection
             return conn

@@ -231,6 +231,7 @@ def serve(cfg: dict[str, Any]) -> None:
         threading.Thread(target=core.bulk_source, args=(cfg["bulk_port"],), daemon=True).start()
     port = int(cfg["port"])
     host = cfg.get("bind", "0.0.0.0")
+    tls = cfg.get("tls")  # {"cert": PEM path, "key": PEM path}: HTTPS (h2 by ALPN for openai-h2c)
     loop = asyncio.new_event_loop()
     done = asyncio.Event()
 
@@ -263,6 +264,9 @@ def serve(cfg: dict[str, Any]) -> None:
 
             hc = Config()
             hc.bind = [f"{host}:{port}"]
+            if tls:
+                hc.certfile, hc.keyfile = tls["cert"], tls["key"]
+                hc.alpn_protocols = ["h2"]
             hc.keep_alive_timeout = 600.0  # connections live for the whole run
             hc.loglevel = "WARNING"
             hc.accesslog = None
@@ -271,7 +275,8 @@ def serve(cfg: dict[str, Any]) -> None:
             import uvicorn
 
             uc = uvicorn.Config(app, host=host, port=port, http="httptools", lifespan="on", log_level="warning",
-                                access_log=False, timeout_keep_alive=600, backlog=512)  # fmt: skip
+                                access_log=False, timeout_keep_alive=600, backlog=512,
+                                ssl_certfile=tls["cert"] if tls else None, ssl_keyfile=tls["key"] if tls else None)  # fmt: skip
             server = uvicorn.Server(uc)
             server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
             task = asyncio.ensure_future(server.serve())

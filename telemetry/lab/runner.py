@@ -46,6 +46,7 @@ from telemetry.lab.netns import (
 )
 from telemetry.lab.openai_server import PROTOCOLS
 from telemetry.lab.procs import REPO_ROOT, Freezer, Proc, _live_nets, _raise_terminated
+from telemetry.lab.tls import HOSTNAME, self_signed
 from telemetry.lab.truth import _window_rows, assign_windows, compare, iso, p99, read_pcap_summary
 
 NS_PER_S = 1_000_000_000
@@ -82,14 +83,19 @@ def run_scenario(
     scenario: sc.Scenario | None = None,
     protocol: str = "grpc",
     realtime: bool = False,
+    tls: bool = False,
 ) -> dict[str, Any]:
     """Run one scenario and return its labels (also written to out_dir/labels.json).
     ``protocol``: the LLM service's wire protocol, ``grpc`` (server.py) or the
     OpenAI-compatible streaming server over ``openai-http1`` / ``openai-h2c``
     (openai_server.py); the scenario is the same. ``realtime``: server, client and
-    tcpdump under ``chrt -r 10`` too (the bridge always)."""
+    tcpdump under ``chrt -r 10`` too (the bridge always). ``tls``: the OpenAI-compatible
+    server over HTTPS (self-signed; ALPN h2 for openai-h2c), the client writing the key log
+    to out_dir/keys.txt."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    if tls and protocol == "grpc":
+        raise ValueError("--tls needs an OpenAI-compatible protocol: grpcio cannot write a key log")
     missing = missing_requirements()
     if missing:
         raise RuntimeError("the lab needs " + ", ".join(missing))
@@ -101,7 +107,7 @@ def run_scenario(
     if work.exists():
         shutil.rmtree(work)
     work.mkdir()
-    for stale in ("capture.pcap", "capture_client.pcap", "labels.json", "client.parquet", "bridge_events.parquet"):
+    for stale in ("capture.pcap", "capture_client.pcap", "labels.json", "client.parquet", "bridge_events.parquet", "keys.txt"):
         (out / stale).unlink(missing_ok=True)
     removed = cleanup_stale()
     if removed:
@@ -116,7 +122,7 @@ def run_scenario(
     try:
         net.create()
         _live_nets.append(net)
-        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, protocol, realtime)
+        return _run(scn, name, duration, seed, rate, out, work, net, procs, client_capture, log, protocol, realtime, tls)
     finally:
         for key in ("client", "server", "tcpdump", "tcpdump_client", "bridge", "probe"):
             if key in procs:
@@ -156,6 +162,7 @@ def _run(
     log: Any,
     protocol: str = "grpc",
     realtime: bool = False,
+    tls: bool = False,
 ) -> dict[str, Any]:
     t_setup = time.time_ns()
     server_cfg = {**sc.SERVER_DEFAULTS, **scn.server}
@@ -164,6 +171,10 @@ def _run(
         server_cfg["protocol"] = client_cfg["protocol"] = protocol
     if rate:
         client_cfg["rate"] = rate
+    if tls:
+        cert, key = self_signed(work / "tls")
+        server_cfg["tls"] = {"cert": str(cert), "key": str(key)}
+        client_cfg["tls_keylog"] = str(out / "keys.txt")
     port = int(server_cfg["port"])
     lead_s = 3.0
     max_runtime = lead_s + duration + float(client_cfg["drain_s"]) + 30
@@ -432,7 +443,8 @@ def _finish(
     from telemetry.lab.verify import check_client_against_capture
 
     protocol = server_cfg.get("protocol", "grpc")
-    client_check = check_client_against_capture(rows, out / "capture.pcap", int(server_cfg["port"]), protocol)
+    keylog = ccfg.get("tls_keylog")
+    client_check = check_client_against_capture(rows, out / "capture.pcap", int(server_cfg["port"]), protocol, keylog)
     if client_check.get("checked") and not client_check["ok"]:
         problems.append(f"client calls do not match the capture's streams: {client_check}")
     cmp_rows = compare(table, windows)
@@ -444,8 +456,10 @@ def _finish(
         "seed": seed,
         "duration_s": duration,
         "command": f"tailtap lab run {name} --out DIR --duration {duration:g} --seed {seed}"
-        + (f" --protocol {protocol}" if protocol != "grpc" else ""),
+        + (f" --protocol {protocol}" if protocol != "grpc" else "") + (" --tls" if keylog else ""),
         "protocol": protocol,
+        # HTTPS: the key log the client wrote (in the run's folder), for --keylog
+        "tls": {"keylog": Path(keylog).name, "sni": HOSTNAME} if keylog else None,
         "t0_ns": t0,
         "t0_iso": iso(t0),
         "load_end_ns": ccfg["end_ns"],

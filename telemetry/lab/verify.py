@@ -15,13 +15,21 @@ from pathlib import Path
 from typing import Any
 
 
+def _decode_as(port: int, protocol: str, keylog: Path | str | None) -> list[str]:
+    """tshark's options to read ``port`` as ``protocol``, or as TLS decrypted with
+    ``keylog`` (ALPN then picks HTTP/2 or HTTP/1.1)."""
+    if keylog is None:
+        return ["-d", f"tcp.port=={port},{protocol}"]
+    return ["-d", f"tcp.port=={port},tls", "-o", f"tls.keylog_file:{keylog}"]
+
+
 def capture_streams(
-    pcap: Path | str, port: int
+    pcap: Path | str, port: int, keylog: Path | str | None = None
 ) -> tuple[set[tuple[int, int]], dict[tuple[int, int], int]]:
     """(client port, stream id) of every stream opened towards ``port``, and the request
     id in each stream's request body where tshark decoded it."""
     r = subprocess.run(
-        ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},http2",
+        ["tshark", "-r", str(pcap), *_decode_as(port, "http2", keylog),
          "-o", "tcp.reassemble_out_of_order:TRUE", "-Y", f"http2 && tcp.dstport=={port}",
          "-T", "fields", "-e", "tcp.srcport", "-e", "http2.streamid", "-e", "http2.type",
          "-e", "http2.length", "-e", "http2.data.data"],
@@ -69,11 +77,13 @@ def body_request_id(body: bytes) -> int | None:
     return None
 
 
-def capture_exchanges(pcap: Path | str, port: int) -> tuple[set[tuple[int, int]], dict[tuple[int, int], int]]:
+def capture_exchanges(
+    pcap: Path | str, port: int, keylog: Path | str | None = None
+) -> tuple[set[tuple[int, int]], dict[tuple[int, int], int]]:
     """HTTP/1.1: (client port, exchange index on its connection) of every request towards
     ``port``, and the request id in each body (tshark's HTTP dissector)."""
     r = subprocess.run(
-        ["tshark", "-r", str(pcap), "-d", f"tcp.port=={port},http", "-o", "tcp.reassemble_out_of_order:TRUE",
+        ["tshark", "-r", str(pcap), *_decode_as(port, "http", keylog), "-o", "tcp.reassemble_out_of_order:TRUE",
          "-Y", f"http.request && tcp.dstport=={port}", "-T", "fields", "-e", "tcp.srcport", "-e", "http.file_data"],
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
@@ -96,16 +106,18 @@ def capture_exchanges(pcap: Path | str, port: int) -> tuple[set[tuple[int, int]]
 
 
 def check_client_against_capture(
-    client_rows: list[dict[str, Any]], pcap: Path | str, port: int, protocol: str = "grpc"
+    client_rows: list[dict[str, Any]], pcap: Path | str, port: int, protocol: str = "grpc",
+    keylog: Path | str | None = None,
 ) -> dict[str, Any]:
     """Compare the client's (port, stream id, request id) with the capture (HTTP/1.1:
-    the exchange index on the connection stands for the stream id)."""
+    the exchange index on the connection stands for the stream id); HTTPS decrypted by
+    tshark with the client's ``keylog``."""
     if shutil.which("tshark") is None:
         return {"checked": False, "reason": "tshark not installed"}
     if protocol == "openai-http1":
-        streams, body_id = capture_exchanges(pcap, port)
+        streams, body_id = capture_exchanges(pcap, port, keylog)
     else:
-        streams, body_id = capture_streams(pcap, port)
+        streams, body_id = capture_streams(pcap, port, keylog)
     if protocol != "grpc":
         streams = set(body_id)  # the client's GET /v1/models warm-ups carry no request id
     mine = {(r["conn_local_port"], r["stream_id"]): r["request_id"] for r in client_rows}
