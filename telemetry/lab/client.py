@@ -457,6 +457,10 @@ def main(argv: list[str] | None = None) -> int:
         from telemetry.lab.openai_client import OpenAILoadGenerator
 
         gen: LoadGenerator = OpenAILoadGenerator(cfg)
+    elif cfg.get("tls_keylog"):  # gRPC over TLS with a key log: grpcio cannot write one
+        from telemetry.lab.grpc_tls_client import GrpcTlsLoadGenerator
+
+        gen = GrpcTlsLoadGenerator(cfg)
     else:
         gen = LoadGenerator(cfg)
     gen.connect()

@@ -85,7 +85,7 @@ class _Handshaken(AnyIOStream):
 class OpenAILoadGenerator(LoadGenerator):
     def __init__(self, cfg: dict[str, Any]) -> None:
         super().__init__(cfg)
-        self.h2 = cfg.get("protocol") == "openai-h2c"
+        self.h2 = cfg.get("protocol", "grpc") in ("openai-h2c", "grpc")  # gRPC: grpc_tls_client.py
         keylog = cfg.get("tls_keylog")  # HTTPS: the session secrets go to this key log
         self.tls = client_context(keylog, ["h2"] if self.h2 else ["http/1.1"]) if keylog else None
         self.base = f"{'https' if self.tls else 'http'}://{cfg['server_ip']}:{int(cfg['server_port'])}"

@@ -89,13 +89,11 @@ def run_scenario(
     ``protocol``: the LLM service's wire protocol, ``grpc`` (server.py) or the
     OpenAI-compatible streaming server over ``openai-http1`` / ``openai-h2c``
     (openai_server.py); the scenario is the same. ``realtime``: server, client and
-    tcpdump under ``chrt -r 10`` too (the bridge always). ``tls``: the OpenAI-compatible
-    server over HTTPS (self-signed; ALPN h2 for openai-h2c), the client writing the key log
-    to out_dir/keys.txt."""
+    tcpdump under ``chrt -r 10`` too (the bridge always). ``tls``: the server over TLS
+    (self-signed; ALPN h2 for gRPC and openai-h2c), the client writing the key log to
+    out_dir/keys.txt (for gRPC that client is httpx: grpc_tls_client.py)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    if tls and protocol == "grpc":
-        raise ValueError("--tls needs an OpenAI-compatible protocol: grpcio cannot write a key log")
     missing = missing_requirements()
     if missing:
         raise RuntimeError("the lab needs " + ", ".join(missing))

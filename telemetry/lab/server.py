@@ -45,6 +45,7 @@ import threading
 import time
 import traceback
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -223,12 +224,21 @@ def serve(cfg: dict[str, Any]) -> None:
         },
     )
     options = [tuple(o) for o in cfg.get("grpc_options", [])]
+    if cfg.get("tls"):
+        # the TLS load comes from httpx, whose HTTP/2 opens one stream at a time until the
+        # server's SETTINGS name a limit, which grpcio by default leaves out
+        options.append(("grpc.max_concurrent_streams", 1000))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=int(cfg.get("max_workers", 128))),
         handlers=[handler],
         options=options,
     )
-    server.add_insecure_port(f"{cfg.get('bind', '0.0.0.0')}:{cfg['port']}")
+    address = f"{cfg.get('bind', '0.0.0.0')}:{cfg['port']}"
+    if cfg.get("tls"):  # {"cert", "key"}: PEM paths (tailtap lab run --tls)
+        pair = (Path(cfg["tls"]["key"]).read_bytes(), Path(cfg["tls"]["cert"]).read_bytes())
+        server.add_secure_port(address, grpc.ssl_server_credentials([pair]))
+    else:
+        server.add_insecure_port(address)
     server.start()
     if cfg.get("bulk_port"):
         threading.Thread(target=srv.bulk_source, args=(cfg["bulk_port"],), daemon=True).start()

@@ -1,8 +1,9 @@
-"""TLS for the lab's OpenAI-compatible service (``tailtap lab run --tls``): a self-signed
+"""TLS for the lab's services (``tailtap lab run --tls``): a self-signed
 certificate for the server, and the client's TLS context, which writes the session secrets
 to a key log (SSLKEYLOGFILE's format) as ops teams' own rigs do.
 
-grpcio (the gRPC lab's client) cannot write a key log, so the gRPC service stays cleartext.
+grpcio cannot write a key log: over TLS the gRPC service is called by httpx instead
+(grpc_tls_client.py), whose OpenSSL can.
 """
 
 from __future__ import annotations
