@@ -222,7 +222,9 @@ SELECT
     coalesce(u.upstream_delay_ms, 0) AS upstream_delay_ms,
     coalesce(u.lost_packets, 0) AS upstream_lost_packets,
     CAST(make_timestamp_ns(epoch_ns(r.seen_at) - CAST(round(coalesce(u.upstream_delay_ms, 0) * 1e6) AS BIGINT)) AS TIMESTAMPTZ_NS) AS client_started_at,
-    r.latency_client_est_ms IS NOT NULL AS client_side_estimated
+    r.latency_client_est_ms IS NOT NULL AS client_side_estimated,
+    -- TLS read without keys: every figure of the request is an estimate from record times
+    coalesce(r.estimated, false) AS tls_estimated
 FROM requests_in_range AS r
 JOIN connections AS c USING (conn_id)
 LEFT JOIN read_gaps AS g USING (conn_id, stream_id)

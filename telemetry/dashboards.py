@@ -152,6 +152,11 @@ LIVE = Dashboard(
         Panel("RTT (recent window)", 'tailtap_recent_rtt_seconds', unit="s", legend="{{percentile}} {{direction}}"),
         Panel("Capture drops", 'rate(tailtap_capture_kernel_drops_total[$__rate_interval])', unit="pps", legend="kernel drops",
               more=(('sum(rate(tailtap_tcp_events_total{kind="capture_loss"}[$__rate_interval]))', "capture loss (bytes ACKed, never seen)"),)),
+        Panel("Requests estimated from TLS records (no keys)",
+              'sum(rate(tailtap_tls_estimated_requests_total[$__rate_interval])) / clamp_min(sum(rate(tailtap_requests_total[$__rate_interval])), 1e-9)',
+              unit="percentunit", legend="share estimated",
+              description="Share of the requests whose times are estimates: TLS read without keys (first record, not first token; "
+                          "per connection over HTTP/2). Give the daemon --keylog to decrypt them."),
         Panel("Ingest lag", 'tailtap_ingest_lag_seconds', unit="s", legend="lag",
               more=(("tailtap_spool_oldest_pending_age_seconds", "oldest waiting file"),),
               description="From a file's last packet to its rows in the store; and how long the oldest completed capture file has waited."),

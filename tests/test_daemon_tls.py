@@ -11,6 +11,7 @@ import signal
 import socket
 import ssl
 
+import pytest
 from test_daemon import _daemon, _free_port, _get, _kill, _log, _total, _wait_for, needs_capture
 from test_tls_stacks import _openssl_exchange, self_signed
 
@@ -83,7 +84,10 @@ def _poke(port: int) -> None:
 
 
 @needs_capture
-def test_daemon_decrypts_a_session_whose_keys_were_written_after_it_started(tmp_path):
+@pytest.mark.parametrize("with_keys", [True, False], ids=["keylog", "no-keylog"])
+def test_daemon_decrypts_a_session_whose_keys_were_written_after_it_started(tmp_path, with_keys):
+    """With --keylog the session is decrypted; without, it is estimated from its records
+    and the daemon's metrics say so (tailtap_tls_estimated_requests_total)."""
     keys = tmp_path / "keys.txt"
     keys.write_text("")  # the client appends when it connects, after the daemon started
     cert, key = self_signed(tmp_path)
@@ -95,7 +99,7 @@ def test_daemon_decrypts_a_session_whose_keys_were_written_after_it_started(tmp_
 
     port, metrics_port = _free_port(), _free_port()
     url = f"http://127.0.0.1:{metrics_port}/metrics"
-    daemon = _daemon(tmp_path, port, metrics_port, "--keylog", str(keys))
+    daemon = _daemon(tmp_path, port, metrics_port, *(("--keylog", str(keys)) if with_keys else ()))
     try:
         _wait_for("the capture to be up", 20, lambda: _total(_get(url), "tailtap_capture_up") == 1)
         assert "SECRET" not in keys.read_text()  # (Python writes a comment line when the context is made)
@@ -103,6 +107,7 @@ def test_daemon_decrypts_a_session_whose_keys_were_written_after_it_started(tmp_
         _openssl_exchange(port, server, client, body)
         assert "CLIENT_TRAFFIC_SECRET_0" in keys.read_text()
         _wait_for("the TLS request ingested", 30, lambda: _poke(port) or _total(_get(url), "tailtap_requests_total") >= 1)
+        estimated = _total(_get(url), "tailtap_tls_estimated_requests_total")
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0, _log(tmp_path)
     finally:
@@ -110,7 +115,13 @@ def test_daemon_decrypts_a_session_whose_keys_were_written_after_it_started(tmp_
             _kill(daemon.pid)
     con = connect(Store(tmp_path / "store"))
     rows = con.execute("SELECT path, http_status, response_bytes, protocol, encrypted, estimated FROM requests").fetchall()
-    assert rows == [("/big", 200, len(body), "http1-tls", True, False)], (rows, _log(tmp_path))
     facts = con.execute("SELECT tls_version, tls_decrypted FROM connections WHERE tls_version IS NOT NULL").fetchall()
-    assert facts == [("TLS 1.3", True)], facts
-    assert "new secret(s)" in _log(tmp_path)
+    if with_keys:
+        assert rows == [("/big", 200, len(body), "http1-tls", True, False)], (rows, _log(tmp_path))
+        assert facts == [("TLS 1.3", True)], facts
+        assert estimated == 0
+        assert "new secret(s)" in _log(tmp_path)
+    else:
+        assert [r[3:] for r in rows] == [("tls", True, True)], (rows, _log(tmp_path))
+        assert facts == [("TLS 1.3", False)], facts
+        assert estimated == 1

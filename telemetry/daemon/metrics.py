@@ -133,6 +133,12 @@ class DaemonMetrics:
             "Requests (HTTP/2 streams, gRPC calls, HTTP/1.1 exchanges) ingested, by method (the report's method label), model (empty: none named) and status (empty: not seen).",
             [*by_request, "grpc_status", "http_status"], registry=r,
         )
+        self.tls_estimated = Counter(
+            "tailtap_tls_estimated_requests",
+            "Of tailtap_requests_total, those read from TLS records without keys (request_metrics.tls_estimated): "
+            "their times are estimates (first record, not first token; per connection over HTTP/2).",
+            registry=r,
+        )
         exemplar_note = " Exemplars: request=\"CONN_ID:STREAM_ID\", the request's key in the store (tailtap explain --request)."
         self.latency = Histogram(
             "tailtap_request_latency_seconds", "Request latency (request_metrics.latency_eff_ms: client-side estimate where available), by method and model." + exemplar_note,
@@ -212,6 +218,8 @@ class DaemonMetrics:
                     f"coalesce(CAST(http_status AS VARCHAR), ''), count(*) FROM {rel} GROUP BY ALL"
                 ).fetchall():
                     self.requests.labels(self.method_label(method), self.model_label(model), grpc_status, http_status).inc(n)
+                (estimated,) = con.execute(f"SELECT count(*) FILTER (WHERE tls_estimated) FROM {rel}").fetchone()
+                self.tls_estimated.inc(estimated)
                 rows = con.execute(
                     f"SELECT method, model, conn_id || ':' || stream_id, latency_eff_ms / 1e3, ttft_eff_ms / 1e3, gap_eff_ms / 1e3 "
                     f"FROM {rel} ORDER BY started_at"
@@ -324,7 +332,7 @@ def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
     with warnings.catch_warnings():  # a few hundred rows: the extra copy does not matter
         warnings.simplefilter("ignore", UserWarning)
         rows = connect(store, {"capture_ids": [capture_id]}).execute(
-            "SELECT method, grpc_status, http_status, latency_eff_ms, ttft_eff_ms, gap_eff_ms FROM request_metrics"
+            "SELECT * FROM request_metrics"
         ).to_arrow_table()
     con.register("capture_request_metrics", rows)
     return "capture_request_metrics"
