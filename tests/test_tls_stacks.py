@@ -12,7 +12,6 @@ chunks); cut before its handshake, the connection is estimated and says why."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import shutil
 import socket
@@ -26,14 +25,11 @@ from statistics import median
 
 import pytest
 import test_real_stacks as rs
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from parsers.tls import KeyLog
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.lab.tls import self_signed as lab_self_signed
 from telemetry.store import Store
 
 needs_capture = pytest.mark.skipif(rs.TCPDUMP is None or os.geteuid() != 0, reason="needs tcpdump and root to capture on loopback")
@@ -49,19 +45,7 @@ KEYLESS_END_MEDIAN_MS = 2.0
 
 
 def self_signed(tmp: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = dt.datetime.now(dt.UTC)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - dt.timedelta(days=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-            .sign(key, hashes.SHA256()))  # fmt: skip
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_path, key_path
+    return lab_self_signed(tmp, "localhost")
 
 
 def serve_tls(kind: str, port: int, cert: str, key: str) -> None:
@@ -187,25 +171,31 @@ def test_real_tls_stack_decrypted_and_estimated(tmp_path, server, http2):
     assert abs(median(end_err)) <= KEYLESS_END_MEDIAN_MS, FIGURES[-1]
 
 
+def _keep_alive_server(port: int, ctx: ssl.SSLContext, body: bytes, ready: threading.Event) -> None:
+    """Answers every HTTP/1.1 request of one TLS connection with ``body``, until it closes."""
+    with socket.socket() as ls:
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", port))
+        ls.listen(1)
+        ready.set()
+        conn, _ = ls.accept()
+        with ctx.wrap_socket(conn, server_side=True) as tls:
+            data = b""
+            while True:
+                while b"\r\n\r\n" not in data:
+                    chunk = tls.recv(4096)  # a KeyUpdate is read (and answered) in here
+                    if not chunk:
+                        return
+                    data += chunk
+                _, data = data.split(b"\r\n\r\n", 1)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
+                tls.sendall(head + body)
+
+
 def _openssl_exchange(port: int, ctx_server: ssl.SSLContext, ctx_client: ssl.SSLContext, body: bytes) -> None:
     """One HTTP/1.1 request and a ``body`` response over TLS."""
     ready = threading.Event()
-
-    def server() -> None:
-        with socket.socket() as ls:
-            ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            ls.bind(("127.0.0.1", port))
-            ls.listen(1)
-            ready.set()
-            conn, _ = ls.accept()
-            with ctx_server.wrap_socket(conn, server_side=True) as tls:
-                data = b""
-                while b"\r\n\r\n" not in data:
-                    data += tls.recv(4096)
-                tls.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
-                tls.recv(10)  # until the client closes
-
-    t = threading.Thread(target=server, daemon=True)
+    t = threading.Thread(target=_keep_alive_server, args=(port, ctx_server, body, ready), daemon=True)
     t.start()
     ready.wait(5)
     with socket.socket() as s:
@@ -283,27 +273,6 @@ def _requests_fed_in_pieces(capture: Path, keylog: Path, piece: int) -> list[tup
 
 
 OPENSSL = shutil.which("openssl")
-
-
-def _keep_alive_server(port: int, ctx: ssl.SSLContext, body: bytes, ready: threading.Event) -> None:
-    """Answers every HTTP/1.1 request of one TLS connection with ``body``, until it closes."""
-    with socket.socket() as ls:
-        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        ls.bind(("127.0.0.1", port))
-        ls.listen(1)
-        ready.set()
-        conn, _ = ls.accept()
-        with ctx.wrap_socket(conn, server_side=True) as tls:
-            data = b""
-            while True:
-                while b"\r\n\r\n" not in data:
-                    chunk = tls.recv(4096)  # a KeyUpdate is read (and answered) in here
-                    if not chunk:
-                        return
-                    data += chunk
-                _, data = data.split(b"\r\n\r\n", 1)
-                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n" % len(body)
-                tls.sendall(head + body)
 
 
 @needs_capture

@@ -151,15 +151,7 @@ class OpenAILoadGenerator(LoadGenerator):
             assert self.idle is not None
             conn = await self.idle.get()  # HTTP/1.1: one request at a time per connection
         words, max_tokens = size
-        if method == "Generate":
-            r = random.Random(rid)  # per call: retries never shift the main sequence
-            prompt = "".join(r.choice(WORDS) for _ in range(words)).strip()
-            url = self.base + CHAT
-            body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-                    "stream": True, "stream_options": {"include_usage": True}, "user": f"lab-{rid}"}  # fmt: skip
-        else:
-            url = self.base + EMBEDDINGS
-            body = {"model": MODEL, "input": "x" * words, "user": f"lab-{rid}"}
+        url, request = self._request(rid, method, words, max_tokens)
         start = time.time_ns()
         call = Call(rid, lid, attempt, method, conn, -1, words, max_tokens, start, first_start_ns or start,
                     reconnected=conn.reconnected)  # fmt: skip
@@ -175,16 +167,9 @@ class OpenAILoadGenerator(LoadGenerator):
                     call.first_start_ns = call.start_ns
 
         try:
-            async with client.stream("POST", url, json=body, extensions={"trace": sending}) as resp:
+            async with client.stream("POST", url, extensions={"trace": sending}, **request) as resp:
                 self._where(conn, call, resp)
-                status = _STATUS.get(resp.status_code, grpc.StatusCode.UNKNOWN)
-                if method == "Generate" and resp.status_code == 200:
-                    await self._read_stream(call, resp)
-                else:
-                    await resp.aread()
-                    if resp.status_code == 200:
-                        call.message_ns.append(time.time_ns())
-                call.status = status
+                call.status = await self._response(call, resp)
         except httpx.TimeoutException:
             call.status = grpc.StatusCode.DEADLINE_EXCEEDED
         except asyncio.CancelledError:
@@ -196,6 +181,26 @@ class OpenAILoadGenerator(LoadGenerator):
             if not self.h2:
                 self.idle.put_nowait(conn)  # type: ignore[union-attr]
             self._finished(call)
+
+    def _request(self, rid: int, method: str, words: int, max_tokens: int) -> tuple[str, dict[str, Any]]:
+        """The call's URL and httpx request arguments."""
+        if method == "Generate":
+            r = random.Random(rid)  # per call: retries never shift the main sequence
+            prompt = "".join(r.choice(WORDS) for _ in range(words)).strip()
+            body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+                    "stream": True, "stream_options": {"include_usage": True}, "user": f"lab-{rid}"}  # fmt: skip
+            return self.base + CHAT, {"json": body}
+        return self.base + EMBEDDINGS, {"json": {"model": MODEL, "input": "x" * words, "user": f"lab-{rid}"}}
+
+    async def _response(self, call: Call, resp: httpx.Response) -> grpc.StatusCode:
+        """Read the response (timing its messages); its status in gRPC's terms."""
+        if call.method == "Generate" and resp.status_code == 200:
+            await self._read_stream(call, resp)
+        else:
+            await resp.aread()
+            if resp.status_code == 200:
+                call.message_ns.append(time.time_ns())
+        return _STATUS.get(resp.status_code, grpc.StatusCode.UNKNOWN)
 
     def _where(self, conn: Conn, call: Call, resp: httpx.Response) -> None:
         """The call's connection port and stream id, from the connection itself."""
@@ -220,12 +225,16 @@ class OpenAILoadGenerator(LoadGenerator):
             obj = json.loads(line[6:])
             choices = obj.get("choices") or []
             if choices and choices[0].get("delta", {}).get("content"):
-                call.message_ns.append(now)
-                w = self.window("slow_reader", now)
-                if w:  # the application reads slowly (and/or is frozen by the runner)
-                    call.slow_reader = True
-                    if w.get("read_delay_ms", 0) > 0:
-                        await asyncio.sleep(w["read_delay_ms"] / 1000)
+                await self._message(call, now)
+
+    async def _message(self, call: Call, now: int) -> None:
+        """A response message reached the application at ``now``."""
+        call.message_ns.append(now)
+        w = self.window("slow_reader", now)
+        if w:  # the application reads slowly (and/or is frozen by the runner)
+            call.slow_reader = True
+            if w.get("read_delay_ms", 0) > 0:
+                await asyncio.sleep(w["read_delay_ms"] / 1000)
 
     def close(self) -> None:
         async def close_all() -> None:
