@@ -235,3 +235,15 @@ def test_assign_windows_and_compare() -> None:
     out, stall = compare(table, [w])
     assert out["window"] is None and stall["window"] == "stall"
     assert stall["ttft_p99_ms"] > 250 and out["ttft_p99_ms"] < 60
+
+
+def test_lab_names_the_python_stack_a_protocol_lacks(monkeypatch):
+    from telemetry.lab import runner
+
+    # this machine has the test extra: nothing lacking for any protocol, over TLS or not
+    for protocol in ("grpc", "openai-http1", "openai-h2c"):
+        for tls in (False, True):
+            assert not [m for m in runner.missing_requirements(protocol, tls) if "Python package" in m]
+    monkeypatch.setitem(runner._STACKS, "openai-http1", ("uvicorn", "tailtap_no_such_stack"))
+    lacking = [m for m in runner.missing_requirements("openai-http1") if "Python package" in m]
+    assert lacking == ["the Python package tailtap_no_such_stack (pip install -e '.[test]')"]

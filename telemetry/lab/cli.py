@@ -61,7 +61,7 @@ def run(
     if scenario not in sc.SCENARIOS:
         typer.echo(f"unknown scenario {scenario!r}; known: {', '.join(sc.SCENARIOS)}", err=True)
         raise typer.Exit(2)
-    missing = missing_requirements()
+    missing = missing_requirements(protocol, tls)
     if missing:
         typer.echo("tailtap lab needs " + ", ".join(missing), err=True)
         raise typer.Exit(2)

@@ -24,6 +24,7 @@ on SIGTERM/SIGINT and at exit.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -56,9 +57,18 @@ LABELS_SCHEMA = "tailtap.lab.labels/1"
 
 
 
-def missing_requirements() -> list[str]:
+# the Python stacks a protocol's server and client run on (the `test` extra installs them)
+_STACKS = {"openai-http1": ("uvicorn", "httpx"), "openai-h2c": ("hypercorn", "httpx", "h2")}
+_TLS_STACKS = ("httpx", "h2")  # gRPC over TLS is called by httpx's HTTP/2
+
+
+def missing_requirements(protocol: str = "grpc", tls: bool = False) -> list[str]:
     """What this machine lacks to run the lab (empty when it can)."""
     missing = []
+    modules = set(_STACKS.get(protocol, ())) | (set(_TLS_STACKS) if tls and protocol == "grpc" else set())
+    for module in sorted(modules):
+        if importlib.util.find_spec(module) is None:
+            missing.append(f"the Python package {module} (pip install -e '.[test]')")
     if os.geteuid() != 0:
         missing.append("root (euid 0)")
     for tool in ("ip", "tcpdump"):
@@ -94,7 +104,7 @@ def run_scenario(
     out_dir/keys.txt (for gRPC that client is httpx: grpc_tls_client.py)."""
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    missing = missing_requirements()
+    missing = missing_requirements(protocol, tls)
     if missing:
         raise RuntimeError("the lab needs " + ", ".join(missing))
     scn = scenario or sc.get(name)
