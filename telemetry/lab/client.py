@@ -48,14 +48,10 @@ since the epoch, taken with time.time_ns() in the client process):
 
 from __future__ import annotations
 
-import faulthandler
-import gc
 import json
 import random
-import signal
 import socket
 import struct
-import sys
 import threading
 import time
 from concurrent import futures
@@ -444,35 +440,3 @@ def _schema() -> Any:
 
 
 SCHEMA = _schema()
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
-    with open(argv[0]) as f:
-        cfg = json.load(f)
-    # Hard bound: whatever hangs, the process ends (with every thread's stack in its log).
-    faulthandler.dump_traceback_later(float(cfg.get("max_runtime_s", 120)), exit=True)
-    if cfg.get("protocol", "grpc") != "grpc":  # the OpenAI-compatible server (openai_client.py)
-        from telemetry.lab.openai_client import OpenAILoadGenerator
-
-        gen: LoadGenerator = OpenAILoadGenerator(cfg)
-    elif cfg.get("tls_keylog"):  # gRPC over TLS with a key log: grpcio cannot write one
-        from telemetry.lab.grpc_tls_client import GrpcTlsLoadGenerator
-
-        gen = GrpcTlsLoadGenerator(cfg)
-    else:
-        gen = LoadGenerator(cfg)
-    gen.connect()
-    gc.freeze()  # startup objects out of the GC's way (shorter pauses under load)
-    print("READY", json.dumps([c.local_port for c in gen.conns]), flush=True)
-    try:
-        gen.run()
-    finally:
-        gen.write(cfg["out"], cfg["meta_out"])
-        gen.close()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ config keys, same ``windows``, same log):
   OpenAI-style ``rate_limit_exceeded`` error after ``after_ms`` (what OpenAI-compatible
   servers send where gRPC says RESOURCE_EXHAUSTED).
 
-Run by the lab runner as ``python -m telemetry.lab.server CONFIG.json`` (the config's
+Run by the lab runner as ``python -m telemetry.lab.serve CONFIG.json`` (the config's
 ``protocol`` chooses this module); prints READY once listening, takes ``T0 <ns>`` and
 ``STOP`` on stdin, writes its log like the gRPC server.
 """

@@ -252,7 +252,7 @@ def _run(
     scfg = {**server_cfg, "seed": seed, "windows": layer_windows("server"), "log": str(work / "server.json"),
             "max_runtime_s": max_runtime, "bulk_port": sc.BULK_PORT if scn.bulk or scn.bulk_windows else 0}  # fmt: skip
     (work / "server_cfg.json").write_text(json.dumps(scfg))
-    procs["server"] = Proc("server", net.exec_argv("server", [*rt, *_py("telemetry.lab.server", str(work / "server_cfg.json"))]), work / "server.log")  # fmt: skip
+    procs["server"] = Proc("server", net.exec_argv("server", [*rt, *_py("telemetry.lab.serve", str(work / "server_cfg.json"))]), work / "server.log")  # fmt: skip
     procs["server"].wait_line("READY", 20)
 
     # 5. T0: windows become absolute; the client connects during the lead time
@@ -274,7 +274,7 @@ def _run(
     (work / "client_cfg.json").write_text(json.dumps(ccfg))
     log(f"[{name}] T0 {iso(t0)}; load {duration:.0f} s at {client_cfg['rate']}/s; windows: "
         + (", ".join(f"{w['name']} {w['start_offset_s']:.1f}-{w['end_offset_s']:.1f}s" for w in windows) or "none"))  # fmt: skip
-    procs["client"] = Proc("client", net.exec_argv("client", [*rt, *_py("telemetry.lab.client", str(work / "client_cfg.json"))]), work / "client.log", stdin=False)  # fmt: skip
+    procs["client"] = Proc("client", net.exec_argv("client", [*rt, *_py("telemetry.lab.load", str(work / "client_cfg.json"))]), work / "client.log", stdin=False)  # fmt: skip
     procs["client"].wait_line("READY", lead_s + 10)
     # slow-reader windows: the client or the server frozen in slices (by pid)
     freezers = {

@@ -27,7 +27,7 @@ fast as TCP allows until the connection is closed (the competing flow of the que
 scenario). On SIGTERM it writes ``log`` (JSON): one row per RPC and the periods in which
 it was disturbed (a token timer that fired late by more than ``late_threshold_ms``).
 
-Run by the lab runner as ``python -m telemetry.lab.server CONFIG.json``.
+Run by the lab runner through ``python -m telemetry.lab.serve CONFIG.json``.
 """
 
 from __future__ import annotations
@@ -283,21 +283,3 @@ def serve(cfg: dict[str, Any]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` dumps every thread's stack
-    with open(argv[0]) as f:
-        cfg = json.load(f)
-    if cfg.get("protocol", "grpc") != "grpc":  # OpenAI-compatible HTTP (openai_server.py)
-        from telemetry.lab.openai_server import serve as serve_openai
-
-        serve_openai(cfg)
-    else:
-        serve(cfg)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
