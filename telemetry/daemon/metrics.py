@@ -213,13 +213,13 @@ class DaemonMetrics:
             # of each request's method, latency, TTFT and gap the report and gauges read too
             rel = _request_metrics_of(store, capture_id, con)
             if rel is not None:
-                for method, model, grpc_status, http_status, n in con.execute(
+                for method, model, grpc_status, http_status, n, estimated in con.execute(
                     f"SELECT method, model, coalesce(CAST(grpc_status AS VARCHAR), ''), "
-                    f"coalesce(CAST(http_status AS VARCHAR), ''), count(*) FROM {rel} GROUP BY ALL"
+                    f"coalesce(CAST(http_status AS VARCHAR), ''), count(*), count(*) FILTER (WHERE tls_estimated) "
+                    f"FROM {rel} GROUP BY ALL"
                 ).fetchall():
                     self.requests.labels(self.method_label(method), self.model_label(model), grpc_status, http_status).inc(n)
-                (estimated,) = con.execute(f"SELECT count(*) FILTER (WHERE tls_estimated) FROM {rel}").fetchone()
-                self.tls_estimated.inc(estimated)
+                    self.tls_estimated.inc(estimated)
                 rows = con.execute(
                     f"SELECT method, model, conn_id || ':' || stream_id, latency_eff_ms / 1e3, ttft_eff_ms / 1e3, gap_eff_ms / 1e3 "
                     f"FROM {rel} ORDER BY started_at"

@@ -50,7 +50,8 @@ STORE_RETRY_S = 5.0  # how often a store that refused a write is tried again
 _STORAGE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
 
 
-def _store_problem(exc: BaseException) -> str:
+def _problem_text(exc: BaseException) -> str:
+    """What went wrong with the store, in one line (the same text for every retry)."""
     if isinstance(exc, OSError) and exc.errno is not None:
         return os.strerror(exc.errno)
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
@@ -319,7 +320,7 @@ class Worker(threading.Thread):
                 # the file is fine, the store is not (full, read-only, gone): keep the file,
                 # retry every few seconds; the chain starts afresh with it (ingest aborted it)
                 m.store_errors.inc()
-                message = _store_problem(exc)
+                message = _problem_text(exc)
                 if message != self._store_problem:  # once per problem, not once per retry
                     log.error("store %s: %s; capture files stay in the spool (%s first), retried every %g s",
                               self.store.root, message, path.name, STORE_RETRY_S)  # fmt: skip

@@ -112,6 +112,19 @@ class Call:
     slow_reader: bool = False
 
 
+def prompt_of(rid: int, words: int) -> str:
+    """A call's prompt, drawn from its own seed: retries never shift the main sequence."""
+    r = random.Random(rid)
+    return "".join(r.choice(WORDS) for _ in range(words)).strip()
+
+
+def grpc_request(rid: int, method: str, words: int, max_tokens: int) -> dict[str, Any]:
+    """The lab's gRPC request message (JSON) of a call."""
+    if method == "Generate":
+        return {"id": rid, "prompt": prompt_of(rid, words), "max_tokens": max_tokens}
+    return {"id": rid, "input": "x" * words}
+
+
 class LoadGenerator:
     def __init__(self, cfg: dict[str, Any]) -> None:
         self.cfg = cfg
@@ -189,13 +202,10 @@ class LoadGenerator:
             start = time.time_ns()
             call = Call(rid, lid, attempt, method, conn, sid, words, max_tokens, start,
                         first_start_ns or start, reconnected=conn.reconnected)  # fmt: skip
+            req = grpc_request(rid, method, words, max_tokens)
             if method == "Generate":
-                r = random.Random(rid)  # per call: retries never shift the main sequence
-                prompt = "".join(r.choice(WORDS) for _ in range(words)).strip()
-                req = {"id": rid, "prompt": prompt, "max_tokens": max_tokens}
                 it = conn.generate(req, timeout=deadline)
             else:
-                req = {"id": rid, "input": "x" * words}
                 it = conn.embed.future(req, timeout=deadline)
         with self.calls_lock:
             self.calls.append(call)

@@ -13,17 +13,15 @@ turning the call away: RESOURCE_EXHAUSTED) carries its ``grpc-status`` in the he
 
 from __future__ import annotations
 
-import json
-import random
 import time
 from typing import Any
 
 import grpc
 import httpx
 
-from telemetry.lab.client import Call
+from telemetry.lab.client import Call, grpc_request
 from telemetry.lab.openai_client import OpenAILoadGenerator
-from telemetry.lab.server import WORDS
+from telemetry.lab.server import encode_json
 
 SERVICE = "/tailtap.lab.LLM/"
 HEADERS = {"content-type": "application/grpc", "te": "trailers", "grpc-accept-encoding": "identity"}
@@ -37,13 +35,7 @@ class GrpcTlsLoadGenerator(OpenAILoadGenerator):
     """The OpenAI client's connections and calls, speaking gRPC."""
 
     def _request(self, rid: int, method: str, words: int, max_tokens: int) -> tuple[str, dict[str, Any]]:
-        if method == "Generate":
-            r = random.Random(rid)  # per call: retries never shift the main sequence
-            prompt = "".join(r.choice(WORDS) for _ in range(words)).strip()
-            req: dict[str, Any] = {"id": rid, "prompt": prompt, "max_tokens": max_tokens}
-        else:
-            req = {"id": rid, "input": "x" * words}
-        body = grpc_frame(json.dumps(req, separators=(",", ":")).encode())
+        body = grpc_frame(encode_json(grpc_request(rid, method, words, max_tokens)))
         return self.base + SERVICE + method, {"content": body, "headers": HEADERS}
 
     async def _response(self, call: Call, resp: httpx.Response) -> grpc.StatusCode:

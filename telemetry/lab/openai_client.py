@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import random
 import ssl
 import threading
 import time
@@ -48,9 +47,8 @@ from anyio.abc import SocketAttribute
 from anyio.streams.tls import TLSStream
 from httpcore._backends.anyio import AnyIOBackend, AnyIOStream
 
-from telemetry.lab.client import Call, Conn, LoadGenerator
+from telemetry.lab.client import Call, Conn, LoadGenerator, prompt_of
 from telemetry.lab.openai_server import CHAT, EMBEDDINGS, MODEL
-from telemetry.lab.server import WORDS
 from telemetry.lab.tls import HOSTNAME, client_context
 
 _STATUS = {200: grpc.StatusCode.OK, 429: grpc.StatusCode.RESOURCE_EXHAUSTED, 503: grpc.StatusCode.UNAVAILABLE}
@@ -185,8 +183,7 @@ class OpenAILoadGenerator(LoadGenerator):
     def _request(self, rid: int, method: str, words: int, max_tokens: int) -> tuple[str, dict[str, Any]]:
         """The call's URL and httpx request arguments."""
         if method == "Generate":
-            r = random.Random(rid)  # per call: retries never shift the main sequence
-            prompt = "".join(r.choice(WORDS) for _ in range(words)).strip()
+            prompt = prompt_of(rid, words)
             body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
                     "stream": True, "stream_options": {"include_usage": True}, "user": f"lab-{rid}"}  # fmt: skip
             return self.base + CHAT, {"json": body}
