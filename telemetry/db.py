@@ -38,6 +38,9 @@ DEFAULT_PARAMS: dict[str, object] = {
     "slowest_n": 10,
     "queue_min_ms": 5.0,  # RTT inflation that counts as queueing ...
     "queue_floor_share": 0.25,  # ... and at least this share of the path's RTT floor (chosen on the sweep's tuning runs: 0.5 missed queues on long paths)
+    # at a client-side capture point, a queue whose response arrivals came back to back
+    # (within 0.1 ms) more often than this is a delay, not a shaper (queries/shaper_evidence.sql)
+    "shaper_bunched_max": 0.3,
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
     # the two periods `tailtap compare` sets (queries/compare_scope.sql)
     "a_since_ns": None, "a_until_ns": None, "a_capture_ids": None,
