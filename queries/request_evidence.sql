@@ -5,8 +5,10 @@
 -- stall they caused (and its own first bytes lost before the capture point; a server
 -- retransmission the client did not need, after client packets were lost upstream, is a
 -- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
--- retransmissions, and holes the receiver's duplicate ACKs reported that filled without a
--- resend: late_arrival, a segment overtaken past the capture point) and how late it was,
+-- retransmissions, holes the receiver's duplicate ACKs reported that filled without a
+-- resend: late_arrival, a segment overtaken past the capture point, and holes at the
+-- capture point whose original came after the resend that filled them: late_arrival too,
+-- held back before the capture point, the resend no loss) and how late it was,
 -- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
@@ -38,16 +40,33 @@ late_arrivals AS (  -- holes the receiver reported that filled without a resend:
      AND r.t_ns BETWEEN d.first_ns AND d.last_ns + 1000000000
     JOIN tcp_events AS e ON e.conn_id = d.conn_id AND e.frame_no = d.first_frame AND e.kind = 'dup_ack'
 ),
+held_holes AS (  -- holes at the capture point whose original copy came after all, after
+    -- the resend that filled them (a spurious retransmission of the hole's bytes within
+    -- 3 s): the bytes were held back before the capture point (reordering), not lost
+    SELECT DISTINCT h.conn_id, h.direction, h.seq
+    FROM (SELECT *, unnest(range(epoch_ns(ts) // 1000000000, epoch_ns(ts) // 1000000000 + 4)) AS sec
+          FROM tcp_events WHERE kind = 'lost_segment') AS h
+    JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events WHERE kind = 'spurious_retransmission') AS c
+      ON c.conn_id = h.conn_id AND c.direction = h.direction AND c.sec = h.sec
+     AND c.seq >= h.seq AND c.seq < h.seq + greatest(h.bytes, 1)
+     AND c.ts > h.ts AND epoch_ns(c.ts) - epoch_ns(h.ts) <= 3000000000
+),
 events AS (  -- a server retransmission the client did not need, after the client's packets
     -- were lost before the capture point (upstream_loss in the 2 s before): its ACKs were
-    -- lost (ack_loss, a loss toward the server), not its data held back (reordering)
+    -- lost (ack_loss, a loss toward the server), not its data held back (reordering).
+    -- A held hole is a late arrival (reordering), and the resend that filled it no loss.
     SELECT e.* REPLACE (
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
-                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss' ELSE e.kind END AS kind,
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss'
+             WHEN x.seq IS NOT NULL AND e.kind = 'lost_segment' THEN 'late_arrival'
+             WHEN x.seq IS NOT NULL AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+             THEN 'held_resend'
+             ELSE e.kind END AS kind,
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
     FROM tcp_events AS e
     ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
+    LEFT JOIN held_holes AS x ON x.conn_id = e.conn_id AND x.direction = e.direction AND x.seq = e.seq
     UNION ALL
     SELECT * FROM late_arrivals
 ),
