@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from telemetry.db import connect, load_models  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
-from telemetry.store import Store  # noqa: E402
+from telemetry.store.parquet import Store  # noqa: E402
 
 
 def _canon(value: object) -> object:

@@ -67,7 +67,7 @@ def _processes(jobs: int | None) -> tuple[int, int]:
 def _ingest_one(args: tuple):
     """Worker for parallel ingest (one capture file per process)."""
     from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     path, store_dir, ports, side, force, keylog = args
     return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force, keylog=keylog))
@@ -113,7 +113,7 @@ def run_analyze(
     ingested in parallel, a single big one is split by connection between two (None: see
     :func:`_processes`). ``window`` must already be valid (see
     :func:`telemetry.args.parse_duration_ms`)."""
-    from telemetry.capture_id import prefetch
+    from telemetry.store.capture_id import prefetch
 
     status = StatusLines()
     keylog = None
@@ -125,7 +125,7 @@ def run_analyze(
     if jobs == 1 or len(captures) == 1:
         prefetch(captures)  # the files' hashes run while the pipeline's modules import
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
-    from telemetry.store import Store, StoreError, clean_staging
+    from telemetry.store.parquet import Store, StoreError, clean_staging
 
     store = Store(out)
     clean_staging(out)

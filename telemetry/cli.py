@@ -131,7 +131,7 @@ def sql(
 
 def _shell(con) -> None:
     from telemetry import render
-    from telemetry.schema import TABLES
+    from telemetry.store.schema import TABLES
 
     err.print("tailtap SQL shell: tables " + ", ".join(TABLES) + "; models " + ", ".join(sorted(con.models)))
     err.print("End statements with ';'. .quit or Ctrl-D quits.")
@@ -158,7 +158,7 @@ def schema(
     table: Annotated[str | None, typer.Argument(help="Table name; omitted: all tables.")] = None,
 ) -> None:
     """Print the documented columns of the store's tables."""
-    from telemetry.schema import TABLES, describe
+    from telemetry.store.schema import TABLES, describe
 
     names = [table] if table else list(TABLES)
     for name in names:
@@ -171,7 +171,7 @@ def schema(
 
 
 def _open_store(store_dir: Path):
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
         err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")

@@ -19,8 +19,8 @@ from pathlib import Path
 import duckdb
 
 from telemetry.models import Model, load_models, macros_sql, settings_of, stored_key
-from telemetry.schema import TABLES
-from telemetry.store import Store
+from telemetry.store.parquet import Store
+from telemetry.store.schema import TABLES
 
 # Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from telemetry.schema import TABLES
+from telemetry.store.schema import TABLES
 
 QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
 MACROS_FILE = "_macros.sql"

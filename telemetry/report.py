@@ -6,7 +6,7 @@ from rich.console import Console
 
 from telemetry import render
 from telemetry.db import Analysis, connect
-from telemetry.store import Store
+from telemetry.store.parquet import Store
 
 
 def analyze_sections(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from telemetry.schema import TABLES
-from telemetry.store import CaptureWriter, Store
+from telemetry.store.parquet import CaptureWriter, Store
+from telemetry.store.schema import TABLES
 
 LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
 DERIVE_MEMORY = "512MB"  # DuckDB's share while a capture's models are computed (it spills beyond)

@@ -37,7 +37,7 @@ from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, 
 from telemetry.dashboards import LIVE, render_promql
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.store.parquet import Store
 
 REPO = Path(__file__).resolve().parent.parent
 TCPDUMP = shutil.which("tcpdump")

@@ -42,7 +42,7 @@ from telemetry.daemon.worker import Spool, Worker, WorkerSettings
 from telemetry.db import connect
 from telemetry.exit_codes import EXIT_STORE
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import STAGING, Store
+from telemetry.store.parquet import STAGING, Store
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = [REPO / "samples" / name / "capture.pcap" for name in ("loss_burst", "reorder", "server_stall", "baseline")]

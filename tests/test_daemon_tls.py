@@ -17,7 +17,7 @@ from test_tls_stacks import _openssl_exchange, self_signed
 
 from telemetry.daemon.keylogs import KeyLogFollower
 from telemetry.db import connect
-from telemetry.store import Store
+from telemetry.store.parquet import Store
 
 RANDOM = "ab" * 32
 SECRET = "cd" * 32

@@ -31,7 +31,7 @@ from telemetry.dashboards import (
 )
 from telemetry.db import export_database
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.store.parquet import Store
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

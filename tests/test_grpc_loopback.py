@@ -21,7 +21,7 @@ import pytest
 
 from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.store.parquet import Store
 
 grpc = pytest.importorskip("grpc")
 

@@ -12,7 +12,7 @@ import pytest
 from telemetry.db import DEFAULT_PARAMS, connect
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.models import load_models, stored_key
-from telemetry.store import MODELS, Store
+from telemetry.store.parquet import MODELS, Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 CAPTURE_MODELS = [m.name for m in load_models() if m.materialize == "capture"]

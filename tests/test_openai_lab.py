@@ -37,7 +37,7 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
     from telemetry.db import connect
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.lab.runner import run_scenario
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
     labels = run_scenario("resource_exhausted", out, duration=6.0, seed=3, protocol=protocol, log=lambda *_: None)
@@ -108,7 +108,7 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     from telemetry.lab.runner import run_scenario
     from telemetry.lab.sweep_score import judge, tailtap_side, truth_of
     from telemetry.sql_verb import open_analysis
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
     labels = run_scenario("queueing", out, seed=7, protocol=protocol, tls=True, log=lambda *_: None)

@@ -20,8 +20,8 @@ from shared_paths import CAPTURES
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.ingest import split as ingest_split
 from telemetry.lockstep import PeerGone, fork_pair
-from telemetry.schema import TABLES
-from telemetry.store import Store
+from telemetry.store.parquet import Store
+from telemetry.store.schema import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from parsers.records import TcpEventKind
 from telemetry import __version__
-from telemetry.store import NS_PER_HOUR, Store
+from telemetry.store.parquet import NS_PER_HOUR, Store
 
 log = logging.getLogger("tailtap.daemon")
 

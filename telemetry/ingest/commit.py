@@ -12,7 +12,7 @@ from pathlib import Path
 
 from parsers.records import DecodeIssue
 from telemetry.ingest.options import IngestOptions, IngestResult
-from telemetry.store import CaptureWriter
+from telemetry.store.parquet import CaptureWriter
 
 GC_GEN0_THRESHOLD = 50_000
 

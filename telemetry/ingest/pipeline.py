@@ -47,7 +47,7 @@ from telemetry.ingest.tables import (
 )
 from telemetry.lockstep import Peer
 from telemetry.sendlog import SendLog
-from telemetry.store import CaptureWriter, table_from_columns
+from telemetry.store.parquet import CaptureWriter, table_from_columns
 
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000

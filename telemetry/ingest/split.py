@@ -14,7 +14,7 @@ from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
 from telemetry.ingest.pipeline import CapturePipeline
 from telemetry.ingest.source import stream
 from telemetry.lockstep import Peer, PeerGone, fork_pair
-from telemetry.store import CaptureWriter, Store
+from telemetry.store.parquet import CaptureWriter, Store
 
 SPLIT_MIN_BYTES = 16 << 20  # a smaller capture is read faster than a second process starts
 

@@ -73,7 +73,7 @@ MAX_STALLED = 0.25  # a run whose stalls take out more of its windows' requests 
 PATHS = ("sql", "report")
 BARS = {"window_ok": 0.95, "carry": 0.90, "outside_net": 0.02, "decomp_ok": 0.90}
 ROOT = Path(__file__).resolve().parents[2]
-INGEST_SOURCES = ("parsers", "telemetry/ingest", "telemetry/schema.py", "telemetry/store.py")
+INGEST_SOURCES = ("parsers", "telemetry/ingest", "telemetry/store/schema.py", "telemetry/store/parquet.py")
 
 
 def expected_labels(window: dict[str, Any]) -> set[str]:
@@ -99,7 +99,7 @@ def ingest_fingerprint() -> str:
 
 def _store(folder: Path, meta: dict[str, Any], reingest: bool, store_dir: Path | None = None) -> Any:
     from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     root = store_dir or folder / "store"
     key_file = root / ".ingest-fingerprint"
