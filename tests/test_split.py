@@ -19,7 +19,7 @@ from shared_paths import CAPTURES
 
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.ingest import split as ingest_split
-from telemetry.lockstep import PeerGone, fork_pair
+from telemetry.ingest.lockstep import PeerGone, fork_pair
 from telemetry.store.parquet import Store
 from telemetry.store.schema import TABLES
 

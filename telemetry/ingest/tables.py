@@ -23,8 +23,8 @@ from parsers.records import (
     TcpEvent,
 )
 from telemetry.ingest.columns import NO_TS, TS, IdColumns, float_col, repeat, run_strings
+from telemetry.ingest.sendlog import KIND_NAMES as SEND_KINDS
 from telemetry.ingest.state import Conn, Msgs, Ready
-from telemetry.sendlog import KIND_NAMES as SEND_KINDS
 from telemetry.store.parquet import table_from_columns
 
 APP_THROTTLE_HTTP = (429, 503)
