@@ -230,8 +230,8 @@ def report(
 
 def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
     """The report (``sections``, from report_sections) as one HTML file at ``out``."""
-    from telemetry.db import connect
     from telemetry.html_report import report_html
+    from telemetry.models.db import connect
     from telemetry.report import plot_sections, settings_window_s
 
     con = connect(store, params)
@@ -314,14 +314,14 @@ def compare(
 
 
 def _first_capture_ns(store) -> int | None:
-    from telemetry.db import connect
+    from telemetry.models.db import connect
 
     row = connect(store).execute("SELECT epoch_ns(min(first_ts)) FROM captures").fetchone()
     return row[0] if row else None
 
 
 def _capture_ids(store, prefix: str) -> list[str]:
-    from telemetry.db import connect
+    from telemetry.models.db import connect
 
     rows = connect(store).execute("SELECT DISTINCT capture_id FROM captures WHERE starts_with(capture_id, ?)", [prefix]).fetchall()
     return [r[0] for r in rows]
@@ -353,7 +353,7 @@ def dashboards_db(
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
 ) -> None:
     """Write a DuckDB file with every table and model as a view over the store (atomically replaced)."""
-    from telemetry.db import export_database
+    from telemetry.models.db import export_database
 
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     path = export_database(_open_store(store_dir), out, params)

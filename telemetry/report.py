@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from telemetry import render
-from telemetry.db import Analysis, connect
+from telemetry.models.db import Analysis, connect
 from telemetry.store.parquet import Store
 
 

@@ -25,7 +25,7 @@ def _error(text: str) -> None:
 
 def open_analysis(store_dir: Path, materialize: bool = True):
     """The store's Analysis connection, or an exit code and a one-line error."""
-    from telemetry.db import connect
+    from telemetry.models.db import connect
     from telemetry.store.parquet import Store
 
     if not store_dir.is_dir():

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

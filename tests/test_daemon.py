@@ -35,8 +35,8 @@ from telemetry.daemon.cli import daemon_app
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, run_of
 from telemetry.dashboards import LIVE, render_promql
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 REPO = Path(__file__).resolve().parent.parent

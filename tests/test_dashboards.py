@@ -29,8 +29,8 @@ from telemetry.dashboards import (
     push,
     render_macros,
 )
-from telemetry.db import export_database
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.models.db import export_database
 from telemetry.store.parquet import Store
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"

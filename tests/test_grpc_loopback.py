@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 grpc = pytest.importorskip("grpc")

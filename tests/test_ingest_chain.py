@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import CLOSING_SUFFIX, IngestChain, closing_id, ingest_file
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 REPO = Path(__file__).resolve().parent.parent

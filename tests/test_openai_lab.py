@@ -34,9 +34,9 @@ if _missing:
 def test_openai_protocol_lab_run(tmp_path, protocol):
     pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
     pytest.importorskip("hypercorn", reason="needs hypercorn (pip install -e '.[test]')")
-    from telemetry.db import connect
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.lab.runner import run_scenario
+    from telemetry.models.db import connect
     from telemetry.store.parquet import Store
 
     out = tmp_path / "run"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import ingest_file
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

@@ -429,8 +429,8 @@ def _read_curl_trace(text: str, s: Seen) -> None:
 
 
 def analyze(capture: Path, tmp: Path):
-    from telemetry.db import connect
     from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.models.db import connect
     from telemetry.store.parquet import Store
 
     store = Store(tmp / f"store-{capture.stem}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from telemetry.db import connect, load_models
+from telemetry.models.db import connect, load_models
 from telemetry.store.parquet import Store, clean_staging, table_from_columns
 from telemetry.store.schema import PARTITION_TIME, TABLES, describe
 

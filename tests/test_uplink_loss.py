@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.lab.sweep_score import score_run
+from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "uplink_loss"

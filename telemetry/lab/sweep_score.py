@@ -322,7 +322,7 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     """One run's scores, read the ``sql`` way (top-level keys) and the ``report`` way
     (``report``); ``params``: settings other than the defaults (for choosing thresholds on
     the tuning runs); ``store_dir``: where its store lives (default: the run's folder)."""
-    from telemetry.db import connect
+    from telemetry.models.db import connect
     from telemetry.sql_verb import open_analysis
 
     meta = json.loads((folder / "sweep.json").read_text())

@@ -58,7 +58,7 @@ class Store:
         return sorted({p.name.split("-", 1)[0] for p in self.table_dir("captures").glob("**/*.parquet")})
 
     def model_file(self, key: str, model: str, capture_id: str) -> Path:
-        """Where the rows of a model computed for one capture are kept (telemetry.models)."""
+        """Where the rows of a model computed for one capture are kept (telemetry.models.catalogue)."""
         return self.root / MODELS / key / model / f"{capture_id}.parquet"
 
     def has_capture(self, capture_id: str) -> bool:
