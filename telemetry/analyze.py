@@ -178,7 +178,7 @@ def run_analyze(
     if report and failed < len(results):
         from rich.console import Console
 
-        from telemetry.report import analyze_report
+        from telemetry.report.sections import analyze_report
 
         window_s = parse_duration_ms(window) / 1000.0 if window else None
         analyze_report(store, fmt.value, Console(), capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)

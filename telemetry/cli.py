@@ -96,7 +96,7 @@ def analyze(
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
     code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
     if html_out is not None and code != EXIT_STORE:
-        from telemetry.report import report_sections
+        from telemetry.report.sections import report_sections
 
         params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
         try:
@@ -130,7 +130,7 @@ def sql(
 
 
 def _shell(con) -> None:
-    from telemetry import render
+    from telemetry.report import render
     from telemetry.store.schema import TABLES
 
     err.print("tailtap SQL shell: tables " + ", ".join(TABLES) + "; models " + ", ".join(sorted(con.models)))
@@ -205,8 +205,8 @@ def report(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
-    from telemetry import render
-    from telemetry.report import report_sections
+    from telemetry.report import render
+    from telemetry.report.sections import report_sections
 
     params = {
         "window_s": parse_duration_ms(window) / 1000.0 if window else None,
@@ -221,7 +221,7 @@ def report(
         if html_out is not None:
             write_report_html(store, params, sections, html_out)
     if fmt == Format.table:
-        from telemetry.report import print_report
+        from telemetry.report.sections import print_report
 
         print_report(console, sections)
     else:
@@ -230,9 +230,9 @@ def report(
 
 def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
     """The report (``sections``, from report_sections) as one HTML file at ``out``."""
-    from telemetry.html_report import report_html
     from telemetry.models.db import connect
-    from telemetry.report import plot_sections, settings_window_s
+    from telemetry.report.html import report_html
+    from telemetry.report.sections import plot_sections, settings_window_s
 
     con = connect(store, params)
     page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
@@ -250,8 +250,8 @@ def explain(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the request's story as one self-contained HTML file (waterfall, decomposition).")] = None,
 ) -> None:
     """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
-    from telemetry import render
-    from telemetry.report import RequestNotFound, explain_sections
+    from telemetry.report import render
+    from telemetry.report.sections import RequestNotFound, explain_sections
 
     conn_id, sep, stream = request.strip().rpartition(":")
     if not sep or not conn_id or not stream.isdigit():
@@ -260,12 +260,12 @@ def explain(
     with _user_errors(html_out, RequestNotFound):
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
         if html_out is not None:
-            from telemetry.html_report import explain_html
+            from telemetry.report.html import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
     if fmt == Format.table:
-        from telemetry.report import print_explain
+        from telemetry.report.sections import print_explain
 
         print_explain(console, sections)
     else:
@@ -283,8 +283,8 @@ def compare(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the comparison as one self-contained HTML file.")] = None,
 ) -> None:
     """Compare two periods: per method p50/p99 of latency, TTFT and token gap in each and the change, the cause mix of slow requests in each, the network in each; what changed most first."""
-    from telemetry import render
-    from telemetry.report import compare_sections
+    from telemetry.report import render
+    from telemetry.report.sections import compare_sections
 
     store = _open_store(store_dir)
     day_ns = _first_capture_ns(store)
@@ -301,12 +301,12 @@ def compare(
     with _user_errors(html_out):
         sections = compare_sections(store, params)
         if html_out is not None:
-            from telemetry.html_report import compare_html
+            from telemetry.report.html import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
     if fmt == Format.table:
-        from telemetry.report import print_compare
+        from telemetry.report.sections import print_compare
 
         print_compare(console, sections)
     else:

@@ -40,7 +40,7 @@ def open_analysis(store_dir: Path, materialize: bool = True):
 
 def run_sql(query: str, store_dir: Path, fmt: str = "table") -> int:
     """Run ``query`` and print its rows in ``fmt`` (table, csv, json); returns the exit code."""
-    from telemetry import render
+    from telemetry.report import render
 
     con = open_analysis(store_dir)
     if isinstance(con, int):

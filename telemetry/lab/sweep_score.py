@@ -11,7 +11,7 @@ tailtap's attribution is read two ways, and both are scored:
 * ``sql``: as ``tailtap sql --store S`` reads it (telemetry.sql_verb.open_analysis: the
   default settings), the ``request_cause`` view;
 * ``report``: as ``tailtap analyze``'s report reads it (the captures just analyzed in
-  scope, the window the analysis picks), through telemetry.report; the report's own
+  scope, the window the analysis picks), through telemetry.report.sections; the report's own
   verdict per impairment window (the causes of the spikes overlapping it) is kept too.
 
 Scores, per split (tuning runs may be used to choose thresholds, held-out runs only to
@@ -275,7 +275,7 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
 def _report_verdicts(con: Any, store: Any, windows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the report itself says about each impairment window: the causes of the spikes
     overlapping it (weighted by their slow requests), and its window length."""
-    from telemetry.report import report_sections, settings_window_s
+    from telemetry.report.sections import report_sections, settings_window_s
 
     sections = report_sections(store, con=con)
     window_s = settings_window_s(con)
@@ -334,7 +334,7 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
         sql_con = open_analysis(Path(store.root))  # exactly what `tailtap sql --store S` reads
         if isinstance(sql_con, int):
             raise RuntimeError(f"tailtap sql cannot open {store.root} (exit {sql_con})")
-    # what `tailtap analyze`'s report reads (telemetry.report.analyze_report)
+    # what `tailtap analyze`'s report reads (telemetry.report.sections.analyze_report)
     report_con = connect(store, {**(params or {}), "capture_ids": store.capture_ids(), "window_s": None})
     truth = truth_of(folder / "client.parquet")
     windows = {w["name"]: w for w in labels["windows"]}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from telemetry import render
 from telemetry.models.db import Analysis, connect
+from telemetry.report import render
 from telemetry.store.parquet import Store
 
 
