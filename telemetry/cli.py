@@ -338,8 +338,8 @@ app.add_typer(dashboards_app, name="dashboards")
 def dashboards_export(
     folder: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboard JSON files.")] = Path("dashboards"),
 ) -> None:
-    """Write the dashboards (defined as code in telemetry/dashboards.py) as Grafana JSON."""
-    from telemetry.dashboards import export
+    """Write the dashboards (defined as code in telemetry/dashboards/grafana.py) as Grafana JSON."""
+    from telemetry.dashboards.grafana import export
 
     for path in export(folder):
         console.print(f"wrote {path}")
@@ -367,7 +367,7 @@ def dashboards_push(
     folder_uid: Annotated[str | None, typer.Option("--folder-uid", help="Folder to put the dashboards in.")] = None,
 ) -> None:
     """Create or update the dashboards on a Grafana server through its HTTP API (grafana-client)."""
-    from telemetry.dashboards import push
+    from telemetry.dashboards.grafana import push
 
     try:
         urls = push(url, token, folder_uid)

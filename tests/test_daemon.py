@@ -34,7 +34,7 @@ from telemetry.daemon import retention
 from telemetry.daemon.cli import daemon_app
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, run_of
-from telemetry.dashboards import LIVE, render_promql
+from telemetry.dashboards.grafana import LIVE, render_promql
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.models.db import connect
 from telemetry.store.parquet import Store

@@ -20,7 +20,7 @@ import duckdb
 import jsonschema
 import pytest
 
-from telemetry.dashboards import (
+from telemetry.dashboards.grafana import (
     DASHBOARDS,
     DASHBOARDS_DIR,
     DRILL_DOWN,
