@@ -104,10 +104,10 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     import duckdb
 
     from parsers.tls import KeyLog
+    from telemetry.cli.sql import open_analysis
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.lab.runner import run_scenario
     from telemetry.lab.sweep_score import judge, tailtap_side, truth_of
-    from telemetry.sql_verb import open_analysis
     from telemetry.store.parquet import Store
 
     out = tmp_path / "run"

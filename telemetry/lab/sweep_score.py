@@ -8,7 +8,7 @@ port and stream id, by which they are matched to the capture, are not trustworth
 
 tailtap's attribution is read two ways, and both are scored:
 
-* ``sql``: as ``tailtap sql --store S`` reads it (telemetry.sql_verb.open_analysis: the
+* ``sql``: as ``tailtap sql --store S`` reads it (telemetry.cli.sql.open_analysis: the
   default settings), the ``request_cause`` view;
 * ``report``: as ``tailtap analyze``'s report reads it (the captures just analyzed in
   scope, the window the analysis picks), through telemetry.report.sections; the report's own
@@ -322,8 +322,8 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     """One run's scores, read the ``sql`` way (top-level keys) and the ``report`` way
     (``report``); ``params``: settings other than the defaults (for choosing thresholds on
     the tuning runs); ``store_dir``: where its store lives (default: the run's folder)."""
+    from telemetry.cli.sql import open_analysis
     from telemetry.models.db import connect
-    from telemetry.sql_verb import open_analysis
 
     meta = json.loads((folder / "sweep.json").read_text())
     labels = json.loads((folder / "labels.json").read_text())

@@ -1,7 +1,7 @@
 """The `tailtap analyze` verb: ingest capture files into the store, then print the report.
 
-Kept apart from the typer app (telemetry/cli.py) so that a plain `tailtap analyze ...`
-command line (telemetry/main.py) runs without importing typer, pydantic or rich: on a
+Kept apart from the typer app (telemetry/cli/app.py) so that a plain `tailtap analyze ...`
+command line (telemetry/cli/main.py) runs without importing typer, pydantic or rich: on a
 big capture every tenth of a second of start-up is a few percent of the run.
 """
 
@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from telemetry.args import CaptureSide, Format, parse_duration_ms
-from telemetry.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
+from telemetry.cli.args import CaptureSide, Format, parse_duration_ms
+from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -112,7 +112,7 @@ def run_analyze(
     the per-method report; returns the exit code. ``jobs``: processes; several files are
     ingested in parallel, a single big one is split by connection between two (None: see
     :func:`_processes`). ``window`` must already be valid (see
-    :func:`telemetry.args.parse_duration_ms`)."""
+    :func:`telemetry.cli.args.parse_duration_ms`)."""
     from telemetry.store.capture_id import prefetch
 
     status = StatusLines()

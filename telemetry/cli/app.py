@@ -1,6 +1,6 @@
-"""The `tailtap` command line (the typer app; the entry point is telemetry/main.py).
+"""The `tailtap` command line (the typer app; the entry point is telemetry/cli/main.py).
 
-Exit codes (stable, for scripts; telemetry/exit_codes.py):
+Exit codes (stable, for scripts; telemetry/cli/exit_codes.py):
   0  success (warnings about the input may have been printed)
   1  an input could not be read at all (not a capture, empty, missing) or a query failed
   2  usage error (unknown option, bad value)
@@ -18,12 +18,12 @@ import typer
 from rich.console import Console
 
 from telemetry import __version__
-from telemetry.analyze import run_analyze
-from telemetry.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
-from telemetry.args import parse_duration_ms as _parse_duration_ms
-from telemetry.args import parse_slo as _parse_slo
-from telemetry.args import parse_time_ns as _parse_time_ns
-from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
+from telemetry.cli.analyze import run_analyze
+from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
+from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
+from telemetry.cli.args import parse_slo as _parse_slo
+from telemetry.cli.args import parse_time_ns as _parse_time_ns
+from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 
 app = typer.Typer(
     name="tailtap",
@@ -116,7 +116,7 @@ def sql(
     fmt: Annotated[SqlFormat, typer.Option("--format", "-f", help="Output format.")] = SqlFormat.table,
 ) -> None:
     """Run SQL against the store, with every table and every queries/ model defined as a view."""
-    from telemetry.sql_verb import open_analysis, run_sql
+    from telemetry.cli.sql import open_analysis, run_sql
 
     if query is not None:
         code = run_sql(query, store_dir, fmt.value)
@@ -400,8 +400,3 @@ def _mount_optional() -> None:
 
 _mount_optional()
 
-
-if __name__ == "__main__":  # python -m telemetry.cli ... (the same as `tailtap ...`)
-    from telemetry.main import main
-
-    main()

@@ -1,6 +1,6 @@
 """The `tailtap sql` verb: one query against the store, every model readable by name.
 
-Kept apart from the typer app (telemetry/cli.py), like `analyze`: `tailtap sql --store S
+Kept apart from the typer app (telemetry/cli/app.py), like `analyze`: `tailtap sql --store S
 QUERY` is what scripts and dashboards' authors run over and over, and building the typer
 app costs more than answering a small query.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
+from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
 
 
 def _error(text: str) -> None:
