@@ -18,7 +18,7 @@ from typer.main import get_command
 
 from telemetry.cli import analyze, main
 from telemetry.cli import app as cli
-from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_STORE
+from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE
 
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
 

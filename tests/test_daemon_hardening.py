@@ -35,11 +35,11 @@ from test_daemon import (
     needs_capture,
 )
 
-from telemetry.cli.exit_codes import EXIT_STORE
 from telemetry.daemon import worker as worker_module
 from telemetry.daemon.capture import CAPTURE_USER, _unprivileged_user
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings
+from telemetry.exit_codes import EXIT_STORE
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.models.db import connect
 from telemetry.store.parquet import STAGING, Store

@@ -5,5 +5,4 @@
 - ``analyze``: the `analyze` verb (ingest, then the report).
 - ``sql``: the `sql` verb (one query, every model readable by name).
 - ``args``: the verbs' values, parsed the same way on both paths.
-- ``exit_codes``: the exit codes of every verb (the daemon's too).
 """

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from telemetry.cli.args import CaptureSide, Format, parse_duration_ms
-from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
+from telemetry.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
 
 if TYPE_CHECKING:
     from rich.console import Console

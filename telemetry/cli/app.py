@@ -1,6 +1,6 @@
 """The `tailtap` command line (the typer app; the entry point is telemetry/cli/main.py).
 
-Exit codes (stable, for scripts; telemetry/cli/exit_codes.py):
+Exit codes (stable, for scripts; telemetry/exit_codes.py):
   0  success (warnings about the input may have been printed)
   1  an input could not be read at all (not a capture, empty, missing) or a query failed
   2  usage error (unknown option, bad value)
@@ -23,7 +23,7 @@ from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_p
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
-from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
+from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 
 app = typer.Typer(
     name="tailtap",

@@ -19,7 +19,7 @@ from pathlib import Path
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from telemetry.cli.args import BadValue, CaptureSide, Format, parse_duration_ms  # noqa: E402
-from telemetry.cli.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
+from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 
 _ANALYZE_VALUE_OPTS = {
     "--out": "out", "-o": "out", "--format": "fmt", "-f": "fmt", "--h2-port": "h2_port",

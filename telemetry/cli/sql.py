@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
+from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
 
 
 def _error(text: str) -> None:

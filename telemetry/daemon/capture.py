@@ -34,7 +34,7 @@ from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
-from telemetry.cli.exit_codes import EXIT_INPUT, EXIT_USAGE
+from telemetry.exit_codes import EXIT_INPUT, EXIT_USAGE
 
 log = logging.getLogger("tailtap.daemon")
 

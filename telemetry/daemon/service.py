@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from telemetry.cli.exit_codes import EXIT_INPUT as EXIT_FAILED  # the daemon could not go on
-from telemetry.cli.exit_codes import EXIT_OK, EXIT_STORE, EXIT_USAGE
 from telemetry.daemon.capture import (
     CaptureConfig,
     CaptureError,
@@ -37,6 +35,8 @@ from telemetry.daemon.capture import (
 from telemetry.daemon.keylogs import KeyLogFollower
 from telemetry.daemon.metrics import DaemonMetrics, MetricsServer, parse_addr
 from telemetry.daemon.worker import Spool, SpoolBusy, Worker, WorkerSettings
+from telemetry.exit_codes import EXIT_INPUT as EXIT_FAILED  # the daemon could not go on
+from telemetry.exit_codes import EXIT_OK, EXIT_STORE, EXIT_USAGE
 from telemetry.ingest import IngestOptions
 from telemetry.store.parquet import Store, StoreError, clean_staging
 
