@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.lab.sweep_score import score_run
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "sweep"
 
