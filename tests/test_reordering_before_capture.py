@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 CAPTURE = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "client_reorder" / "capture.pcap"
 
