@@ -12,8 +12,9 @@
 -- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
--- percentiles, robust to delayed ACKs; and the largest inflation over its final 500 ms,
--- the queue its last bytes met), and
+-- percentiles, robust to delayed ACKs; the largest inflation over its final 500 ms,
+-- the queue its last bytes met; and the inflation in the second before its first loss,
+-- queue_before_loss_ms: a queue that overflowed was there before its drops), and
 -- whether the capture saw both directions.
 -- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
 -- materialize: capture
@@ -160,6 +161,28 @@ rtt_end AS (  -- the queue its last bytes went through: inflation on the path ov
     JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
     GROUP BY ALL
 ),
+before_loss AS (  -- the path's typical inflation over the second before the request's first
+    -- loss (per direction, the median of the 100 ms buckets' 25th percentiles; the larger
+    -- direction): a queue that overflowed was there before its drops, while the RTT samples
+    -- a loss disturbs (resends, lost ACKs) come with or after it. Chosen on the sweep's
+    -- tuning runs (seed 3, run 9: loss on a 0.7 ms path read at the client, where lost
+    -- ACKs inflated the RTT and the queue took the loss's stall); on samples/queueing, 12
+    -- of the 60 requests whose largest cause was the queue now have the loss first (the
+    -- queue's own drops in its first second: the queue row stays, without their stall)
+    SELECT conn_id, stream_id, max(inflation_ms) AS queue_before_loss_ms
+    FROM (
+        SELECT l.conn_id, l.stream_id, p.direction, median(p.inflation_p25_ms) AS inflation_ms
+        FROM (SELECT conn_id, stream_id, min(epoch_ns(ts)) // 100000000 AS loss_bucket FROM ev
+              WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
+              GROUP BY ALL) AS l
+        JOIN spans AS s USING (conn_id, stream_id)
+        JOIN path_rtt AS p
+          ON p.client_addr = s.client_addr AND p.server_addr = s.server_addr
+         AND p.bucket BETWEEN l.loss_bucket - 10 AND l.loss_bucket - 1
+        GROUP BY ALL
+    )
+    GROUP BY ALL
+),
 rtt AS (
     SELECT conn_id, stream_id,
         sum(samples) AS rtt_samples,
@@ -195,6 +218,7 @@ SELECT
     -- delays the end more than the median), at least the typical inflation in flight
     greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(least(rtt_end.inflation_ms, m.latency_eff_ms), 0)) AS queue_delay_ms,
     rtt.queue_direction,
+    bl.queue_before_loss_ms,
     coalesce(rtt.path_floor_ms, c.rtt_min_ms_to_client + c.rtt_min_ms_to_server, c.handshake_rtt_ms, 0) AS path_floor_ms,
     c.packets_to_client = 0 OR c.packets_to_server = 0 AS one_sided,
     c.rtt_min_ms_to_client IS NULL AND c.rtt_min_ms_to_server IS NULL AS no_rtt
@@ -205,3 +229,4 @@ LEFT JOIN other USING (conn_id, stream_id)
 LEFT JOIN flow USING (conn_id, stream_id)
 LEFT JOIN rtt USING (conn_id, stream_id)
 LEFT JOIN rtt_end USING (conn_id, stream_id)
+LEFT JOIN before_loss AS bl USING (conn_id, stream_id)

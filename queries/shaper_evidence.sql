@@ -114,19 +114,19 @@ client_shaped AS (  -- each queued request: its path's arrivals over the seconds
             WHERE t.client_addr || ' ' || t.server_addr = any_value(r.path)
               AND t.second BETWEEN any_value(r.first_second) AND any_value(r.last_second))
 ),
-server_side AS (
-SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
-    'shaper' AS throttle_kind,
-    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s; busiest 100 ms out/in {:.2f}), RTT up to +{:.0f} ms, no cross traffic',
-           e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
-           e.seconds, coalesce(e.out_in_ratio, 0), e.max_inflation_ms) AS throttle_detail,
-    -- drops when the shaper's queue overflowed are part of it too
-    r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
-FROM req AS r
-JOIN shaped AS e
-  ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
- AND r.last_second >= e.first_second AND r.first_second <= e.last_second
-WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
+server_side AS (  -- a capture point that sees the sends (at the server or in the middle)
+    SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
+        'shaper' AS throttle_kind,
+        format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s; busiest 100 ms out/in {:.2f}), RTT up to +{:.0f} ms, no cross traffic',
+               e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
+               e.seconds, coalesce(e.out_in_ratio, 0), e.max_inflation_ms) AS throttle_detail,
+        -- drops when the shaper's queue overflowed are part of it too
+        r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
+    FROM req AS r
+    JOIN shaped AS e
+      ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
+     AND r.last_second >= e.first_second AND r.first_second <= e.last_second
+    WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 )
 SELECT * FROM server_side
 UNION ALL
