@@ -141,6 +141,11 @@ typedef struct {
     double srtt;
     int have_srtt;
     int64_t min_rtt;
+    /* IP ids: the counters before the run (Dir.ipid_good, _bad, _gaps); what the run adds
+     * to ipid_gaps and when its last packet was; the cut check's own walk (cut_*) */
+    long long ipid_good_in, ipid_bad_in, ipid_gaps_in;
+    int64_t ipid_gaps_run, ipid_ts, cut_prev, cut_good, cut_bad, cut_gaps;
+    int cut_on; /* -1: not known before this side's first row */
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
@@ -158,10 +163,11 @@ static void dir_free(dir_t *D) {
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
-                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in))
+                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
+                          &D->ipid_bad_in, &D->ipid_gaps_in))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
@@ -316,9 +322,34 @@ enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, 
        F_POFF, F_ORDER, F_COUNT };
 static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
 
-/* The first loop: check each row, stop at the first that breaks a rule; returns k. */
-static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks) {
+/* Does the row's IP id skip 2-64 numbers while its side numbers packets one by one
+ * (_analyzer._before_ipid_gap, with the counters as they stand before the row)? That
+ * row is the per-packet path's: it records the packets lost upstream of the capture
+ * point. Walks every row of the window in order, whether the run takes it or not. */
+static int ipid_cut(dir_t *D, const rec_t *x) {
+    int64_t id = x->ipid;
+    if (D->cut_on < 0) D->cut_on = id >= 0;
+    if (!D->cut_on) return 0;
+    int64_t prev = D->cut_prev;
+    D->cut_prev = id;
+    if (id < 0 || prev < 0) return 0;
+    int64_t delta = (id - prev) & 0xFFFF;
+    int good = delta > 0 && delta <= 64, gap = good && delta >= 2;
+    if (gap && D->cut_good >= 32 && D->cut_bad * 5 <= D->cut_good && D->cut_gaps * 8 <= D->cut_good) return 1;
+    D->cut_good += good;
+    D->cut_bad += !good;
+    D->cut_gaps += gap;
+    return 0;
+}
+
+/* The first loop: check each row, stop at the first that breaks a rule or has an IP id
+ * gap (ipid_cut); returns k. *w: the row of the first IP id gap (the run may take the
+ * rows before it), n when there is none; it is only looked for up to row min_rows when
+ * the run stops before that (below min_rows rows before a gap, no run is made). */
+static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks,
+                       Py_ssize_t min_rows, Py_ssize_t *w_out) {
     Py_ssize_t r;
+    *w_out = n;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         D->s_run = D->seq_ref;
@@ -331,9 +362,18 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
         D->far_acked = D->acked;
         D->far_rw = D->rwnd;
         D->max_edge = INT64_MIN;
+        D->cut_on = -1;
+        D->cut_prev = D->ipid_last;
+        D->cut_good = D->ipid_good_in;
+        D->cut_bad = D->ipid_bad_in;
+        D->cut_gaps = D->ipid_gaps_in;
     }
     for (r = 0; r < n; r++) {
         const rec_t *x = &rec[r];
+        if (ipid_cut(&dirs[(x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], x)) {
+            *w_out = r;
+            return r;
+        }
         uint8_t fl = x->flags;
         int64_t w = x->wl, wd = x->win;
         if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0 || (x->bits & ROW_SACK)) break;
@@ -390,8 +430,10 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
                 int64_t delta = (id - D->ipid_prev) & 0xFFFF;
                 if (delta > 0 && delta <= 64) D->ipid_good++;
                 else D->ipid_bad++;
+                if (id >= 0 && delta >= 2 && delta <= 64) D->ipid_gaps_run++;
             }
             D->ipid_prev = id;
+            D->ipid_ts = t;
         }
         if (R->base_known) {
             D->any_a32 = 1;
@@ -414,6 +456,11 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
             R->far_rw = shl(wd, D->ws);
         }
     }
+    for (Py_ssize_t q = r + 1; q < min_rows && q < n; q++) /* a gap close after the stop: no run */
+        if (ipid_cut(&dirs[(rec[q].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], &rec[q])) {
+            *w_out = q;
+            break;
+        }
     return r;
 }
 
@@ -456,7 +503,7 @@ static PyObject *sig_list(const dir_t *D, const rec_t *rec) {
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
         "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
-        "sN sN sN sL sN sN sn si sN sL}",
+        "sN sN sN sL sN sN sn si sN sL sL sL}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
@@ -469,7 +516,8 @@ static PyObject *dir_result(dir_t *D, const rec_t *rec) {
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
         vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
         "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
-        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
+        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt,
+        "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts);
 }
 
 /* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
@@ -545,16 +593,20 @@ done:
     Py_RETURN_NONE;
 }
 
-/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
+/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows)
+ *   -> (k, chunk rows, res0, res1, w)
  * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
- * parse_dir reads. None when a segment log is out of end order (the numpy path runs). */
+ * parse_dir reads. w: the first row with an IP id gap (count when none; see scan); when
+ * it is below min_rows, k is 0 (no run). None when a segment log is out of end order (the
+ * numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
     PyObject *t0, *t1;
     int client_is_lo, keep;
-    if (!PyArg_ParseTuple(args, "y*nnpO!O!i", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
-                          &t1, &keep))
+    Py_ssize_t min_rows, w = 0;
+    if (!PyArg_ParseTuple(args, "y*nnpO!O!in", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
+                          &t1, &keep, &min_rows))
         return NULL;
     dir_t dirs[2];
     memset(dirs, 0, sizeof(dirs));
@@ -579,7 +631,11 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
             if (vreserve(per_row[i], count) < 0) goto done;
     }
-    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks);
+    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks, min_rows, &w);
+    if (k >= 0 && w < min_rows) { /* no run: nothing of it is returned */
+        res = Py_BuildValue("(ny{}{}n)", (Py_ssize_t)0, "", w);
+        goto done;
+    }
     if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
@@ -596,7 +652,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         Py_XDECREF(r0);
         goto done;
     }
-    res = Py_BuildValue("(nNNN)", k, vbytes(&chunks), r0, r1);
+    res = Py_BuildValue("(nNNNn)", k, vbytes(&chunks), r0, r1, w);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
@@ -750,7 +806,7 @@ static PyMethodDef methods[] = {
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
     {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns, out): the rows in flow order as fast_run records."},
     {"fast_run", fast_run, METH_VARARGS,
-     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
+     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows): one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
      "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {NULL, NULL, 0, NULL},
