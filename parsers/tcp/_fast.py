@@ -65,7 +65,8 @@ def _i64(raw: bytearray) -> np.ndarray:
 
 
 def _c_state(D: Dir) -> tuple:
-    """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None)."""
+    """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None); it writes
+    the run's packet signatures to the last two (``sigd``, ``sigq``) when it takes a run."""
     st, en, t = D.segs.arrays()
     tv, tt, ts = D.tsq.arrays()
     return (
@@ -73,7 +74,7 @@ def _c_state(D: Dir) -> tuple:
         -1 if D.last_ack32 is None else D.last_ack32, -1 if D.last_win is None else D.last_win,
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
-        D.tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps,
+        D.tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
     )  # fmt: skip
 
 
@@ -415,12 +416,7 @@ class BulkPath:
                 R.rwnd_known = D.ws_known
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
-            sigd, sigq = D.sigd, D.sigq  # as _sigs: the run's last packets' signatures
-            for sig, t in x["sigs"]:
-                sigd[sig] = t
-                sigq.append(sig)
-                if len(sigq) > SIG_KEEP:
-                    sigd.pop(sigq.popleft(), None)
+            # (the run's last packets' signatures are in D.sigd / sigq already, as _sigs)
             if x["pure_ack"] and not hist.has("A" if d == 0 else "a"):
                 hist.add_side("A", d)
             if nd and not hist.has("D" if d == 0 else "d"):

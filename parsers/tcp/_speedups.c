@@ -144,6 +144,7 @@ typedef struct {
     /* IP ids: the counters before the run (Dir.ipid_good, _bad, _gaps); what the run adds
      * to ipid_gaps and when its last packet was; the cut check's own walk (cut_*) */
     long long ipid_good_in, ipid_bad_in, ipid_gaps_in;
+    PyObject *sigd, *sigq; /* Dir.sigd (dict) and Dir.sigq (deque): recent packet signatures */
     int64_t ipid_gaps_run, ipid_ts, cut_prev, cut_good, cut_bad, cut_gaps;
     int cut_on; /* -1: not known before this side's first row */
 } dir_t;
@@ -163,11 +164,11 @@ static void dir_free(dir_t *D) {
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!O", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
-                          &D->ipid_bad_in, &D->ipid_gaps_in))
+                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
@@ -482,35 +483,51 @@ static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, 
     return 0;
 }
 
-/* [(signature, ts_ns)] of the tail records as BulkPath._sigs builds them: (IP ID, seq,
- * ack, flags, wire payload length, window, TSval or -1, ()), for the packets that have
- * an IP ID, payload or a TSval. */
-static PyObject *sig_list(const dir_t *D, const rec_t *rec) {
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < D->tail.n; i++) {
+/* The signatures of the tail records, remembered as BulkPath._sigs does (capture-duplicate
+ * detection): (IP ID, seq, ack, flags, wire payload length, window, TSval or -1, ()) ->
+ * ts_ns in Dir.sigd and, in order, in Dir.sigq, which keeps the last `keep` (the oldest
+ * leaves both), for the packets that have an IP ID, payload or a TSval. 0, or -1 on error. */
+static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
+    static PyObject *s_append, *s_popleft;
+    if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) return -1;
+    if (s_popleft == NULL && (s_popleft = PyUnicode_InternFromString("popleft")) == NULL) return -1;
+    for (Py_ssize_t i = 0; i < D->tail.n; i++) {
         const rec_t *x = &rec[D->tail.v[i]];
         int has_ts = (x->bits & ROW_HAS_TS) != 0;
         if (!(x->ipid > 0 || x->wl || has_ts)) continue;
-        PyObject *item = Py_BuildValue("((ikkiiiL())L)", (int)x->ipid, (unsigned long)x->seq,
-                                       (unsigned long)x->ack, (int)x->flags, (int)x->wl, (int)x->win,
-                                       has_ts ? (long long)x->tsv : -1LL, (long long)x->ts);
-        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
-        Py_XDECREF(item);
+        PyObject *sig = Py_BuildValue("(ikkiiiL())", (int)x->ipid, (unsigned long)x->seq, (unsigned long)x->ack,
+                                      (int)x->flags, (int)x->wl, (int)x->win, has_ts ? (long long)x->tsv : -1LL);
+        PyObject *t = sig ? PyLong_FromLongLong((long long)x->ts) : NULL;
+        int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0;
+        Py_XDECREF(t);
+        PyObject *r = err ? NULL : PyObject_CallMethodOneArg(D->sigq, s_append, sig);
+        Py_XDECREF(sig);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        Py_ssize_t len = PyObject_Length(D->sigq);
+        if (len < 0) return -1;
+        if (len > keep) {
+            PyObject *old = PyObject_CallMethodNoArgs(D->sigq, s_popleft);
+            if (old == NULL) return -1;
+            int has = PyDict_Contains(D->sigd, old);
+            err = has < 0 || (has && PyDict_DelItem(D->sigd, old) < 0);
+            Py_DECREF(old);
+            if (err) return -1;
+        }
     }
-    return out;
+    return 0;
 }
 
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
-        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
+        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN si sN sN sL sN sN sN sL sN sN "
         "sN sN sN sL sN sN sn si sN sL sL sL}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
         D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
         (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
-        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "sigs",
-        sig_list(D, rec), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
         "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
         "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
@@ -596,7 +613,8 @@ done:
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows)
  *   -> (k, chunk rows, res0, res1, w)
  * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
- * parse_dir reads. w: the first row with an IP id gap (count when none; see scan); when
+ * parse_dir reads (its signature dict and deque take the run's last signatures: the
+ * only state written here). w: the first row with an IP id gap (count when none; see scan); when
  * it is below min_rows, k is 0 (no run). None when a segment log is out of end order (the
  * numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
@@ -637,6 +655,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         goto done;
     }
     if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
+    if (remember_sigs(&dirs[0], rec, keep) < 0 || remember_sigs(&dirs[1], rec, keep) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
         /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
