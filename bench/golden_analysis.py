@@ -2,7 +2,7 @@
 change to how the models are computed leaves their answers unchanged.
 
 Each capture is ingested into its own store; every model is read through
-``telemetry.db.connect`` with the default settings and, separately, with 2 s windows; rows are sorted, floats rounded to 6 significant digits (parallel sums may
+``telemetry.models.db.connect`` with the default settings and, separately, with 2 s windows; rows are sorted, floats rounded to 6 significant digits (parallel sums may
 differ in the last bits), and hashed.
 
 Usage: python bench/golden_analysis.py OUT.json CAPTURE... ; compare two dumps with
@@ -21,9 +21,9 @@ from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from telemetry.db import connect, load_models  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
-from telemetry.store import Store  # noqa: E402
+from telemetry.models.db import connect, load_models  # noqa: E402
+from telemetry.store.parquet import Store  # noqa: E402
 
 
 def _canon(value: object) -> object:

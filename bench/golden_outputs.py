@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
 from telemetry.ingest import split as ingest_split  # noqa: E402
-from telemetry.schema import TABLES  # noqa: E402
-from telemetry.store import Store  # noqa: E402
+from telemetry.store.parquet import Store  # noqa: E402
+from telemetry.store.schema import TABLES  # noqa: E402
 
 VOLATILE = {"ingest_time", "path"}
 # columns whose values come from a closed vocabulary (parsers/records.py): their distinct

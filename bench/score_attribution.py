@@ -36,9 +36,9 @@ import duckdb
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from telemetry.db import connect  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
-from telemetry.store import Store  # noqa: E402
+from telemetry.models.db import connect  # noqa: E402
+from telemetry.store.parquet import Store  # noqa: E402
 
 NETWORK_CAUSES = ("loss_burst", "reordering", "queueing", "throttling")
 

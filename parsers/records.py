@@ -35,7 +35,7 @@ class Vocabulary(StrEnum):
     """A closed set of names a column may hold, each with its meaning (``.doc``).
 
     Members are ``str``: records carry them as plain strings and the tables store them so;
-    ``telemetry.schema`` writes each column's documentation from :func:`describe`.
+    ``telemetry.store.schema`` writes each column's documentation from :func:`describe`.
     """
 
     doc: str

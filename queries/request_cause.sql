@@ -10,7 +10,9 @@
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= queue_floor_share
 --                of the floor) while in flight (25th percentile) or when its last bytes went
 --                (median of its final 500 ms); delay = the inflation its last bytes met,
---                plus the stall of losses while it was queued (the queue overflowing)
+--                plus the stall of losses while it was queued, when the path was queued
+--                in the second before them too (the queue overflowing; an inflation that
+--                came only with the losses, from resends and lost ACKs, is the loss's)
 --   throttling   kind receive_window (zero window / window full), h2_flow_control
 --                (sender blocked on WINDOW_UPDATE, plus the time the client left the
 --                end of the response unread: client_read), application (429/503,
@@ -38,6 +40,7 @@ net AS (
         coalesce(queued(greatest(queue_inflation_ms, queue_inflation_end_ms), path_floor_ms), false) AS queued,
         -- a policer's drops, and a shaper's when its queue overflows, are the throttling
         loss_events > 0 AND coalesce(throttle_kind, '') NOT IN ('policer', 'shaper') AS lossy,
+        coalesce(queued(queue_before_loss_ms, path_floor_ms), false) AS queued_before_loss,
         reorder_events > 0 AS reordered
     FROM s
 ),
@@ -54,13 +57,15 @@ causes AS (
                reorder_events, dup_acks, reorder_wait_ms)
     FROM net WHERE reordered
     UNION ALL
-    -- losses while the path was queued are the queue overflowing (tail drops): their
-    -- stall is the queue's too (the loss_burst row stays, with its own evidence)
+    -- losses while the path was queued, already in the second before them, are the queue
+    -- overflowing (tail drops): their stall is the queue's too (the loss_burst row stays,
+    -- with its own evidence); an inflation that came only with the losses is theirs
     SELECT conn_id, stream_id, 'queueing', NULL, queue_direction,
-        queue_delay_ms + CASE WHEN lossy THEN loss_stall_ms ELSE 0 END,
+        queue_delay_ms + CASE WHEN lossy AND queued_before_loss THEN loss_stall_ms ELSE 0 END,
         format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
                queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
-        || CASE WHEN lossy THEN format('; {} segment(s) lost while it was queued ({:.1f} ms stall)', loss_events, loss_stall_ms)
+        || CASE WHEN lossy AND queued_before_loss
+                THEN format('; {} segment(s) lost while it was queued ({:.1f} ms stall)', loss_events, loss_stall_ms)
                 ELSE '' END
     FROM net WHERE queued AND coalesce(throttle_kind, '') <> 'shaper'
     UNION ALL

@@ -5,13 +5,16 @@
 -- stall they caused (and its own first bytes lost before the capture point; a server
 -- retransmission the client did not need, after client packets were lost upstream, is a
 -- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
--- retransmissions, and holes the receiver's duplicate ACKs reported that filled without a
--- resend: late_arrival, a segment overtaken past the capture point) and how late it was,
+-- retransmissions, holes the receiver's duplicate ACKs reported that filled without a
+-- resend: late_arrival, a segment overtaken past the capture point, and holes at the
+-- capture point whose original came after the resend that filled them: late_arrival too,
+-- held back before the capture point, the resend no loss) and how late it was,
 -- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
--- percentiles, robust to delayed ACKs; and the largest inflation over its final 500 ms,
--- the queue its last bytes met), and
+-- percentiles, robust to delayed ACKs; the largest inflation over its final 500 ms,
+-- the queue its last bytes met; and the inflation in the second before its first loss,
+-- queue_before_loss_ms: a queue that overflowed was there before its drops), and
 -- whether the capture saw both directions.
 -- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
 -- materialize: capture
@@ -38,16 +41,33 @@ late_arrivals AS (  -- holes the receiver reported that filled without a resend:
      AND r.t_ns BETWEEN d.first_ns AND d.last_ns + 1000000000
     JOIN tcp_events AS e ON e.conn_id = d.conn_id AND e.frame_no = d.first_frame AND e.kind = 'dup_ack'
 ),
+held_holes AS (  -- holes at the capture point whose original copy came after all, after
+    -- the resend that filled them (a spurious retransmission of the hole's bytes within
+    -- 3 s): the bytes were held back before the capture point (reordering), not lost
+    SELECT DISTINCT h.conn_id, h.direction, h.seq
+    FROM (SELECT *, unnest(range(epoch_ns(ts) // 1000000000, epoch_ns(ts) // 1000000000 + 4)) AS sec
+          FROM tcp_events WHERE kind = 'lost_segment') AS h
+    JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events WHERE kind = 'spurious_retransmission') AS c
+      ON c.conn_id = h.conn_id AND c.direction = h.direction AND c.sec = h.sec
+     AND c.seq >= h.seq AND c.seq < h.seq + greatest(h.bytes, 1)
+     AND c.ts > h.ts AND epoch_ns(c.ts) - epoch_ns(h.ts) <= 3000000000
+),
 events AS (  -- a server retransmission the client did not need, after the client's packets
     -- were lost before the capture point (upstream_loss in the 2 s before): its ACKs were
-    -- lost (ack_loss, a loss toward the server), not its data held back (reordering)
+    -- lost (ack_loss, a loss toward the server), not its data held back (reordering).
+    -- A held hole is a late arrival (reordering), and the resend that filled it no loss.
     SELECT e.* REPLACE (
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
-                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss' ELSE e.kind END AS kind,
+                  AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss'
+             WHEN x.seq IS NOT NULL AND e.kind = 'lost_segment' THEN 'late_arrival'
+             WHEN x.seq IS NOT NULL AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+             THEN 'held_resend'
+             ELSE e.kind END AS kind,
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
     FROM tcp_events AS e
     ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
+    LEFT JOIN held_holes AS x ON x.conn_id = e.conn_id AND x.direction = e.direction AND x.seq = e.seq
     UNION ALL
     SELECT * FROM late_arrivals
 ),
@@ -141,6 +161,28 @@ rtt_end AS (  -- the queue its last bytes went through: inflation on the path ov
     JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
     GROUP BY ALL
 ),
+before_loss AS (  -- the path's typical inflation over the second before the request's first
+    -- loss (per direction, the median of the 100 ms buckets' 25th percentiles; the larger
+    -- direction): a queue that overflowed was there before its drops, while the RTT samples
+    -- a loss disturbs (resends, lost ACKs) come with or after it. Chosen on the sweep's
+    -- tuning runs (seed 3, run 9: loss on a 0.7 ms path read at the client, where lost
+    -- ACKs inflated the RTT and the queue took the loss's stall); on samples/queueing, 12
+    -- of the 60 requests whose largest cause was the queue now have the loss first (the
+    -- queue's own drops in its first second: the queue row stays, without their stall)
+    SELECT conn_id, stream_id, max(inflation_ms) AS queue_before_loss_ms
+    FROM (
+        SELECT l.conn_id, l.stream_id, p.direction, median(p.inflation_p25_ms) AS inflation_ms
+        FROM (SELECT conn_id, stream_id, min(epoch_ns(ts)) // 100000000 AS loss_bucket FROM ev
+              WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
+              GROUP BY ALL) AS l
+        JOIN spans AS s USING (conn_id, stream_id)
+        JOIN path_rtt AS p
+          ON p.client_addr = s.client_addr AND p.server_addr = s.server_addr
+         AND p.bucket BETWEEN l.loss_bucket - 10 AND l.loss_bucket - 1
+        GROUP BY ALL
+    )
+    GROUP BY ALL
+),
 rtt AS (
     SELECT conn_id, stream_id,
         sum(samples) AS rtt_samples,
@@ -176,6 +218,7 @@ SELECT
     -- delays the end more than the median), at least the typical inflation in flight
     greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(least(rtt_end.inflation_ms, m.latency_eff_ms), 0)) AS queue_delay_ms,
     rtt.queue_direction,
+    bl.queue_before_loss_ms,
     coalesce(rtt.path_floor_ms, c.rtt_min_ms_to_client + c.rtt_min_ms_to_server, c.handshake_rtt_ms, 0) AS path_floor_ms,
     c.packets_to_client = 0 OR c.packets_to_server = 0 AS one_sided,
     c.rtt_min_ms_to_client IS NULL AND c.rtt_min_ms_to_server IS NULL AS no_rtt
@@ -186,3 +229,4 @@ LEFT JOIN other USING (conn_id, stream_id)
 LEFT JOIN flow USING (conn_id, stream_id)
 LEFT JOIN rtt USING (conn_id, stream_id)
 LEFT JOIN rtt_end USING (conn_id, stream_id)
+LEFT JOIN before_loss AS bl USING (conn_id, stream_id)

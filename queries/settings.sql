@@ -2,7 +2,7 @@
 -- (analyze, report, sql, dashboards, daemon): window_s, the window length of the timeline
 -- and of spike detection: the variable when it is set, else the shortest of 1, 2, 5, 10,
 -- 30 s, 1, 5, 15 min and 1 h that cuts the time span of the requests in scope into at most
--- 20 windows (10 s when they span no time). The engine (telemetry.db) sets the variable
+-- 20 windows (10 s when they span no time). The engine (telemetry.models.db) sets the variable
 -- from this row before any model that reads it runs.
 -- depends_on: requests_in_range
 WITH span AS (

@@ -13,17 +13,26 @@
 --            packets cannot tell a shaper from a bottleneck link saturated by traffic the
 --            capture does not see, so request_cause reports the queue too; each request in flight
 --            during it with inflated RTT is shaped; delay = the inflation its last
---            bytes met, plus the loss stalls when the shaper's queue overflowed
+--            bytes met, plus the loss stalls when the shaper's queue overflowed.
+--            At a capture point at the client the sends are not seen, only what came out
+--            of the queue: there a delay, however jittery, releases the packets it held
+--            back to back, while a rate limit spaces them at its rate. So the path's
+--            response arrivals over the seconds a queued request was in flight
+--            (successive packet times, all its connections) are judged: at most
+--            shaper_bunched_max of the gaps within 0.1 ms (on the lab's client-side runs:
+--            shapers 0.04-0.06, delays with jitter 0.69-0.82 in their windows), at least 50
+--            gaps, no cross traffic as above, and no loss on the request (a queue behind
+--            retransmissions comes out spaced too)
 -- Columns: capture_id, conn_id, stream_id, started_at, throttle_kind ('shaper'),
 -- throttle_detail, throttle_delay_ms.
--- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections
+-- depends_on: request_evidence, path_timeline, path_episodes, flow_rates, connections, messages
 -- materialize: capture
 WITH req AS (
     SELECT capture_id, started_at, conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
         epoch_ns(finished_at) // 1000000000 AS last_second,
         greatest(queue_inflation_ms, queue_inflation_end_ms) AS queue_inflation_ms, queue_delay_ms,
-        path_floor_ms, loss_stall_ms, loss_events
+        path_floor_ms, loss_stall_ms, loss_events, client_addr || ' ' || server_addr AS path
     FROM request_evidence
 ),
 queue_episodes AS (
@@ -65,16 +74,67 @@ shaped AS (  -- offered vs delivered while the queue built: from 1 s before it t
     GROUP BY e.client_addr, e.server_addr, e.episode, e.first_second, e.last_second, e.max_inflation_ms
     HAVING (sum(p.sent_bytes) >= 1.1 * sum(p.acked_bytes) OR any_value(x.out_in_ratio) <= 0.4)
        AND sum(p.cross_bytes) < 0.25 * sum(p.acked_bytes)
+),
+client_paths AS (  -- paths whose capture point sits at the client
+    SELECT DISTINCT client_addr || ' ' || server_addr AS path FROM connections WHERE capture_side = 'client'
+),
+queued_seconds AS (  -- there: the seconds its queued requests were in flight
+    SELECT DISTINCT r.path, unnest(range(r.first_second, r.last_second + 1)) AS second
+    FROM req AS r SEMI JOIN client_paths USING (path)
+    WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
+),
+arrivals AS (  -- the response packets that reached the client then (one time per packet)
+    SELECT DISTINCT c.client_addr || ' ' || c.server_addr AS path, epoch_ns(m.ts) AS t
+    FROM messages AS m
+    JOIN connections AS c USING (conn_id)
+    SEMI JOIN queued_seconds AS q
+      ON q.path = c.client_addr || ' ' || c.server_addr AND q.second = epoch_ns(m.ts) // 1000000000
+    WHERE m.direction = 'response'
+),
+paced AS (  -- per second: successive arrivals, and how many came back to back (within 0.1 ms)
+    SELECT path, t // 1000000000 AS second, count(*) AS gaps,
+        count(*) FILTER (WHERE gap <= 100000) AS bunched
+    FROM (SELECT path, t, t - lag(t) OVER (PARTITION BY path ORDER BY t) AS gap FROM arrivals)
+    WHERE gap > 0
+    GROUP BY ALL
+),
+client_shaped AS (  -- each queued request: its path's arrivals over the seconds it was in flight
+    SELECT r.conn_id, r.stream_id, sum(p.gaps) AS gaps, sum(p.bunched) / sum(p.gaps) AS bunched_share,
+        any_value(r.queue_inflation_ms) AS inflation_ms
+    FROM req AS r
+    JOIN paced AS p ON p.path = r.path AND p.second BETWEEN r.first_second AND r.last_second
+    -- a request that lost packets is left to the loss: from the client's side a queue
+    -- behind retransmissions also comes out spaced
+    WHERE queued(r.queue_inflation_ms, r.path_floor_ms) AND coalesce(r.loss_events, 0) = 0
+    GROUP BY ALL
+    HAVING sum(p.gaps) >= 50 AND sum(p.bunched) / sum(p.gaps) <= getvariable('shaper_bunched_max')
+       -- no cross traffic explains the queue, over those seconds
+       AND (SELECT coalesce(sum(t.cross_bytes), 0) < 0.25 * coalesce(sum(t.acked_bytes), 0)
+            FROM path_timeline AS t
+            WHERE t.client_addr || ' ' || t.server_addr = any_value(r.path)
+              AND t.second BETWEEN any_value(r.first_second) AND any_value(r.last_second))
+),
+server_side AS (  -- a capture point that sees the sends (at the server or in the middle)
+    SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
+        'shaper' AS throttle_kind,
+        format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s; busiest 100 ms out/in {:.2f}), RTT up to +{:.0f} ms, no cross traffic',
+               e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
+               e.seconds, coalesce(e.out_in_ratio, 0), e.max_inflation_ms) AS throttle_detail,
+        -- drops when the shaper's queue overflowed are part of it too
+        r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
+    FROM req AS r
+    JOIN shaped AS e
+      ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
+     AND r.last_second >= e.first_second AND r.first_second <= e.last_second
+    WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 )
+SELECT * FROM server_side
+UNION ALL
 SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
     'shaper' AS throttle_kind,
-    format('delivery ceiling {:.0f} kbit/s under {:.0f} kbit/s offered while the queue built ({} s; busiest 100 ms out/in {:.2f}), RTT up to +{:.0f} ms, no cross traffic',
-           e.acked * 8 / 1000 / e.seconds, e.sent * 8 / 1000 / e.seconds,
-           e.seconds, coalesce(e.out_in_ratio, 0), e.max_inflation_ms) AS throttle_detail,
-    -- drops when the shaper's queue overflowed are part of it too
+    format('response packets paced at the client while queued: {:.0f}% of {} successive arrivals back to back (a delay releases what it held back to back, a rate limit spaces it), RTT +{:.0f} ms, no cross traffic',
+           100 * e.bunched_share, e.gaps, e.inflation_ms) AS throttle_detail,
     r.queue_delay_ms + coalesce(r.loss_stall_ms, 0) AS throttle_delay_ms
 FROM req AS r
-JOIN shaped AS e
-  ON e.client_addr = r.client_addr AND e.server_addr = r.server_addr
- AND r.last_second >= e.first_second AND r.first_second <= e.last_second
-WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
+JOIN client_shaped AS e USING (conn_id, stream_id)
+ANTI JOIN server_side AS x USING (conn_id, stream_id)

@@ -13,8 +13,9 @@ WITH per_request AS (
         round(any_value(sr.gap_eff_ms), 1) AS max_gap_ms,
         array_to_string(any_value(sr.slow_metrics), '/') AS slow_on,
         string_agg(c.cause || coalesce('/' || c.kind, '') || ' ' || CAST(round(c.delay_ms) AS BIGINT) || ' ms', ', '
-                   ORDER BY c.delay_ms DESC) AS causes,
-        arg_max(c.cause, c.delay_ms) AS primary_cause,
+                   ORDER BY c.delay_ms DESC, c.cause, c.kind) AS causes,
+        -- ties broken by name: the same answer on every run
+        (list(c.cause ORDER BY c.delay_ms DESC, c.cause, c.kind))[1] AS primary_cause,
         any_value(sr.excess_ms) AS excess_ms
     FROM slow_requests AS sr
     LEFT JOIN request_cause AS c USING (conn_id, stream_id)

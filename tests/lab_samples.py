@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 RUNS = sorted(p.name for p in SAMPLES.iterdir() if (p / "labels.json").exists()) if SAMPLES.is_dir() else []

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 
-from telemetry import capture_id as cid
+from telemetry.store import capture_id as cid
 
 
 def _direct(path) -> str:

@@ -1,4 +1,4 @@
-"""The fast `analyze` command line (telemetry/main.py: no typer app, no pydantic) parses
+"""The fast `analyze` command line (telemetry/cli/main.py: no typer app, no pydantic) parses
 exactly as typer does, and hands anything unusual to typer so help, errors and exit codes
 stay typer's own."""
 
@@ -16,7 +16,8 @@ import pytest
 import typer
 from typer.main import get_command
 
-from telemetry import analyze, cli, main
+from telemetry.cli import analyze, main
+from telemetry.cli import app as cli
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE
 
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"

@@ -34,10 +34,10 @@ from telemetry.daemon import retention
 from telemetry.daemon.cli import daemon_app
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings, has_packets, run_of
-from telemetry.dashboards import LIVE, render_promql
-from telemetry.db import connect
+from telemetry.dashboards.grafana import LIVE, render_promql
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 REPO = Path(__file__).resolve().parent.parent
 TCPDUMP = shutil.which("tcpdump")

@@ -39,10 +39,10 @@ from telemetry.daemon import worker as worker_module
 from telemetry.daemon.capture import CAPTURE_USER, _unprivileged_user
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.daemon.worker import Spool, Worker, WorkerSettings
-from telemetry.db import connect
 from telemetry.exit_codes import EXIT_STORE
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import STAGING, Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import STAGING, Store
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLES = [REPO / "samples" / name / "capture.pcap" for name in ("loss_burst", "reorder", "server_stall", "baseline")]

@@ -16,8 +16,8 @@ from test_daemon import _daemon, _free_port, _get, _kill, _log, _total, _wait_fo
 from test_tls_stacks import _openssl_exchange, self_signed
 
 from telemetry.daemon.keylogs import KeyLogFollower
-from telemetry.db import connect
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 RANDOM = "ab" * 32
 SECRET = "cd" * 32

@@ -20,7 +20,7 @@ import duckdb
 import jsonschema
 import pytest
 
-from telemetry.dashboards import (
+from telemetry.dashboards.grafana import (
     DASHBOARDS,
     DASHBOARDS_DIR,
     DRILL_DOWN,
@@ -29,9 +29,9 @@ from telemetry.dashboards import (
     push,
     render_macros,
 )
-from telemetry.db import export_database
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import export_database
+from telemetry.store.parquet import Store
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"

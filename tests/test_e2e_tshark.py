@@ -13,9 +13,9 @@ import pytest
 from shared_paths import CAPTURES
 from tshark_ref import TSHARK, compare_streams, h2_streams
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 # (file, ports tshark needs -d for). tailtap itself is given no port: it must detect HTTP/2.
 CLEARTEXT = [

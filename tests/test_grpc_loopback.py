@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 grpc = pytest.importorskip("grpc")
 

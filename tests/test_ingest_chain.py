@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import CLOSING_SUFFIX, IngestChain, closing_id, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = REPO / "samples" / "baseline" / "capture.pcap"

@@ -1,4 +1,4 @@
-"""How the SQL models are computed (telemetry.db, telemetry.models, telemetry.stored_models):
+"""How the SQL models are computed (telemetry.models.db, telemetry.models.catalogue, telemetry.models.stored):
 defined on first use, computed once per capture at ingest and read back, and always the
 same answer as computing them from the tables."""
 
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import DEFAULT_PARAMS, connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.models import load_models, stored_key
-from telemetry.store import MODELS, Store
+from telemetry.models.catalogue import load_models, stored_key
+from telemetry.models.db import DEFAULT_PARAMS, connect
+from telemetry.store.parquet import MODELS, Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 CAPTURE_MODELS = [m.name for m in load_models() if m.materialize == "capture"]

@@ -34,10 +34,10 @@ if _missing:
 def test_openai_protocol_lab_run(tmp_path, protocol):
     pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
     pytest.importorskip("hypercorn", reason="needs hypercorn (pip install -e '.[test]')")
-    from telemetry.db import connect
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.lab.runner import run_scenario
-    from telemetry.store import Store
+    from telemetry.models.db import connect
+    from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
     labels = run_scenario("resource_exhausted", out, duration=6.0, seed=3, protocol=protocol, log=lambda *_: None)
@@ -104,11 +104,11 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     import duckdb
 
     from parsers.tls import KeyLog
+    from telemetry.cli.sql import open_analysis
     from telemetry.ingest import IngestOptions, ingest_file
     from telemetry.lab.runner import run_scenario
     from telemetry.lab.sweep_score import judge, tailtap_side, truth_of
-    from telemetry.sql_verb import open_analysis
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
     labels = run_scenario("queueing", out, seed=7, protocol=protocol, tls=True, log=lambda *_: None)

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 NAMES = ("throttle_policer", "loss_burst", "mixed", "queueing", "throttle_shaper", "reorder", "baseline")

@@ -429,9 +429,9 @@ def _read_curl_trace(text: str, s: Seen) -> None:
 
 
 def analyze(capture: Path, tmp: Path):
-    from telemetry.db import connect
     from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
+    from telemetry.models.db import connect
+    from telemetry.store.parquet import Store
 
     store = Store(tmp / f"store-{capture.stem}")
     result = ingest_file(capture, store, IngestOptions())

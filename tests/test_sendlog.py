@@ -1,4 +1,4 @@
-"""The loss-gated send log (telemetry/sendlog.py) on hand-made chunks and events: nothing
+"""The loss-gated send log (telemetry/ingest/sendlog.py) on hand-made chunks and events: nothing
 is logged without a retransmission; a retransmission logs its path direction from
 LOOKBACK_NS before it (as far as the retained batches go) to HOLD_NS after the last one,
 every connection of the path, each segment once; spurious retransmissions open nothing."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from telemetry.sendlog import HOLD_NS, LOOKBACK_NS, SendLog
+from telemetry.ingest.sendlog import HOLD_NS, LOOKBACK_NS, SendLog
 
 MS = 1_000_000
 

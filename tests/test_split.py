@@ -19,9 +19,9 @@ from shared_paths import CAPTURES
 
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.ingest import split as ingest_split
-from telemetry.lockstep import PeerGone, fork_pair
-from telemetry.schema import TABLES
-from telemetry.store import Store
+from telemetry.ingest.lockstep import PeerGone, fork_pair
+from telemetry.store.parquet import Store
+from telemetry.store.schema import TABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "samples"
@@ -132,7 +132,7 @@ def test_lockstep_exchange_large_messages_and_peer_gone():
 
 
 def test_default_processes_split_a_file_from_four_cores(monkeypatch):
-    from telemetry import analyze
+    from telemetry.cli import analyze
 
     for cores, expected in ((1, (1, 1)), (2, (2, 1)), (4, (4, 2)), (16, (16, 2))):
         monkeypatch.setattr(analyze.os, "sched_getaffinity", lambda pid, n=cores: set(range(n)))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
-from telemetry.db import connect, load_models
-from telemetry.schema import PARTITION_TIME, TABLES, describe
-from telemetry.store import Store, clean_staging, table_from_columns
+from telemetry.models.db import connect, load_models
+from telemetry.store.parquet import Store, clean_staging, table_from_columns
+from telemetry.store.schema import PARTITION_TIME, TABLES, describe
 
 HOUR = 3_600_000_000_000
 T0 = 1_700_000_000_000_000_000  # 2023-11-14T22:13:20Z

@@ -22,9 +22,9 @@ import pytest
 
 from parsers.capture import CaptureDecoder, decode_segments
 from parsers.records import SYN, DecodeStats
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 LOSS = ("retransmission", "fast_retransmission", "rto_retransmission")

@@ -27,10 +27,10 @@ import pytest
 import test_real_stacks as rs
 
 from parsers.tls import KeyLog
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.lab.tls import self_signed as lab_self_signed
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 needs_capture = pytest.mark.skipif(rs.TCPDUMP is None or os.geteuid() != 0, reason="needs tcpdump and root to capture on loopback")
 EDITCAP = shutil.which("editcap")

@@ -14,9 +14,9 @@ from shared_paths import CAPTURES
 from tshark_ref import TSHARK, compare_streams, h2_streams
 
 from parsers.tls import KeyLog
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 # (capture, key log file or None (the capture's own DSB), whether tailtap is given it)
 CASES = [

@@ -11,10 +11,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from telemetry.db import connect
 from telemetry.ingest import IngestOptions, ingest_file
 from telemetry.lab.sweep_score import score_run
-from telemetry.store import Store
+from telemetry.models.db import connect
+from telemetry.store.parquet import Store
 
 SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "uplink_loss"
 pytestmark = pytest.mark.skipif(not (SAMPLE / "capture.pcap").exists(), reason="samples/sweep/uplink_loss missing")

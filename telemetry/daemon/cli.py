@@ -1,6 +1,6 @@
 """`tailtap daemon run`: continuous capture, ingest, Prometheus metrics, bounded store.
 
-Mounted by telemetry/cli.py as ``tailtap daemon``; also runnable alone as
+Mounted by telemetry/cli/app.py as ``tailtap daemon``; also runnable alone as
 ``python -m telemetry.daemon run ...``.
 """
 

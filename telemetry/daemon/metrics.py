@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from parsers.records import TcpEventKind
 from telemetry import __version__
-from telemetry.store import NS_PER_HOUR, Store
+from telemetry.store.parquet import NS_PER_HOUR, Store
 
 log = logging.getLogger("tailtap.daemon")
 
@@ -248,7 +248,7 @@ class DaemonMetrics:
 
     def refresh_recent(self, store: Store, window_s: float, bucket_s: float, now: float | None = None) -> None:
         """Recompute the recent-window gauges with the queries/ models (spikes, request_cause)."""
-        from telemetry.db import connect
+        from telemetry.models.db import connect
 
         started = time.perf_counter()
         now = time.time() if now is None else now
@@ -316,8 +316,8 @@ def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
     """The capture's request_metrics as a relation of ``con``: the file stored with the
     capture, or (a store written without its models) the rows computed now; None when the
     capture has no request."""
-    from telemetry.db import DEFAULT_PARAMS
-    from telemetry.models import load_models, stored_key
+    from telemetry.models.catalogue import load_models, stored_key
+    from telemetry.models.db import DEFAULT_PARAMS
 
     models = {m.name: m for m in load_models()}
     path = store.model_file(stored_key(models, "request_metrics", DEFAULT_PARAMS), "request_metrics", capture_id)
@@ -327,7 +327,7 @@ def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
         return None
     import warnings
 
-    from telemetry.db import connect
+    from telemetry.models.db import connect
 
     with warnings.catch_warnings():  # a few hundred rows: the extra copy does not matter
         warnings.simplefilter("ignore", UserWarning)
@@ -349,7 +349,7 @@ _WHOLE_TABLES = ("captures", "connections")
 
 class RecentStore(Store):
     """The store seen through its recent partitions only, so that the metric refresh costs
-    the window, not the whole retention. telemetry.db.connect passes table_glob to
+    the window, not the whole retention. telemetry.models.db.connect passes table_glob to
     read_parquet, which accepts a list of files as well as a glob."""
 
     def __init__(self, root: str | Path, since_ns: int) -> None:

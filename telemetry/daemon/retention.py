@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from telemetry.schema import TABLES
+from telemetry.store.schema import TABLES
 
 log = logging.getLogger("tailtap.daemon")
 

@@ -38,7 +38,7 @@ from telemetry.daemon.worker import Spool, SpoolBusy, Worker, WorkerSettings
 from telemetry.exit_codes import EXIT_INPUT as EXIT_FAILED  # the daemon could not go on
 from telemetry.exit_codes import EXIT_OK, EXIT_STORE, EXIT_USAGE
 from telemetry.ingest import IngestOptions
-from telemetry.store import Store, StoreError, clean_staging
+from telemetry.store.parquet import Store, StoreError, clean_staging
 
 log = logging.getLogger("tailtap.daemon")
 

@@ -43,7 +43,7 @@ from telemetry.daemon import retention
 from telemetry.daemon.capture import PREFIX
 from telemetry.daemon.metrics import DaemonMetrics
 from telemetry.ingest import IngestChain, IngestOptions, IngestResult
-from telemetry.store import Store, StoreError
+from telemetry.store.parquet import Store, StoreError
 
 STORE_RETRY_S = 5.0  # how often a store that refused a write is tried again
 # errors of the store's file system, whatever file they name

@@ -7,11 +7,13 @@ The stages, one module each:
 - ``chain``: files of one capture run with one parser state (``IngestChain``), or one
   file on its own (``ingest_file``); each file its own atomic commit.
 - ``split``: one large file read by two processes, by connection.
+- ``lockstep``: the two processes of a split exchanging what spans connections.
 - ``pipeline``: each batch of packets through the sans-I/O parsers; rows drained after
   every batch (bounded memory).
 - ``state``: what is held per open connection.
 - ``joins``: messages and requests joined with the ACKs that acknowledged them; gaps.
 - ``rates``: flow_rates buckets.
+- ``sendlog``: the loss-gated send log behind the ``segment_sends`` table.
 - ``tables`` and ``columns``: the resolved rows as Arrow tables of the store's schemas.
 - ``commit``: what a commit adds (the models kept with the capture; closing ids).
 """

@@ -7,13 +7,13 @@ import os
 import time
 from pathlib import Path
 
-from telemetry.capture_id import capture_id_of
 from telemetry.ingest.commit import CLOSING_SUFFIX, closing_id, deriver, fewer_collections
 from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
 from telemetry.ingest.pipeline import CapturePipeline
 from telemetry.ingest.source import stream, unreadable
 from telemetry.ingest.split import ingest_split, worth_splitting
-from telemetry.store import Store
+from telemetry.store.capture_id import capture_id_of
+from telemetry.store.parquet import Store
 
 
 def ingest_file(

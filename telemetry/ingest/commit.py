@@ -12,7 +12,7 @@ from pathlib import Path
 
 from parsers.records import DecodeIssue
 from telemetry.ingest.options import IngestOptions, IngestResult
-from telemetry.store import CaptureWriter
+from telemetry.store.parquet import CaptureWriter
 
 GC_GEN0_THRESHOLD = 50_000
 
@@ -26,7 +26,7 @@ def derive(writer: CaptureWriter, result: IngestResult) -> dict[Path, Path]:
     """The models kept with the capture, computed from its written files (imported here:
     DuckDB is not loaded until the capture's rows are written). If they cannot be computed
     the capture is stored without them, with a warning: queries then compute them when read."""
-    from telemetry.stored_models import store_capture_models
+    from telemetry.models.stored import store_capture_models
 
     try:
         return store_capture_models(writer)

@@ -19,7 +19,7 @@ class IngestOptions:
     # processes a single capture of SPLIT_MIN_BYTES or more may use (1 or 2): split by
     # connection, same rows as one process
     processes: int = 1
-    # compute the models kept with each capture at its commit (telemetry.stored_models);
+    # compute the models kept with each capture at its commit (telemetry.models.stored);
     # off, queries compute them when read (the same answers)
     store_models: bool = True
     # TLS secrets (key logs read by the caller); the capture's Decryption Secrets Blocks

@@ -33,8 +33,10 @@ from parsers.tls import KeyLog
 from telemetry import __version__
 from telemetry.ingest.columns import IdColumns
 from telemetry.ingest.joins import resolve_acks, take_messages
+from telemetry.ingest.lockstep import Peer
 from telemetry.ingest.options import IngestOptions, IngestResult
 from telemetry.ingest.rates import RATE_BUCKET_NS, RATE_HOLD_NS, count_sent, flow_rates_table
+from telemetry.ingest.sendlog import SendLog
 from telemetry.ingest.state import Conn, ConnRows, Ready
 from telemetry.ingest.tables import (
     connections_table,
@@ -45,9 +47,7 @@ from telemetry.ingest.tables import (
     segment_sends_table,
     tcp_events_table,
 )
-from telemetry.lockstep import Peer
-from telemetry.sendlog import SendLog
-from telemetry.store import CaptureWriter, table_from_columns
+from telemetry.store.parquet import CaptureWriter, table_from_columns
 
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000

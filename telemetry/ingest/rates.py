@@ -12,7 +12,7 @@ import pyarrow as pa
 from parsers._native import speedups
 from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun
 from telemetry.ingest.columns import TS, IdColumns, repeat
-from telemetry.store import table_from_columns
+from telemetry.store.parquet import table_from_columns
 
 if TYPE_CHECKING:
     from telemetry.ingest.state import Conn

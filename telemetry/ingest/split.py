@@ -1,5 +1,5 @@
 """One capture file read by two processes, each handling every other connection, in
-lockstep (telemetry/lockstep.py): the same rows as one process, in one atomic commit."""
+lockstep (telemetry/ingest/lockstep.py): the same rows as one process, in one atomic commit."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import NoReturn
 
 from telemetry.ingest.commit import deriver
+from telemetry.ingest.lockstep import Peer, PeerGone, fork_pair
 from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
 from telemetry.ingest.pipeline import CapturePipeline
 from telemetry.ingest.source import stream
-from telemetry.lockstep import Peer, PeerGone, fork_pair
-from telemetry.store import CaptureWriter, Store
+from telemetry.store.parquet import CaptureWriter, Store
 
 SPLIT_MIN_BYTES = 16 << 20  # a smaller capture is read faster than a second process starts
 
@@ -27,7 +27,7 @@ def ingest_split(
     path: Path, writer: CaptureWriter, result: IngestResult, options: IngestOptions, progress: ProgressFn | None
 ) -> None:
     """Ingest one capture file with two processes, each handling every other connection
-    (TcpAnalyzer's ``share``) in lockstep (telemetry/lockstep.py). The child writes its rows
+    (TcpAnalyzer's ``share``) in lockstep (telemetry/ingest/lockstep.py). The child writes its rows
     into the capture's staging folder; the parent commits them with its own, so the store
     gets the rows one process would have written, in one atomic commit."""
     peer = fork_pair()

@@ -1,5 +1,5 @@
 """The rows the pipeline resolved, as Arrow tables of the store's schemas
-(telemetry/schema.py): one function per table, each checked against its schema by
+(telemetry/store/schema.py): one function per table, each checked against its schema by
 ``table_from_columns`` (an unknown or missing column is an error)."""
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from parsers.records import (
     TcpEvent,
 )
 from telemetry.ingest.columns import NO_TS, TS, IdColumns, float_col, repeat, run_strings
+from telemetry.ingest.sendlog import KIND_NAMES as SEND_KINDS
 from telemetry.ingest.state import Conn, Msgs, Ready
-from telemetry.sendlog import KIND_NAMES as SEND_KINDS
-from telemetry.store import table_from_columns
+from telemetry.store.parquet import table_from_columns
 
 APP_THROTTLE_HTTP = (429, 503)
 APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE

@@ -126,8 +126,8 @@ def sweep_report(
     tuning and held-out runs. After a change of queries/ this only runs the SQL again."""
     import json
 
-    from telemetry.db import DEFAULT_PARAMS
     from telemetry.lab.sweep_score import report
+    from telemetry.models.db import DEFAULT_PARAMS
 
     params = {}
     for item in settings or []:

@@ -8,10 +8,10 @@ port and stream id, by which they are matched to the capture, are not trustworth
 
 tailtap's attribution is read two ways, and both are scored:
 
-* ``sql``: as ``tailtap sql --store S`` reads it (telemetry.sql_verb.open_analysis: the
+* ``sql``: as ``tailtap sql --store S`` reads it (telemetry.cli.sql.open_analysis: the
   default settings), the ``request_cause`` view;
 * ``report``: as ``tailtap analyze``'s report reads it (the captures just analyzed in
-  scope, the window the analysis picks), through telemetry.report; the report's own
+  scope, the window the analysis picks), through telemetry.report.sections; the report's own
   verdict per impairment window (the causes of the spikes overlapping it) is kept too.
 
 Scores, per split (tuning runs may be used to choose thresholds, held-out runs only to
@@ -73,7 +73,7 @@ MAX_STALLED = 0.25  # a run whose stalls take out more of its windows' requests 
 PATHS = ("sql", "report")
 BARS = {"window_ok": 0.95, "carry": 0.90, "outside_net": 0.02, "decomp_ok": 0.90}
 ROOT = Path(__file__).resolve().parents[2]
-INGEST_SOURCES = ("parsers", "telemetry/ingest", "telemetry/schema.py", "telemetry/store.py")
+INGEST_SOURCES = ("parsers", "telemetry/ingest", "telemetry/store/schema.py", "telemetry/store/parquet.py")
 
 
 def expected_labels(window: dict[str, Any]) -> set[str]:
@@ -99,7 +99,7 @@ def ingest_fingerprint() -> str:
 
 def _store(folder: Path, meta: dict[str, Any], reingest: bool, store_dir: Path | None = None) -> Any:
     from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     root = store_dir or folder / "store"
     key_file = root / ".ingest-fingerprint"
@@ -275,7 +275,7 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
 def _report_verdicts(con: Any, store: Any, windows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the report itself says about each impairment window: the causes of the spikes
     overlapping it (weighted by their slow requests), and its window length."""
-    from telemetry.report import report_sections, settings_window_s
+    from telemetry.report.sections import report_sections, settings_window_s
 
     sections = report_sections(store, con=con)
     window_s = settings_window_s(con)
@@ -322,8 +322,8 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     """One run's scores, read the ``sql`` way (top-level keys) and the ``report`` way
     (``report``); ``params``: settings other than the defaults (for choosing thresholds on
     the tuning runs); ``store_dir``: where its store lives (default: the run's folder)."""
-    from telemetry.db import connect
-    from telemetry.sql_verb import open_analysis
+    from telemetry.cli.sql import open_analysis
+    from telemetry.models.db import connect
 
     meta = json.loads((folder / "sweep.json").read_text())
     labels = json.loads((folder / "labels.json").read_text())
@@ -334,7 +334,7 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
         sql_con = open_analysis(Path(store.root))  # exactly what `tailtap sql --store S` reads
         if isinstance(sql_con, int):
             raise RuntimeError(f"tailtap sql cannot open {store.root} (exit {sql_con})")
-    # what `tailtap analyze`'s report reads (telemetry.report.analyze_report)
+    # what `tailtap analyze`'s report reads (telemetry.report.sections.analyze_report)
     report_con = connect(store, {**(params or {}), "capture_ids": store.capture_ids(), "window_s": None})
     truth = truth_of(folder / "client.parquet")
     windows = {w["name"]: w for w in labels["windows"]}

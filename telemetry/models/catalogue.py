@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from telemetry.schema import TABLES
+from telemetry.store.schema import TABLES
 
-QUERIES_DIR = Path(__file__).resolve().parent.parent / "queries"
+QUERIES_DIR = Path(__file__).resolve().parents[2] / "queries"
 MACROS_FILE = "_macros.sql"
 _DEPENDS = re.compile(r"^--\s*depends_on:\s*(.*)$", re.MULTILINE)
 _MATERIALIZE = re.compile(r"^--\s*materialize:\s*(\w+)\s*$", re.MULTILINE)

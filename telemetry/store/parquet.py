@@ -2,7 +2,7 @@
 
 Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet`` (a capture
 split between two processes also has ``<capture_id>-p1-<seq>.parquet`` files).
-The store knows tables and their schemas (telemetry.schema), nothing of protocols.
+The store knows tables and their schemas (telemetry.store.schema), nothing of protocols.
 
 * Idempotent: every file is named by the capture's content hash; re-ingesting a capture
   first removes that capture's files, so rows are never duplicated.
@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from telemetry.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
+from telemetry.store.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 STAGING = ".staging"
@@ -58,7 +58,7 @@ class Store:
         return sorted({p.name.split("-", 1)[0] for p in self.table_dir("captures").glob("**/*.parquet")})
 
     def model_file(self, key: str, model: str, capture_id: str) -> Path:
-        """Where the rows of a model computed for one capture are kept (telemetry.models)."""
+        """Where the rows of a model computed for one capture are kept (telemetry.models.catalogue)."""
         return self.root / MODELS / key / model / f"{capture_id}.parquet"
 
     def has_capture(self, capture_id: str) -> bool:
@@ -378,13 +378,13 @@ def empty_table(table: str) -> pa.Table:
 def table_from_columns(table: str, columns: dict[str, Iterable[object]], *, fill_missing: bool = False) -> pa.Table:
     """Build a table of the given schema from column lists or arrays. A column the schema
     does not have is an error, and so is one it has but ``columns`` lacks (unless
-    ``fill_missing``: then it is null), so that a writer and telemetry/schema.py cannot
+    ``fill_missing``: then it is null), so that a writer and telemetry/store/schema.py cannot
     drift apart silently."""
     schema = TABLES[table]
     unknown = set(columns) - set(schema.names)
     missing = [] if fill_missing else [name for name in schema.names if name not in columns]
     if unknown or missing:
-        raise ValueError(f"{table}: columns not in telemetry/schema.py {sorted(unknown)}, missing {missing}")
+        raise ValueError(f"{table}: columns not in telemetry/store/schema.py {sorted(unknown)}, missing {missing}")
     n = None
     arrays = []
     for f in schema:

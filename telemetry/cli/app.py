@@ -1,4 +1,4 @@
-"""The `tailtap` command line (the typer app; the entry point is telemetry/main.py).
+"""The `tailtap` command line (the typer app; the entry point is telemetry/cli/main.py).
 
 Exit codes (stable, for scripts; telemetry/exit_codes.py):
   0  success (warnings about the input may have been printed)
@@ -18,11 +18,11 @@ import typer
 from rich.console import Console
 
 from telemetry import __version__
-from telemetry.analyze import run_analyze
-from telemetry.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
-from telemetry.args import parse_duration_ms as _parse_duration_ms
-from telemetry.args import parse_slo as _parse_slo
-from telemetry.args import parse_time_ns as _parse_time_ns
+from telemetry.cli.analyze import run_analyze
+from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
+from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
+from telemetry.cli.args import parse_slo as _parse_slo
+from telemetry.cli.args import parse_time_ns as _parse_time_ns
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 
 app = typer.Typer(
@@ -96,7 +96,7 @@ def analyze(
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
     code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
     if html_out is not None and code != EXIT_STORE:
-        from telemetry.report import report_sections
+        from telemetry.report.sections import report_sections
 
         params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
         try:
@@ -116,7 +116,7 @@ def sql(
     fmt: Annotated[SqlFormat, typer.Option("--format", "-f", help="Output format.")] = SqlFormat.table,
 ) -> None:
     """Run SQL against the store, with every table and every queries/ model defined as a view."""
-    from telemetry.sql_verb import open_analysis, run_sql
+    from telemetry.cli.sql import open_analysis, run_sql
 
     if query is not None:
         code = run_sql(query, store_dir, fmt.value)
@@ -130,8 +130,8 @@ def sql(
 
 
 def _shell(con) -> None:
-    from telemetry import render
-    from telemetry.schema import TABLES
+    from telemetry.report import render
+    from telemetry.store.schema import TABLES
 
     err.print("tailtap SQL shell: tables " + ", ".join(TABLES) + "; models " + ", ".join(sorted(con.models)))
     err.print("End statements with ';'. .quit or Ctrl-D quits.")
@@ -158,7 +158,7 @@ def schema(
     table: Annotated[str | None, typer.Argument(help="Table name; omitted: all tables.")] = None,
 ) -> None:
     """Print the documented columns of the store's tables."""
-    from telemetry.schema import TABLES, describe
+    from telemetry.store.schema import TABLES, describe
 
     names = [table] if table else list(TABLES)
     for name in names:
@@ -171,7 +171,7 @@ def schema(
 
 
 def _open_store(store_dir: Path):
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
         err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
@@ -205,8 +205,8 @@ def report(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
-    from telemetry import render
-    from telemetry.report import report_sections
+    from telemetry.report import render
+    from telemetry.report.sections import report_sections
 
     params = {
         "window_s": parse_duration_ms(window) / 1000.0 if window else None,
@@ -221,7 +221,7 @@ def report(
         if html_out is not None:
             write_report_html(store, params, sections, html_out)
     if fmt == Format.table:
-        from telemetry.report import print_report
+        from telemetry.report.sections import print_report
 
         print_report(console, sections)
     else:
@@ -230,9 +230,9 @@ def report(
 
 def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
     """The report (``sections``, from report_sections) as one HTML file at ``out``."""
-    from telemetry.db import connect
-    from telemetry.html_report import report_html
-    from telemetry.report import plot_sections, settings_window_s
+    from telemetry.models.db import connect
+    from telemetry.report.html import report_html
+    from telemetry.report.sections import plot_sections, settings_window_s
 
     con = connect(store, params)
     page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
@@ -250,8 +250,8 @@ def explain(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the request's story as one self-contained HTML file (waterfall, decomposition).")] = None,
 ) -> None:
     """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
-    from telemetry import render
-    from telemetry.report import RequestNotFound, explain_sections
+    from telemetry.report import render
+    from telemetry.report.sections import RequestNotFound, explain_sections
 
     conn_id, sep, stream = request.strip().rpartition(":")
     if not sep or not conn_id or not stream.isdigit():
@@ -260,12 +260,12 @@ def explain(
     with _user_errors(html_out, RequestNotFound):
         sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
         if html_out is not None:
-            from telemetry.html_report import explain_html
+            from telemetry.report.html import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
     if fmt == Format.table:
-        from telemetry.report import print_explain
+        from telemetry.report.sections import print_explain
 
         print_explain(console, sections)
     else:
@@ -283,8 +283,8 @@ def compare(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the comparison as one self-contained HTML file.")] = None,
 ) -> None:
     """Compare two periods: per method p50/p99 of latency, TTFT and token gap in each and the change, the cause mix of slow requests in each, the network in each; what changed most first."""
-    from telemetry import render
-    from telemetry.report import compare_sections
+    from telemetry.report import render
+    from telemetry.report.sections import compare_sections
 
     store = _open_store(store_dir)
     day_ns = _first_capture_ns(store)
@@ -301,12 +301,12 @@ def compare(
     with _user_errors(html_out):
         sections = compare_sections(store, params)
         if html_out is not None:
-            from telemetry.html_report import compare_html
+            from telemetry.report.html import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
     if fmt == Format.table:
-        from telemetry.report import print_compare
+        from telemetry.report.sections import print_compare
 
         print_compare(console, sections)
     else:
@@ -314,14 +314,14 @@ def compare(
 
 
 def _first_capture_ns(store) -> int | None:
-    from telemetry.db import connect
+    from telemetry.models.db import connect
 
     row = connect(store).execute("SELECT epoch_ns(min(first_ts)) FROM captures").fetchone()
     return row[0] if row else None
 
 
 def _capture_ids(store, prefix: str) -> list[str]:
-    from telemetry.db import connect
+    from telemetry.models.db import connect
 
     rows = connect(store).execute("SELECT DISTINCT capture_id FROM captures WHERE starts_with(capture_id, ?)", [prefix]).fetchall()
     return [r[0] for r in rows]
@@ -338,8 +338,8 @@ app.add_typer(dashboards_app, name="dashboards")
 def dashboards_export(
     folder: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dashboard JSON files.")] = Path("dashboards"),
 ) -> None:
-    """Write the dashboards (defined as code in telemetry/dashboards.py) as Grafana JSON."""
-    from telemetry.dashboards import export
+    """Write the dashboards (defined as code in telemetry/dashboards/grafana.py) as Grafana JSON."""
+    from telemetry.dashboards.grafana import export
 
     for path in export(folder):
         console.print(f"wrote {path}")
@@ -353,7 +353,7 @@ def dashboards_db(
     slo: Annotated[str | None, typer.Option("--slo", help="SLOs, e.g. ttft=300ms,latency=2s.")] = None,
 ) -> None:
     """Write a DuckDB file with every table and model as a view over the store (atomically replaced)."""
-    from telemetry.db import export_database
+    from telemetry.models.db import export_database
 
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     path = export_database(_open_store(store_dir), out, params)
@@ -367,7 +367,7 @@ def dashboards_push(
     folder_uid: Annotated[str | None, typer.Option("--folder-uid", help="Folder to put the dashboards in.")] = None,
 ) -> None:
     """Create or update the dashboards on a Grafana server through its HTTP API (grafana-client)."""
-    from telemetry.dashboards import push
+    from telemetry.dashboards.grafana import push
 
     try:
         urls = push(url, token, folder_uid)
@@ -400,8 +400,3 @@ def _mount_optional() -> None:
 
 _mount_optional()
 
-
-if __name__ == "__main__":  # python -m telemetry.cli ... (the same as `tailtap ...`)
-    from telemetry.main import main
-
-    main()

@@ -1,6 +1,6 @@
 """Command-line values of the `tailtap` verbs, parsed without typer.
 
-Both the typer app (telemetry/cli.py) and the fast `analyze` path (telemetry/main.py) use
+Both the typer app (telemetry/cli/app.py) and the fast `analyze` path (telemetry/cli/main.py) use
 these, so a value means the same on both. Errors are :class:`BadValue`; the typer app
 reports them as usage errors (exit 2).
 """

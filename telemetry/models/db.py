@@ -1,10 +1,10 @@
 """DuckDB over the Parquet store: a view per table, and the SQL models of queries/ defined
 on first use.
 
-The models (telemetry.models) are the analysis; this module only decides how each is
+The models (telemetry.models.catalogue) are the analysis; this module only decides how each is
 computed when a query reads it: as a view, once per connection (``session``), or read
 back from what was stored with each capture at ingest (``capture``, see
-telemetry.stored_models) when every capture in scope has it and the settings are the
+telemetry.models.stored) when every capture in scope has it and the settings are the
 defaults. Parameters are DuckDB variables read in SQL with ``getvariable('name')``;
 :func:`connect` sets them. A model is defined only when a query names it (with what it
 reads): defining all of them binds every view chain, which costs seconds.
@@ -18,9 +18,9 @@ from pathlib import Path
 
 import duckdb
 
-from telemetry.models import Model, load_models, macros_sql, settings_of, stored_key
-from telemetry.schema import TABLES
-from telemetry.store import Store
+from telemetry.models.catalogue import Model, load_models, macros_sql, settings_of, stored_key
+from telemetry.store.parquet import Store
+from telemetry.store.schema import TABLES
 
 # Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {
@@ -38,6 +38,9 @@ DEFAULT_PARAMS: dict[str, object] = {
     "slowest_n": 10,
     "queue_min_ms": 5.0,  # RTT inflation that counts as queueing ...
     "queue_floor_share": 0.25,  # ... and at least this share of the path's RTT floor (chosen on the sweep's tuning runs: 0.5 missed queues on long paths)
+    # at a client-side capture point, a queue whose response arrivals came back to back
+    # (within 0.1 ms) more often than this is a delay, not a shaper (queries/shaper_evidence.sql)
+    "shaper_bunched_max": 0.3,
     "capture_ids": None,  # list of capture ids the report is limited to (null: all)
     # the two periods `tailtap compare` sets (queries/compare_scope.sql)
     "a_since_ns": None, "a_until_ns": None, "a_capture_ids": None,
@@ -65,7 +68,7 @@ _DUCKDB_TYPES = {
 
 
 def _inline(sql: str, params: dict[str, object]) -> str:
-    from telemetry.models import _GETVARIABLE
+    from telemetry.models.catalogue import _GETVARIABLE
 
     return _GETVARIABLE.sub(lambda m: _sql_literal(params.get(m.group(1))), sql)
 

@@ -1,6 +1,6 @@
 """The `tailtap sql` verb: one query against the store, every model readable by name.
 
-Kept apart from the typer app (telemetry/cli.py), like `analyze`: `tailtap sql --store S
+Kept apart from the typer app (telemetry/cli/app.py), like `analyze`: `tailtap sql --store S
 QUERY` is what scripts and dashboards' authors run over and over, and building the typer
 app costs more than answering a small query.
 """
@@ -25,8 +25,8 @@ def _error(text: str) -> None:
 
 def open_analysis(store_dir: Path, materialize: bool = True):
     """The store's Analysis connection, or an exit code and a one-line error."""
-    from telemetry.db import connect
-    from telemetry.store import Store
+    from telemetry.models.db import connect
+    from telemetry.store.parquet import Store
 
     if not store_dir.is_dir():
         _error(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
@@ -40,7 +40,7 @@ def open_analysis(store_dir: Path, materialize: bool = True):
 
 def run_sql(query: str, store_dir: Path, fmt: str = "table") -> int:
     """Run ``query`` and print its rows in ``fmt`` (table, csv, json); returns the exit code."""
-    from telemetry import render
+    from telemetry.report import render
 
     con = open_analysis(store_dir)
     if isinstance(con, int):

@@ -1,7 +1,7 @@
 """The `tailtap analyze` verb: ingest capture files into the store, then print the report.
 
-Kept apart from the typer app (telemetry/cli.py) so that a plain `tailtap analyze ...`
-command line (telemetry/main.py) runs without importing typer, pydantic or rich: on a
+Kept apart from the typer app (telemetry/cli/app.py) so that a plain `tailtap analyze ...`
+command line (telemetry/cli/main.py) runs without importing typer, pydantic or rich: on a
 big capture every tenth of a second of start-up is a few percent of the run.
 """
 
@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from telemetry.args import CaptureSide, Format, parse_duration_ms
+from telemetry.cli.args import CaptureSide, Format, parse_duration_ms
 from telemetry.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def _processes(jobs: int | None) -> tuple[int, int]:
 def _ingest_one(args: tuple):
     """Worker for parallel ingest (one capture file per process)."""
     from telemetry.ingest import IngestOptions, ingest_file
-    from telemetry.store import Store
+    from telemetry.store.parquet import Store
 
     path, store_dir, ports, side, force, keylog = args
     return ingest_file(path, Store(store_dir), IngestOptions(frozenset(ports), side, force, keylog=keylog))
@@ -112,8 +112,8 @@ def run_analyze(
     the per-method report; returns the exit code. ``jobs``: processes; several files are
     ingested in parallel, a single big one is split by connection between two (None: see
     :func:`_processes`). ``window`` must already be valid (see
-    :func:`telemetry.args.parse_duration_ms`)."""
-    from telemetry.capture_id import prefetch
+    :func:`telemetry.cli.args.parse_duration_ms`)."""
+    from telemetry.store.capture_id import prefetch
 
     status = StatusLines()
     keylog = None
@@ -125,7 +125,7 @@ def run_analyze(
     if jobs == 1 or len(captures) == 1:
         prefetch(captures)  # the files' hashes run while the pipeline's modules import
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
-    from telemetry.store import Store, StoreError, clean_staging
+    from telemetry.store.parquet import Store, StoreError, clean_staging
 
     store = Store(out)
     clean_staging(out)
@@ -178,7 +178,7 @@ def run_analyze(
     if report and failed < len(results):
         from rich.console import Console
 
-        from telemetry.report import analyze_report
+        from telemetry.report.sections import analyze_report
 
         window_s = parse_duration_ms(window) / 1000.0 if window else None
         analyze_report(store, fmt.value, Console(), capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)

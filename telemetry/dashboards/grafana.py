@@ -36,7 +36,7 @@ from grafana_foundation_sdk.models.dashboard import (
 
 DUCKDB = DataSourceRef(type_val="motherduck-duckdb-datasource", uid="tailtap")
 PROMETHEUS = DataSourceRef(type_val="prometheus", uid="${prometheus}")  # the dashboard's data source variable
-DASHBOARDS_DIR = Path(__file__).resolve().parent.parent / "dashboards"
+DASHBOARDS_DIR = Path(__file__).resolve().parents[2] / "dashboards"
 TAG = "tailtap"
 SCHEMA_VERSION = 39  # Grafana 11's dashboard JSON
 

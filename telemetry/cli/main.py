@@ -1,7 +1,7 @@
 """Entry point of the `tailtap` command.
 
 A plain `tailtap analyze FILE... [options]` command line is parsed here and runs
-telemetry/analyze.py directly: building the typer app (typer, click, rich, pydantic
+telemetry/cli/analyze.py directly: building the typer app (typer, click, rich, pydantic
 validation) costs ~0.2 s of every run, a tenth of a big capture's whole ingest. Anything
 unusual (help, `--`, `--opt=value`, joined short options, repeated options, values typer
 would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
@@ -18,7 +18,7 @@ from pathlib import Path
 # per core at import, which spin on the core the hash and Parquet threads use.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from telemetry.args import BadValue, CaptureSide, Format, parse_duration_ms  # noqa: E402
+from telemetry.cli.args import BadValue, CaptureSide, Format, parse_duration_ms  # noqa: E402
 from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 
 _ANALYZE_VALUE_OPTS = {
@@ -127,11 +127,11 @@ def run_fast(kwargs: dict[str, object]) -> None:
 
     try:
         if "query" in kwargs:
-            from telemetry.sql_verb import run_sql
+            from telemetry.cli.sql import run_sql
 
             code = run_sql(**kwargs)  # type: ignore[arg-type]
         else:
-            from telemetry import analyze
+            from telemetry.cli import analyze
 
             code = analyze.run_analyze(**kwargs)
     except KeyboardInterrupt:
@@ -158,7 +158,7 @@ def main() -> None:
         if fast is not None:
             run_fast(fast)
         else:
-            from telemetry.cli import app
+            from telemetry.cli.app import app
 
             app()
     except BrokenPipeError:  # `tailtap ... | head`

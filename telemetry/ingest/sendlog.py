@@ -28,7 +28,7 @@ from operator import attrgetter
 import numpy as np
 
 from parsers.records import ChunkRun
-from telemetry.lockstep import Peer
+from telemetry.ingest.lockstep import Peer
 
 LOOKBACK_NS = 3_000_000_000  # the lost segments were sent up to an RTO (backoff) before their resend
 HOLD_NS = 3_000_000_000  # keep logging this long after the last retransmission of the path

@@ -1,4 +1,4 @@
-"""The models kept with each capture (``-- materialize: capture``, telemetry.models),
+"""The models kept with each capture (``-- materialize: capture``, telemetry.models.catalogue),
 computed when the capture is committed: the per-request evidence, causes' inputs and
 client-side metrics are derived once, not by every query that reads them.
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from telemetry.schema import TABLES
-from telemetry.store import CaptureWriter, Store
+from telemetry.store.parquet import CaptureWriter, Store
+from telemetry.store.schema import TABLES
 
 LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
 DERIVE_MEMORY = "512MB"  # DuckDB's share while a capture's models are computed (it spills beyond)
@@ -80,8 +80,8 @@ def _exact_select(con, name: str) -> str:
 def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
     """Compute the capture-kept models for the capture ``writer`` is about to commit (its
     files written and closed) into its staging folder; returns staging file -> place."""
-    from telemetry.db import DEFAULT_PARAMS, connect
-    from telemetry.models import stored_key
+    from telemetry.models.catalogue import stored_key
+    from telemetry.models.db import DEFAULT_PARAMS, connect
 
     store, capture_id = writer.store, writer.capture_id
     staged = writer.staged_files()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from telemetry import render
-from telemetry.db import Analysis, connect
-from telemetry.store import Store
+from telemetry.models.db import Analysis, connect
+from telemetry.report import render
+from telemetry.store.parquet import Store
 
 
 def analyze_sections(

@@ -240,7 +240,7 @@ SEGMENT_SENDS = _table(
 # was losing: from up to 3 s before a retransmission (as far back as the pipeline still
 # held the segments) to 3 s after the last one. A capture without retransmissions has no
 # rows. It is what the per-segment token-bucket simulation of the policer test reads
-# (queries/policer_bucket.sql); see telemetry/sendlog.py.
+# (queries/policer_bucket.sql); see telemetry/ingest/sendlog.py.
 
 TABLES: dict[str, pa.Schema] = {
     "captures": CAPTURES,

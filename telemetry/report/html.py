@@ -4,7 +4,7 @@ Plotly draws the plots: its JavaScript (``plotly.offline.get_plotlyjs``, ~4.6 MB
 embedded in the file, so the page opens offline, on a laptop or attached to a ticket, and
 its plots zoom and show values on hover; the figures are built in Python and handed to the
 page as JSON. Every number comes from the same SQL models as the terminal report
-(``telemetry.report``): this module only draws what they return.
+(``telemetry.report.sections``): this module only draws what they return.
 
 Values from the capture (paths, addresses, header values, SNI) reach the page as escaped
 text (``html.escape``) or inside JSON whose ``<``, ``>`` and ``&`` are escaped, so a capture
@@ -17,7 +17,7 @@ import html
 import json
 from typing import Any
 
-from telemetry import render
+from telemetry.report import render
 
 CAUSE_COLOURS = {
     "loss_burst": "#d62728", "reordering": "#ff7f0e", "queueing": "#9467bd", "throttling": "#8c564b",
@@ -152,7 +152,7 @@ def _figures(s: dict[str, Any], window_s: float) -> dict[str, dict]:
 
 
 def report_html(s: dict[str, Any], window_s: float, title: str = "tailtap report") -> str:
-    """The report's sections (telemetry.report.report_sections plus ``network`` and
+    """The report's sections (telemetry.report.sections.report_sections plus ``network`` and
     ``ttft_heatmap``) as one HTML page."""
     from plotly.offline import get_plotlyjs
 
@@ -177,7 +177,7 @@ def report_html(s: dict[str, Any], window_s: float, title: str = "tailtap report
 
 
 def explain_html(s: dict[str, Any], title: str) -> str:
-    """One request (telemetry.report.explain_sections): its waterfall with its
+    """One request (telemetry.report.sections.explain_sections): its waterfall with its
     connection's network events, its causes and its latency decomposition."""
     from plotly.offline import get_plotlyjs
 
@@ -224,7 +224,7 @@ for (const [name, fig] of Object.entries(figures)) {{
 
 
 def compare_html(s: dict[str, Any], title: str) -> str:
-    """Two periods (telemetry.report.compare_sections): p99s per method side by side, the
+    """Two periods (telemetry.report.sections.compare_sections): p99s per method side by side, the
     cause mix of slow requests and the network in each."""
     from plotly.offline import get_plotlyjs
 
