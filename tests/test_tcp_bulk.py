@@ -262,11 +262,11 @@ def test_c_records_refuse_bad_input():
     state = _fast._c_state(_fast.Dir(0))
     for at, count in ((3, 2), (-1, 1), (0, 5)):
         with pytest.raises(ValueError):
-            sp.fast_run(packed, at, count, True, state, state, 16)
-    assert sp.fast_run(packed, 0, 4, True, state, state, 16)[0] == 0  # SYN-less, ACK-less rows
+            sp.fast_run(packed, at, count, True, state, state, 16, 0)
+    assert sp.fast_run(packed, 0, 4, True, state, state, 16, 0)[0] == 0  # SYN-less, ACK-less rows
     d = _fast.Dir(0)
     d.segs.set_arrays(np.array([0, 10]), np.array([20, 15]), np.array([1, 2]))  # ends out of order
-    assert sp.fast_run(packed, 0, 4, True, _fast._c_state(d), state, 16) is None
+    assert sp.fast_run(packed, 0, 4, True, _fast._c_state(d), state, 16, 0) is None
 
 
 @pytest.mark.parametrize("ws", [7, 40])
@@ -284,8 +284,44 @@ def test_bogus_window_scale_takes_the_numpy_bulk_path(monkeypatch, ws):
     b = make_batch(f.rows)
     calls = []
     if _fast._speedups is not None:
-        monkeypatch.setattr(_fast.BulkPath, "_fast_c", lambda self, *a: calls.append(1) or 0)
+        monkeypatch.setattr(_fast.BulkPath, "_fast_c", lambda self, *a: calls.append(1) or (0, 0))
     bulk, per_packet = _both_ways(monkeypatch, [b])
     assert bool(calls) == (_fast._speedups is not None and ws <= 14)
     if ws > 14:
         assert _norm(bulk) == _norm(per_packet) and bulk.an.stats["fast_rows"] > 300
+
+
+@pytest.mark.parametrize("size", [None, 100, 250])
+def test_ip_id_gaps_cut_runs_alike_in_c_and_numpy(monkeypatch, size):
+    """The bulk run stops before a packet whose IP id skips a few numbers while its side
+    numbers packets one by one (that packet records the loss upstream of the capture
+    point), and makes no run when such a packet comes within FAST_MIN_ROWS rows: the C
+    run (which checks the IP ids itself) and the numpy one agree with each other and with
+    the per-packet path, gaps near the start of a run, after a stop and far from both."""
+    from tcp_builders import Flow, make_batch
+
+    f = Flow(cisn=5, sisn=9).handshake(tsval=10)
+    cs = ss = 1
+    sid, cid = 5000, 100
+    skips = {40, 41, 90, 97, 150, 230, 231, 232, 300}
+    for i in range(400):
+        sid = (sid + (3 if i in skips else 1)) & 0xFFFF
+        f.s(ss, cs, "A", 1000, tsval=11 + i, tsecr=10 + i, ip_id=sid)
+        ss += 1000
+        if i % 2:
+            cid = (cid + (2 if i % 50 == 7 else 1)) & 0xFFFF
+            f.c(cs, ss, "A", tsval=10 + i, tsecr=11 + i, ip_id=cid)
+        if i == 120:  # a request from the client
+            f.c(cs, ss, "A", 50, tsval=10 + i, tsecr=11 + i, ip_id=(cid := cid + 1))
+            cs += 50
+    b = make_batch(f.rows)
+    fast = analyze([b], batch_size=size)
+    assert any(e.kind == "upstream_loss" for e in fast.events)
+    if _fast._speedups is not None:
+        with monkeypatch.context() as m:
+            m.setattr(_fast, "_speedups", None)
+            numpy = analyze([b], batch_size=size)
+        assert _exact(fast) == _exact(numpy)
+    bulk, per_packet = _both_ways(monkeypatch, [b], batch_size=size)
+    assert _norm(bulk) == _norm(per_packet)
+    assert bulk.an.stats["fast_rows"] > 300

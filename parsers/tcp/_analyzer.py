@@ -128,12 +128,9 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         while pos < n:
             conn = self._table.get(key6)
             if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
-                w = _before_ipid_gap(conn, idx[pos : pos + min(n - pos, FAST_WINDOW)], b, swap)
+                window = idx[pos : pos + min(n - pos, FAST_WINDOW)]
+                k, w = self._bulk(conn, window, b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
                 if w >= FAST_MIN_ROWS:
-                    for D in conn.dirs:
-                        D.ipid_prev_run = D.ipid_last
-                    k = self._fast(conn, idx[pos : pos + w], b, swap, sackm, mv, out, at + pos)
-                    _note_run_ipids(conn, idx[pos : pos + k], b, swap)
                     pos += k
                     if k == w:
                         continue
@@ -241,63 +238,3 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
             for k in list(self._closed_info)[: MAX_CLOSED_INFO // 2]:
                 del self._closed_info[k]
 
-
-def _ipid_steps(D, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """For one direction's packets ``ids`` (in order): each step's delta class as the
-    per-packet path counts it: (valid, good: 1-64, gap: 2-64)."""
-    mine = ids.astype(np.int64)
-    prev = np.concatenate(([D.ipid_last], mine[:-1]))
-    valid = (mine >= 0) & (prev >= 0)
-    delta = (mine - prev) & 0xFFFF
-    good = valid & (delta > 0) & (delta <= 64)
-    return valid, good, good & (delta >= 2)
-
-
-def _before_ipid_gap(conn, rows: np.ndarray, b, swap: np.ndarray) -> int:
-    """How many of ``rows`` come before the first packet whose IP id skips 2-64 numbers
-    while its direction's sender numbers packets one by one (counted as the per-packet
-    path counts, packet by packet): that packet is the per-packet path's, which records
-    the packets lost upstream of the capture point."""
-    ids = b.ip_id[rows]
-    cut = len(rows)
-    server_to_client = swap[rows] == conn.client_is_lo
-    for d in (0, 1):
-        D = conn.dirs[d]
-        p = np.flatnonzero(server_to_client) if d else np.flatnonzero(~server_to_client)
-        if not len(p) or ids[p[0]] < 0:
-            continue
-        valid, good, gap = _ipid_steps(D, ids[p])
-        if not gap.any():
-            continue
-        # the counters before each packet, as ipid_sequential reads them
-        n_good = D.ipid_good + np.concatenate(([0], np.cumsum(good)[:-1]))
-        n_bad = D.ipid_bad + np.concatenate(([0], np.cumsum(valid & ~good)[:-1]))
-        n_gap = D.ipid_gaps + np.concatenate(([0], np.cumsum(gap)[:-1]))
-        hit = np.flatnonzero(gap & (n_good >= 32) & (n_bad * 5 <= n_good) & (n_gap * 8 <= n_good))
-        if len(hit):
-            cut = min(cut, int(p[hit[0]]))
-    return cut
-
-
-def _note_run_ipids(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
-    """After a bulk run: its IP id steps of 2-64 (counted as the per-packet path counts
-    them), and when each direction's last packet was."""
-    if not len(rows):
-        return
-    server_to_client = swap[rows] == conn.client_is_lo
-    for d in (0, 1):
-        p = np.flatnonzero(server_to_client if d else ~server_to_client)
-        if not len(p):
-            continue
-        D = conn.dirs[d]
-        ids = b.ip_id[rows[p]]
-        if ids[0] < 0:
-            continue
-        # ipid_last already moved on to the run's last packet: count from the one before
-        first_prev = D.ipid_prev_run
-        if first_prev >= 0:
-            mine = ids.astype(np.int64)
-            prev = np.concatenate(([first_prev], mine[:-1]))
-            delta = (mine - prev) & 0xFFFF
-            D.ipid_gaps += int(((mine >= 0) & (prev >= 0) & (delta >= 2) & (delta <= 64)).sum())
-        D.ipid_last_ts = int(b.ts_ns[rows[p[-1]]])

@@ -13,10 +13,14 @@ each TSval), window-full checks against the forward-filled ACK and window of the
 end. The first row that breaks a rule ends the run; the per-packet path takes over
 there, so both paths give the same result.
 
-With the C extension, ``_speedups.fast_run`` does the checks and computes the same
-results in one loop over the run's rows (read as records laid out in flow order by
-``_speedups.pack_rows``); :meth:`BulkPath._fast_c` applies them to the connection in
-the numpy code's order. The numpy code stays the fallback (pure-Python mode, and
+A run also ends before a packet whose IP id skips a few numbers while its side numbers
+packets one by one (that packet records the loss upstream of the capture point), and
+is not made when such a packet comes within ``min_rows`` rows (:meth:`BulkPath._bulk`).
+
+With the C extension, ``_speedups.fast_run`` does the checks (the IP id one included)
+and computes the same results in one loop over the run's rows (read as records laid out
+in flow order by ``_speedups.pack_rows``); :meth:`BulkPath._fast_c` applies them to the
+connection in the numpy code's order. The numpy code stays the fallback (pure-Python mode, and
 window scales above 14).
 """
 
@@ -61,7 +65,8 @@ def _i64(raw: bytearray) -> np.ndarray:
 
 
 def _c_state(D: Dir) -> tuple:
-    """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None)."""
+    """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None); it writes
+    the run's packet signatures to the last two (``sigd``, ``sigq``) when it takes a run."""
     st, en, t = D.segs.arrays()
     tv, tt, ts = D.tsq.arrays()
     return (
@@ -69,7 +74,7 @@ def _c_state(D: Dir) -> tuple:
         -1 if D.last_ack32 is None else D.last_ack32, -1 if D.last_win is None else D.last_win,
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
-        D.tsq.last_echo, D.srtt,
+        D.tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
     )  # fmt: skip
 
 
@@ -85,15 +90,30 @@ class BulkPath:
     _packed: bytearray | None
     _pack_buf: bytearray
 
+    def _bulk(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
+              mv, out: list, at: int, min_rows: int) -> tuple[int, int]:  # fmt: skip
+        """A bulk run over the longest clean prefix of rows ``idx`` (``order[at:]`` of the
+        batch's flow grouping) that stops before the first packet with an IP id gap (see
+        _before_ipid_gap): (rows taken, rows before that gap). No run (0 rows)
+        when that gap comes before ``min_rows``."""
+        c, s = conn.dirs
+        if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
+            kw = self._fast_c(conn, idx, b, out, at, min_rows)
+            if kw is not None:
+                return kw
+        w = _before_ipid_gap(conn, idx, b, swap)
+        if w < min_rows:
+            return 0, w
+        for D in conn.dirs:
+            D.ipid_prev_run = D.ipid_last
+        k = self._fast(conn, idx[:w], b, swap, sackm, mv, out, at)
+        _note_run_ipids(conn, idx[:k], b, swap)
+        return k, w
+
     def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int) -> int:  # fmt: skip
         """Process the longest clean prefix of rows ``idx`` (``order[at:]`` of the batch's
-        flow grouping); returns its length."""
-        c, s = conn.dirs
-        if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
-            k = self._fast_c(conn, idx, b, out, at)
-            if k is not None:
-                return k
+        flow grouping) with numpy; returns its length."""
         n = len(idx)
         fl = b.flags[idx]
         wl = b.payload_wire_len[idx].astype(np.int64)
@@ -343,22 +363,22 @@ class BulkPath:
             out.append(ChunkRun(key, run, b.buf))
         return self._ran(conn, int(ts[k - 1]), k)
 
-    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int) -> int | None:
-        """:meth:`_fast` through ``_speedups.fast_run``: the same checks and results,
-        computed in one C pass; this applies them in the numpy code's order. None when
-        the C pass declines (a segment log out of end order)."""
+    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int, min_rows: int) -> tuple[int, int] | None:
+        """:meth:`_bulk` through ``_speedups.fast_run``: the same checks (IP id gap
+        included) and results, computed in one C pass; this applies them in the numpy
+        code's order. None when the C pass declines (a segment log out of end order)."""
         assert _speedups is not None
         if self._packed is None:
             self._packed = self._pack()
         ran = _speedups.fast_run(
             self._packed, at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
-            _c_state(conn.dirs[1]), SIG_KEEP,
+            _c_state(conn.dirs[1]), SIG_KEEP, min_rows,
         )  # fmt: skip
         if ran is None:
             return None
-        k, chunks, *res = ran
+        k, chunks, *res, w = ran
         if k == 0:
-            return 0
+            return 0, w
         key = conn.key
         hist = conn.hist
         for d in (0, 1):  # sender side: sequence space, header memory
@@ -383,6 +403,9 @@ class BulkPath:
             elif nd:
                 D.hi_tsv = None
             if x["ipid_on"]:
+                if D.ipid_last >= 0:  # as _note_run_ipids: gaps counted from a known IP id
+                    D.ipid_gaps += x["ipid_gaps"]
+                D.ipid_last_ts = x["ipid_ts"]
                 D.ipid_good += x["ipid_good"]
                 D.ipid_bad += x["ipid_bad"]
                 D.ipid_last = x["ipid_last"]
@@ -393,12 +416,7 @@ class BulkPath:
                 R.rwnd_known = D.ws_known
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
-            sigd, sigq = D.sigd, D.sigq  # as _sigs: the run's last packets' signatures
-            for sig, t in x["sigs"]:
-                sigd[sig] = t
-                sigq.append(sig)
-                if len(sigq) > SIG_KEEP:
-                    sigd.pop(sigq.popleft(), None)
+            # (the run's last packets' signatures are in D.sigd / sigq already, as _sigs)
             if x["pure_ack"] and not hist.has("A" if d == 0 else "a"):
                 hist.add_side("A", d)
             if nd and not hist.has("D" if d == 0 else "d"):
@@ -442,7 +460,7 @@ class BulkPath:
                 self._close_burst(X)
         if len(chunks):
             out.append(ChunkRun(key, _i64(chunks).reshape(-1, 6), b.buf))
-        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k)
+        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w
 
     def _ran(self, conn: Conn, last: int, k: int) -> int:
         """A bulk run of ``k`` rows ending at time ``last`` was applied: the connection's
@@ -585,6 +603,67 @@ class BulkPath:
                 sigq.append(sig)
                 if len(sigq) > SIG_KEEP:
                     sigd.pop(sigq.popleft(), None)
+
+
+def _ipid_steps(D, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For one direction's packets ``ids`` (in order): each step's delta class as the
+    per-packet path counts it: (valid, good: 1-64, gap: 2-64)."""
+    mine = ids.astype(np.int64)
+    prev = np.concatenate(([D.ipid_last], mine[:-1]))
+    valid = (mine >= 0) & (prev >= 0)
+    delta = (mine - prev) & 0xFFFF
+    good = valid & (delta > 0) & (delta <= 64)
+    return valid, good, good & (delta >= 2)
+
+
+def _before_ipid_gap(conn, rows: np.ndarray, b, swap: np.ndarray) -> int:
+    """How many of ``rows`` come before the first packet whose IP id skips 2-64 numbers
+    while its direction's sender numbers packets one by one (counted as the per-packet
+    path counts, packet by packet): that packet is the per-packet path's, which records
+    the packets lost upstream of the capture point."""
+    ids = b.ip_id[rows]
+    cut = len(rows)
+    server_to_client = swap[rows] == conn.client_is_lo
+    for d in (0, 1):
+        D = conn.dirs[d]
+        p = np.flatnonzero(server_to_client) if d else np.flatnonzero(~server_to_client)
+        if not len(p) or ids[p[0]] < 0:
+            continue
+        valid, good, gap = _ipid_steps(D, ids[p])
+        if not gap.any():
+            continue
+        # the counters before each packet, as ipid_sequential reads them
+        n_good = D.ipid_good + np.concatenate(([0], np.cumsum(good)[:-1]))
+        n_bad = D.ipid_bad + np.concatenate(([0], np.cumsum(valid & ~good)[:-1]))
+        n_gap = D.ipid_gaps + np.concatenate(([0], np.cumsum(gap)[:-1]))
+        hit = np.flatnonzero(gap & (n_good >= 32) & (n_bad * 5 <= n_good) & (n_gap * 8 <= n_good))
+        if len(hit):
+            cut = min(cut, int(p[hit[0]]))
+    return cut
+
+
+def _note_run_ipids(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
+    """After a bulk run: its IP id steps of 2-64 (counted as the per-packet path counts
+    them), and when each direction's last packet was."""
+    if not len(rows):
+        return
+    server_to_client = swap[rows] == conn.client_is_lo
+    for d in (0, 1):
+        p = np.flatnonzero(server_to_client if d else ~server_to_client)
+        if not len(p):
+            continue
+        D = conn.dirs[d]
+        ids = b.ip_id[rows[p]]
+        if ids[0] < 0:
+            continue
+        # ipid_last already moved on to the run's last packet: count from the one before
+        first_prev = D.ipid_prev_run
+        if first_prev >= 0:
+            mine = ids.astype(np.int64)
+            prev = np.concatenate(([first_prev], mine[:-1]))
+            delta = (mine - prev) & 0xFFFF
+            D.ipid_gaps += int(((mine >= 0) & (prev >= 0) & (delta >= 2) & (delta <= 64)).sum())
+        D.ipid_last_ts = int(b.ts_ns[rows[p[-1]]])
 
 
 def _ack_progress(X, ack_ts: np.ndarray, acked: np.ndarray, last_abs: int) -> None:

@@ -141,6 +141,12 @@ typedef struct {
     double srtt;
     int have_srtt;
     int64_t min_rtt;
+    /* IP ids: the counters before the run (Dir.ipid_good, _bad, _gaps); what the run adds
+     * to ipid_gaps and when its last packet was; the cut check's own walk (cut_*) */
+    long long ipid_good_in, ipid_bad_in, ipid_gaps_in;
+    PyObject *sigd, *sigq; /* Dir.sigd (dict) and Dir.sigq (deque): recent packet signatures */
+    int64_t ipid_gaps_run, ipid_ts, cut_prev, cut_good, cut_bad, cut_gaps;
+    int cut_on; /* -1: not known before this side's first row */
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
@@ -158,10 +164,11 @@ static void dir_free(dir_t *D) {
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!O", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
-                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in))
+                          &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
+                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
@@ -316,9 +323,34 @@ enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, 
        F_POFF, F_ORDER, F_COUNT };
 static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
 
-/* The first loop: check each row, stop at the first that breaks a rule; returns k. */
-static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks) {
+/* Does the row's IP id skip 2-64 numbers while its side numbers packets one by one
+ * (_analyzer._before_ipid_gap, with the counters as they stand before the row)? That
+ * row is the per-packet path's: it records the packets lost upstream of the capture
+ * point. Walks every row of the window in order, whether the run takes it or not. */
+static int ipid_cut(dir_t *D, const rec_t *x) {
+    int64_t id = x->ipid;
+    if (D->cut_on < 0) D->cut_on = id >= 0;
+    if (!D->cut_on) return 0;
+    int64_t prev = D->cut_prev;
+    D->cut_prev = id;
+    if (id < 0 || prev < 0) return 0;
+    int64_t delta = (id - prev) & 0xFFFF;
+    int good = delta > 0 && delta <= 64, gap = good && delta >= 2;
+    if (gap && D->cut_good >= 32 && D->cut_bad * 5 <= D->cut_good && D->cut_gaps * 8 <= D->cut_good) return 1;
+    D->cut_good += good;
+    D->cut_bad += !good;
+    D->cut_gaps += gap;
+    return 0;
+}
+
+/* The first loop: check each row, stop at the first that breaks a rule or has an IP id
+ * gap (ipid_cut); returns k. *w: the row of the first IP id gap (the run may take the
+ * rows before it), n when there is none; it is only looked for up to row min_rows when
+ * the run stops before that (below min_rows rows before a gap, no run is made). */
+static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks,
+                       Py_ssize_t min_rows, Py_ssize_t *w_out) {
     Py_ssize_t r;
+    *w_out = n;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         D->s_run = D->seq_ref;
@@ -331,9 +363,18 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
         D->far_acked = D->acked;
         D->far_rw = D->rwnd;
         D->max_edge = INT64_MIN;
+        D->cut_on = -1;
+        D->cut_prev = D->ipid_last;
+        D->cut_good = D->ipid_good_in;
+        D->cut_bad = D->ipid_bad_in;
+        D->cut_gaps = D->ipid_gaps_in;
     }
     for (r = 0; r < n; r++) {
         const rec_t *x = &rec[r];
+        if (ipid_cut(&dirs[(x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], x)) {
+            *w_out = r;
+            return r;
+        }
         uint8_t fl = x->flags;
         int64_t w = x->wl, wd = x->win;
         if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0 || (x->bits & ROW_SACK)) break;
@@ -390,8 +431,10 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
                 int64_t delta = (id - D->ipid_prev) & 0xFFFF;
                 if (delta > 0 && delta <= 64) D->ipid_good++;
                 else D->ipid_bad++;
+                if (id >= 0 && delta >= 2 && delta <= 64) D->ipid_gaps_run++;
             }
             D->ipid_prev = id;
+            D->ipid_ts = t;
         }
         if (R->base_known) {
             D->any_a32 = 1;
@@ -414,6 +457,11 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
             R->far_rw = shl(wd, D->ws);
         }
     }
+    for (Py_ssize_t q = r + 1; q < min_rows && q < n; q++) /* a gap close after the stop: no run */
+        if (ipid_cut(&dirs[(rec[q].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], &rec[q])) {
+            *w_out = q;
+            break;
+        }
     return r;
 }
 
@@ -435,41 +483,58 @@ static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, 
     return 0;
 }
 
-/* [(signature, ts_ns)] of the tail records as BulkPath._sigs builds them: (IP ID, seq,
- * ack, flags, wire payload length, window, TSval or -1, ()), for the packets that have
- * an IP ID, payload or a TSval. */
-static PyObject *sig_list(const dir_t *D, const rec_t *rec) {
-    PyObject *out = PyList_New(0);
-    for (Py_ssize_t i = 0; out != NULL && i < D->tail.n; i++) {
+/* The signatures of the tail records, remembered as BulkPath._sigs does (capture-duplicate
+ * detection): (IP ID, seq, ack, flags, wire payload length, window, TSval or -1, ()) ->
+ * ts_ns in Dir.sigd and, in order, in Dir.sigq, which keeps the last `keep` (the oldest
+ * leaves both), for the packets that have an IP ID, payload or a TSval. 0, or -1 on error. */
+static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
+    static PyObject *s_append, *s_popleft;
+    if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) return -1;
+    if (s_popleft == NULL && (s_popleft = PyUnicode_InternFromString("popleft")) == NULL) return -1;
+    for (Py_ssize_t i = 0; i < D->tail.n; i++) {
         const rec_t *x = &rec[D->tail.v[i]];
         int has_ts = (x->bits & ROW_HAS_TS) != 0;
         if (!(x->ipid > 0 || x->wl || has_ts)) continue;
-        PyObject *item = Py_BuildValue("((ikkiiiL())L)", (int)x->ipid, (unsigned long)x->seq,
-                                       (unsigned long)x->ack, (int)x->flags, (int)x->wl, (int)x->win,
-                                       has_ts ? (long long)x->tsv : -1LL, (long long)x->ts);
-        if (item == NULL || PyList_Append(out, item) < 0) Py_CLEAR(out);
-        Py_XDECREF(item);
+        PyObject *sig = Py_BuildValue("(ikkiiiL())", (int)x->ipid, (unsigned long)x->seq, (unsigned long)x->ack,
+                                      (int)x->flags, (int)x->wl, (int)x->win, has_ts ? (long long)x->tsv : -1LL);
+        PyObject *t = sig ? PyLong_FromLongLong((long long)x->ts) : NULL;
+        int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0;
+        Py_XDECREF(t);
+        PyObject *r = err ? NULL : PyObject_CallMethodOneArg(D->sigq, s_append, sig);
+        Py_XDECREF(sig);
+        if (r == NULL) return -1;
+        Py_DECREF(r);
+        Py_ssize_t len = PyObject_Length(D->sigq);
+        if (len < 0) return -1;
+        if (len > keep) {
+            PyObject *old = PyObject_CallMethodNoArgs(D->sigq, s_popleft);
+            if (old == NULL) return -1;
+            int has = PyDict_Contains(D->sigd, old);
+            err = has < 0 || (has && PyDict_DelItem(D->sigd, old) < 0);
+            Py_DECREF(old);
+            if (err) return -1;
+        }
     }
-    return out;
+    return 0;
 }
 
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
-        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN sN si sN sN sL sN sN sN sL sN sN "
-        "sN sN sN sL sN sN sn si sN sL}",
+        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN si sN sN sL sN sN sN sL sN sN "
+        "sN sN sN sL sN sN sn si sN sL sL sL}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
         D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
         (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
-        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "sigs",
-        sig_list(D, rec), "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
         "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
         "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
         vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
         "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
-        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt);
+        "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt,
+        "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts);
 }
 
 /* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
@@ -545,16 +610,21 @@ done:
     Py_RETURN_NONE;
 }
 
-/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep) -> (k, chunk rows, res0, res1)
+/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows)
+ *   -> (k, chunk rows, res0, res1, w)
  * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
- * parse_dir reads. None when a segment log is out of end order (the numpy path runs). */
+ * parse_dir reads (its signature dict and deque take the run's last signatures: the
+ * only state written here). w: the first row with an IP id gap (count when none; see scan); when
+ * it is below min_rows, k is 0 (no run). None when a segment log is out of end order (the
+ * numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
     PyObject *t0, *t1;
     int client_is_lo, keep;
-    if (!PyArg_ParseTuple(args, "y*nnpO!O!i", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
-                          &t1, &keep))
+    Py_ssize_t min_rows, w = 0;
+    if (!PyArg_ParseTuple(args, "y*nnpO!O!in", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
+                          &t1, &keep, &min_rows))
         return NULL;
     dir_t dirs[2];
     memset(dirs, 0, sizeof(dirs));
@@ -579,8 +649,13 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
             if (vreserve(per_row[i], count) < 0) goto done;
     }
-    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks);
+    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks, min_rows, &w);
+    if (k >= 0 && w < min_rows) { /* no run: nothing of it is returned */
+        res = Py_BuildValue("(ny{}{}n)", (Py_ssize_t)0, "", w);
+        goto done;
+    }
     if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
+    if (remember_sigs(&dirs[0], rec, keep) < 0 || remember_sigs(&dirs[1], rec, keep) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
         /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
@@ -596,7 +671,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         Py_XDECREF(r0);
         goto done;
     }
-    res = Py_BuildValue("(nNNN)", k, vbytes(&chunks), r0, r1);
+    res = Py_BuildValue("(nNNNn)", k, vbytes(&chunks), r0, r1, w);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
@@ -750,7 +825,7 @@ static PyMethodDef methods[] = {
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
     {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns, out): the rows in flow order as fast_run records."},
     {"fast_run", fast_run, METH_VARARGS,
-     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep): one bulk run (see _fast.py)."},
+     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows): one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
      "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {NULL, NULL, 0, NULL},
