@@ -7,11 +7,15 @@ timing and sizes through TLS record boundaries; padding hides sizes, not timing)
 * application-data records only; in TLS 1.3 the server's protected records before the
   client's first one (its Finished, itself skipped) are the rest of the handshake;
 * a client record starts a request once the server has answered the previous one; more
-  client records before the answer belong to the same request. Over HTTP/2 (chosen, or
+  client records before the answer belong to the same request. In TLS 1.3 the server's
+  session tickets may land between the client's first request records: a client record
+  within ``TICKET_SPLIT_NS`` of the server's first flight continues the request, and that
+  flight is not counted as an answer. Over HTTP/2 (chosen, or
   offered when TLS 1.3 hides the choice) a client record needs ``REQUEST_MIN_BYTES`` of
   (estimated) plaintext (smaller ones are control frames: WINDOW_UPDATE, PING, SETTINGS
-  acknowledgements), the client's first record is its connection preface, and the
-  server's records of control-frame size do not count;
+  acknowledgements), the client's first record is its connection preface, and neither
+  the server's (its first record of SETTINGS size, which may come between the client's
+  first request records) nor its records of control-frame size count;
 * each server record (records completed by the same packet count once: a flight) is a
   response chunk: the first is the first byte (the TTFT estimate), the last before the
   next request is the end.
@@ -37,6 +41,10 @@ REQUEST_MIN_BYTES = 40  # HTTP/2 control frames are 9-17 bytes; a request head i
 # CONTROL_MAX_BYTES is a SETTINGS ack, WINDOW_UPDATE or PING, not a response chunk
 PREFACE_MAX_BYTES = 100
 CONTROL_MAX_BYTES = 18
+# TLS 1.3: the server sends its session tickets as protected records as soon as it has the
+# client's Finished, so they can land between the client's first request records; the
+# client's next record within this time of the server's first flight continues the request
+TICKET_SPLIT_NS = 1_000_000
 
 
 def plaintext_estimate(payload_len: int, hello: Hello | None) -> int:
@@ -73,6 +81,8 @@ class KeylessEstimator:
         self.hello: Hello | None = None
         self.client_protected = 0  # the client's protected records so far
         self.client_app = 0  # the client's application-data records so far
+        self.server_preface = False  # HTTP/2: the server's SETTINGS record went by
+        self.server_flights = 0  # the server's flights counted as response chunks so far
         self.estimates: list[_Estimate] = []
         self.records = 0
 
@@ -99,19 +109,28 @@ class KeylessEstimator:
             self.client_app += 1
             if h2 and (size < REQUEST_MIN_BYTES or (first and size < PREFACE_MAX_BYTES)):
                 return
+            if (tls13 and cur is not None and self.server_flights == 1 and len(cur.flights) == 1
+                    and rec.ts_ns - cur.flights[0][0] < TICKET_SPLIT_NS):
+                cur.flights.clear()  # that flight was the session tickets, not an answer
             if cur is None or cur.flights:
                 self.estimates.append(_Estimate(rec.ts_ns, rec.ts_ns, size))
             else:
                 cur.request_end = rec.ts_ns
                 cur.request_bytes += size
             return
+        if h2 and not self.server_preface and CONTROL_MAX_BYTES <= size < PREFACE_MAX_BYTES:
+            # the server's connection preface (its SETTINGS), which may come between the
+            # client's first request records: not a response chunk
+            self.server_preface = True
+            return
         if cur is None or (h2 and size < CONTROL_MAX_BYTES):
-            return  # before any request (a session ticket, SETTINGS), or HTTP/2 control
+            return  # before any request (a session ticket), or HTTP/2 control
         if cur.flights and cur.flights[-1][0] == rec.ts_ns:
             ts, b, _end = cur.flights[-1]
             cur.flights[-1] = (ts, b + size, rec.end_offset)
         else:
             cur.flights.append((rec.ts_ns, size, rec.end_offset))
+            self.server_flights += 1
 
     def take(self) -> tuple[list[RequestRecord], list[MessageRow]]:
         """The estimated requests and their response chunks (as message rows, TCP
