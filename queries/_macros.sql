@@ -25,6 +25,16 @@ CREATE OR REPLACE MACRO slow_threshold(p99_ms) AS
 CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
     inflation_ms >= greatest(getvariable('queue_min_ms'), getvariable('queue_floor_share') * coalesce(floor_ms, 0));
 
+-- A TCP event that resent bytes the capture saw before (whatever told the sender to):
+-- retransmission, fast_retransmission or rto_retransmission (not spurious ones).
+CREATE OR REPLACE MACRO resent(kind) AS
+    kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission');
+
+-- A TCP event that counts as a loss of the request's bytes: a resend, a hole at the capture
+-- point, or a lost ACK (request_evidence's ack_loss).
+CREATE OR REPLACE MACRO loss_kind(kind) AS
+    resent(kind) OR kind IN ('lost_segment', 'ack_loss');
+
 -- The longest a receiver holds an ACK (Linux TCP_DELACK_MAX, 200 ms): an ACK later than
 -- that was late for another reason.
 CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;

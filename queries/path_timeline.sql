@@ -31,7 +31,7 @@ loss AS (
     SELECT c.client_addr, c.server_addr, epoch_ns(e.ts) // 1000000000 AS second,
         count(*) AS retransmissions
     FROM tcp_events AS e JOIN conns AS c USING (conn_id)
-    WHERE e.direction = 'to_client' AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
+    WHERE e.direction = 'to_client' AND resent(e.kind)
     GROUP BY ALL
 )
 SELECT

@@ -45,7 +45,7 @@ held_holes AS (  -- holes at the capture point whose original copy came after al
     -- the resend that filled them (a spurious retransmission of the hole's bytes within
     -- 3 s): the bytes were held back before the capture point (reordering), not lost
     SELECT DISTINCT h.conn_id, h.direction, h.seq
-    FROM (SELECT *, unnest(range(epoch_ns(ts) // 1000000000, epoch_ns(ts) // 1000000000 + 4)) AS sec
+    FROM (SELECT *, unnest(seconds_between(ts, ts + INTERVAL 3 SECOND)) AS sec
           FROM tcp_events WHERE kind = 'lost_segment') AS h
     JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events WHERE kind = 'spurious_retransmission') AS c
       ON c.conn_id = h.conn_id AND c.direction = h.direction AND c.sec = h.sec
@@ -60,8 +60,7 @@ events AS (  -- a server retransmission the client did not need, after the clien
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss'
              WHEN x.seq IS NOT NULL AND e.kind = 'lost_segment' THEN 'late_arrival'
-             WHEN x.seq IS NOT NULL AND e.kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission')
-             THEN 'held_resend'
+             WHEN x.seq IS NOT NULL AND resent(e.kind) THEN 'held_resend'
              ELSE e.kind END AS kind,
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
@@ -85,8 +84,7 @@ loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
         count(*) AS segments,
         max(coalesce(recovery_ms, 0)) AS stall_ms
-    FROM ev
-    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
+    FROM ev WHERE loss_kind(kind)
     GROUP BY ALL
     UNION ALL  -- packets lost before the capture point while it waited: counted, no stall of their own
     SELECT conn_id, stream_id, direction, -frame_no, sum(bytes), 0
@@ -173,8 +171,7 @@ before_loss AS (  -- the path's typical inflation over the second before the req
     FROM (
         SELECT l.conn_id, l.stream_id, p.direction, median(p.inflation_p25_ms) AS inflation_ms
         FROM (SELECT conn_id, stream_id, min(epoch_ns(ts)) // 100000000 AS loss_bucket FROM ev
-              WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'lost_segment', 'ack_loss')
-              GROUP BY ALL) AS l
+              WHERE loss_kind(kind) GROUP BY ALL) AS l
         JOIN spans AS s USING (conn_id, stream_id)
         JOIN path_rtt AS p
           ON p.client_addr = s.client_addr AND p.server_addr = s.server_addr

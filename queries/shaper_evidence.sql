@@ -32,7 +32,7 @@ WITH req AS (
         epoch_ns(started_at) // 1000000000 AS first_second,
         epoch_ns(finished_at) // 1000000000 AS last_second,
         greatest(queue_inflation_ms, queue_inflation_end_ms) AS queue_inflation_ms, queue_delay_ms,
-        path_floor_ms, loss_stall_ms, loss_events, client_addr || ' ' || server_addr AS path
+        path_floor_ms, loss_stall_ms, loss_events
     FROM request_evidence
 ),
 queue_episodes AS (
@@ -76,43 +76,54 @@ shaped AS (  -- offered vs delivered while the queue built: from 1 s before it t
        AND sum(p.cross_bytes) < 0.25 * sum(p.acked_bytes)
 ),
 client_paths AS (  -- paths whose capture point sits at the client
-    SELECT DISTINCT client_addr || ' ' || server_addr AS path FROM connections WHERE capture_side = 'client'
+    SELECT DISTINCT client_addr, server_addr FROM connections WHERE capture_side = 'client'
 ),
 queued_seconds AS (  -- there: the seconds its queued requests were in flight
-    SELECT DISTINCT r.path, unnest(range(r.first_second, r.last_second + 1)) AS second
-    FROM req AS r SEMI JOIN client_paths USING (path)
+    SELECT DISTINCT r.client_addr, r.server_addr, unnest(range(r.first_second, r.last_second + 1)) AS second
+    FROM req AS r SEMI JOIN client_paths USING (client_addr, server_addr)
     WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 ),
 arrivals AS (  -- the response packets that reached the client then (one time per packet)
-    SELECT DISTINCT c.client_addr || ' ' || c.server_addr AS path, epoch_ns(m.ts) AS t
+    SELECT DISTINCT c.client_addr, c.server_addr, epoch_ns(m.ts) AS t
     FROM messages AS m
     JOIN connections AS c USING (conn_id)
     SEMI JOIN queued_seconds AS q
-      ON q.path = c.client_addr || ' ' || c.server_addr AND q.second = epoch_ns(m.ts) // 1000000000
+      ON q.client_addr = c.client_addr AND q.server_addr = c.server_addr
+     AND q.second = epoch_ns(m.ts) // 1000000000
     WHERE m.direction = 'response'
 ),
 paced AS (  -- per second: successive arrivals, and how many came back to back (within 0.1 ms)
-    SELECT path, t // 1000000000 AS second, count(*) AS gaps,
+    SELECT client_addr, server_addr, t // 1000000000 AS second, count(*) AS gaps,
         count(*) FILTER (WHERE gap <= 100000) AS bunched
-    FROM (SELECT path, t, t - lag(t) OVER (PARTITION BY path ORDER BY t) AS gap FROM arrivals)
+    FROM (SELECT client_addr, server_addr, t,
+                 t - lag(t) OVER (PARTITION BY client_addr, server_addr ORDER BY t) AS gap
+          FROM arrivals)
     WHERE gap > 0
     GROUP BY ALL
 ),
-client_shaped AS (  -- each queued request: its path's arrivals over the seconds it was in flight
-    SELECT r.conn_id, r.stream_id, sum(p.gaps) AS gaps, sum(p.bunched) / sum(p.gaps) AS bunched_share,
+client_paced AS (  -- each queued request: its path's arrivals over the seconds it was in flight
+    SELECT r.conn_id, r.stream_id, any_value(r.client_addr) AS client_addr, any_value(r.server_addr) AS server_addr,
+        any_value(r.first_second) AS first_second, any_value(r.last_second) AS last_second,
+        sum(p.gaps) AS gaps, sum(p.bunched) / sum(p.gaps) AS bunched_share,
         any_value(r.queue_inflation_ms) AS inflation_ms
     FROM req AS r
-    JOIN paced AS p ON p.path = r.path AND p.second BETWEEN r.first_second AND r.last_second
+    JOIN paced AS p
+      ON p.client_addr = r.client_addr AND p.server_addr = r.server_addr
+     AND p.second BETWEEN r.first_second AND r.last_second
     -- a request that lost packets is left to the loss: from the client's side a queue
     -- behind retransmissions also comes out spaced
     WHERE queued(r.queue_inflation_ms, r.path_floor_ms) AND coalesce(r.loss_events, 0) = 0
-    GROUP BY ALL
+    GROUP BY r.conn_id, r.stream_id
     HAVING sum(p.gaps) >= 50 AND sum(p.bunched) / sum(p.gaps) <= getvariable('shaper_bunched_max')
-       -- no cross traffic explains the queue, over those seconds
-       AND (SELECT coalesce(sum(t.cross_bytes), 0) < 0.25 * coalesce(sum(t.acked_bytes), 0)
-            FROM path_timeline AS t
-            WHERE t.client_addr || ' ' || t.server_addr = any_value(r.path)
-              AND t.second BETWEEN any_value(r.first_second) AND any_value(r.last_second))
+),
+client_shaped AS (  -- ... and no cross traffic explains the queue, over those seconds
+    SELECT k.conn_id, k.stream_id, any_value(k.gaps) AS gaps, any_value(k.bunched_share) AS bunched_share,
+        any_value(k.inflation_ms) AS inflation_ms
+    FROM (SELECT *, unnest(range(first_second, last_second + 1)) AS second FROM client_paced) AS k
+    LEFT JOIN path_timeline AS t
+      ON t.client_addr = k.client_addr AND t.server_addr = k.server_addr AND t.second = k.second
+    GROUP BY k.conn_id, k.stream_id
+    HAVING coalesce(sum(t.cross_bytes), 0) < 0.25 * coalesce(sum(t.acked_bytes), 0)
 ),
 server_side AS (  -- a capture point that sees the sends (at the server or in the middle)
     SELECT r.capture_id, r.conn_id, r.stream_id, r.started_at,
