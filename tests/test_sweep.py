@@ -195,3 +195,23 @@ def test_host_stalls_leave_out_what_the_injected_flow_control_itself_delays():
     # a slow-reader run: its small HTTP/2 windows hold the server's writes, so its token timers run late
     labels["load"] = {"channel_options": [["grpc.http2.lookahead_bytes", 256], ["grpc.http2.bdp_probe", 0]]}
     assert [d["source"] for d in sweep.disturbed_in_windows(labels)] == ["bridge"]
+
+
+def test_a_held_out_only_sweep_skips_the_tuning_runs(tmp_path, monkeypatch):
+    """`--split heldout` judges fixed settings on fresh runs without paying for the tuning ones:
+    the other split's indices are skipped (no folder, no run), its own are run or resumed."""
+    import telemetry.lab.runner as runner
+
+    def no_lab(*_a, **_k):
+        raise AssertionError("a run that should have been resumed or skipped was started")
+
+    monkeypatch.setattr(runner, "run_scenario", no_lab)
+    runs = [sweep.draw(4, i) for i in range(12)]
+    held = [r for r in runs if r.split == "heldout"]
+    assert held and len(held) < len(runs)
+    for r in held:  # already captured: resumed, not run again
+        (tmp_path / r.name).mkdir()
+        (tmp_path / r.name / sweep.RUN_META).write_text(json.dumps({"name": r.name, "status": "ok", "ranges": 1}))
+    metas = sweep.run_sweep(4, 12, tmp_path, split="heldout", log=lambda m: None)
+    assert [m["name"] for m in metas] == [r.name for r in held]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(r.name for r in held)

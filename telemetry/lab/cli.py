@@ -85,6 +85,7 @@ def sweep(
     start: Annotated[int, typer.Option(help="Index of the first run.")] = 0,
     ranges: Annotated[int, typer.Option(help="Which ranges to draw from: 1 (the first sweep's) or 2 (wider: cross traffic, uplink variants, zero window, two windows).")] = 1,
     realtime: Annotated[bool, typer.Option(help="Run the lab's server, client and tcpdump under chrt -r 10 like its bridge.")] = True,
+    split: Annotated[str | None, typer.Option(help="Run only the runs of this split (heldout: a fresh judge of settings already fixed; the other split's indices are skipped, not run).")] = None,
 ) -> None:
     """Run a randomized sweep: each run's path (RTT floor, link rate), load (unary and
     streaming mix, concurrency), capture point (server or client) and impairment (cause,
@@ -100,7 +101,10 @@ def sweep(
     if ranges not in (1, 2):
         typer.echo(f"--ranges must be 1 or 2, not {ranges}", err=True)
         raise typer.Exit(2)
-    metas = run_sweep(seed, runs, out, start, log=typer.echo, ranges=ranges, realtime=realtime)
+    if split not in (None, "tuning", "heldout"):
+        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
+        raise typer.Exit(2)
+    metas = run_sweep(seed, runs, out, start, log=typer.echo, ranges=ranges, realtime=realtime, split=split)
     counts: dict[str, int] = {}
     for m in metas:
         counts[m["status"]] = counts.get(m["status"], 0) + 1

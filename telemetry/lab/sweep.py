@@ -311,17 +311,20 @@ def disturbed_in_windows(labels: dict[str, Any], min_late_ms: float = STALL_MIN_
 
 
 def run_sweep(seed: int, runs: int, out: Path, start: int = 0, attempts: int = 2, log: Any = print,
-              ranges: int = 1, realtime: bool = False) -> list[dict[str, Any]]:
+              ranges: int = 1, realtime: bool = False, split: str | None = None) -> list[dict[str, Any]]:
     """Run (or resume) runs ``start .. start + runs - 1`` of the sweep into ``out/<name>/``.
     A run disturbed inside its windows is run again (up to ``attempts`` times) and kept
     marked ``disturbed`` if it stays so. ``realtime``: the lab's server, client and
     tcpdump run under ``chrt -r 10`` like its bridge (fewer scheduling stalls on a busy
-    machine)."""
+    machine). ``split``: only the runs drawn into that split (the others are skipped, so a
+    fresh held-out judge of fixed settings costs only its own runs)."""
     from telemetry.lab.runner import run_scenario
 
     done = []
     for index in range(start, start + runs):
         run = draw(seed, index, ranges)
+        if split is not None and run.split != split:
+            continue
         folder = out / run.name
         meta_path = folder / RUN_META
         if meta_path.exists():
