@@ -4,8 +4,11 @@
 -- point-to-client side of the path; to_server the other way; both comma-separated; null
 -- for server, application and unknown):
 --   loss_burst   retransmissions / lost segments on its connection while in flight;
---                delay = head-of-line stall until each burst's hole was filled (for a
---                request never answered, the whole wait)
+--                delay = head-of-line stall until each burst's hole was filled, the time
+--                its response direction was dark (the server's data lost whole before the
+--                capture point, resent on timeouts), and its own wait before the capture
+--                point saw it (its bytes resent, or held in the client behind bytes resent
+--                on a timeout: upstream_delay_ms) (for a request never answered, the whole wait)
 --   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= queue_floor_share
 --                of the floor) while in flight (25th percentile) or when its last bytes went

@@ -9,6 +9,9 @@
 -- resend: late_arrival, a segment overtaken past the capture point, and holes at the
 -- capture point whose original came after the resend that filled them: late_arrival too,
 -- held back before the capture point, the resend no loss) and how late it was,
+-- the time its response direction went dark (no data toward the client for 200 ms or
+-- more while the server's packets went missing before the capture point: its data lost
+-- whole and resent on timeouts, which leaves no hole where the client captures),
 -- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
@@ -16,7 +19,7 @@
 -- the queue its last bytes met; and the inflation in the second before its first loss,
 -- queue_before_loss_ms: a queue that overflowed was there before its drops), and
 -- whether the capture saw both directions.
--- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections
+-- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections, flow_rates
 -- materialize: capture
 WITH upstream_gaps AS (
     SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
@@ -80,6 +83,37 @@ ev AS (  -- from when the client began (before a lost first packet) to its finis
     JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM events) AS e
       ON e.conn_id = s.conn_id AND e.sec = s.sec AND e.ts BETWEEN s.lo AND s.hi
 ),
+sent_buckets AS (  -- the 100 ms buckets in which data toward the client passed the capture point
+    SELECT conn_id, epoch_ns(ts) AS from_ns, epoch_ns(ts) + bucket_ms * 1000000 AS to_ns
+    FROM flow_rates WHERE direction = 'to_client' AND bytes_sent > 0
+),
+silences AS (  -- no data toward the client for 200 ms (Linux's shortest retransmission timeout) or more
+    SELECT * FROM (
+        SELECT conn_id, to_ns AS from_ns, lead(from_ns) OVER (PARTITION BY conn_id ORDER BY from_ns) AS to_ns
+        FROM sent_buckets
+    ) WHERE to_ns - from_ns >= 200000000
+),
+dark AS (  -- silences in which the server's packets went missing before the capture point
+    -- (upstream_loss toward the client, up to the bucket the data came back in): its data
+    -- was lost whole and resent until a copy passed, with no hole to see at a capture
+    -- point by the client (a server that merely had nothing to send loses no packets)
+    SELECT s.conn_id, s.from_ns, s.to_ns, list({'t': epoch_ns(e.ts), 'n': e.bytes}) AS gaps
+    FROM silences AS s
+    JOIN tcp_events AS e
+      ON e.conn_id = s.conn_id AND e.kind = 'upstream_loss' AND e.direction = 'to_client'
+     AND epoch_ns(e.ts) > s.from_ns AND epoch_ns(e.ts) < s.to_ns + 100000000
+    GROUP BY ALL
+),
+dark_waits AS (  -- how long each request in flight waited through a dark stretch
+    SELECT m.conn_id, m.stream_id, d.from_ns,
+        -- the packets missing in it, less those its own span counts already (ev)
+        coalesce(list_sum(list_transform(list_filter(d.gaps, lambda g: g.t < epoch_ns(m.client_started_at)
+                                                              OR g.t > epoch_ns(m.finished_at)), lambda g: g.n)), 0) AS missing,
+        (least(epoch_ns(m.finished_at), d.to_ns) - greatest(epoch_ns(m.client_started_at), d.from_ns)) / 1e6 AS wait_ms
+    FROM request_metrics AS m
+    JOIN dark AS d
+      ON d.conn_id = m.conn_id AND d.from_ns < epoch_ns(m.finished_at) AND d.to_ns > epoch_ns(m.client_started_at)
+),
 loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
         count(*) AS segments,
@@ -93,6 +127,9 @@ loss_bursts AS (
     UNION ALL  -- its own first bytes, lost before the capture point and resent
     SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms
     FROM request_metrics WHERE upstream_delay_ms > 0
+    UNION ALL  -- its response direction dark while the server's data was lost before the capture point
+    SELECT conn_id, stream_id, 'to_client', -2 - from_ns // 1000000, missing, wait_ms
+    FROM dark_waits WHERE wait_ms > 0
 ),
 loss AS (
     SELECT conn_id, stream_id,

@@ -29,7 +29,10 @@
 -- never passed) and it came at least a retransmission timeout after the first of them could
 -- have left, it was among them, resent until a copy passed: the client began then (a lost
 -- ACK followed by a fresh request looks the same from here).
--- upstream_delay_ms is that wait (the largest, if both); client_started_at (started_at
+-- Requests that left in the flush right after such a hold (or after the client's data was
+-- resent on timeouts past the capture point) waited in the client's socket behind it,
+-- issued at some time during it: spread evenly over it in issue order (an estimate).
+-- upstream_delay_ms is that wait (the largest, if several); client_started_at (started_at
 -- less it) is when the client began.
 -- A request with no answer at all (no response headers, message, end or reset) on a
 -- connection that went on for a second or more after it is unanswered: it failed, and its
@@ -170,6 +173,54 @@ upstream AS (
     )
     WHERE start_ns - lost_from_ns BETWEEN 200000000 AND 3000000000
 ),
+holds AS (  -- the client's sending held up for a retransmission timeout or more: a request
+    -- whose own first bytes were resent until a copy passed (upstream, 200 ms or more), or
+    -- client data resent on timeouts after the capture point saw it leave (a chain of
+    -- rto_retransmission of the same bytes)
+    SELECT u.conn_id, u.stream_id, epoch_ns(r.request_start) - CAST(round(u.upstream_delay_ms * 1e6) AS BIGINT) AS from_ns,
+        epoch_ns(r.request_start) AS to_ns
+    FROM (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms FROM upstream GROUP BY ALL) AS u
+    JOIN requests_in_range AS r USING (conn_id, stream_id)
+    WHERE u.upstream_delay_ms >= 200
+    UNION ALL
+    SELECT conn_id, NULL, min(epoch_ns(ts) - CAST(round(recovery_ms * 1e6) AS BIGINT)), max(epoch_ns(ts))
+    FROM tcp_events
+    WHERE kind = 'rto_retransmission' AND direction = 'to_server' AND recovery_ms >= 200
+    GROUP BY conn_id, seq
+),
+arrivals AS (  -- each request's arrival and the gap since the connection's previous one
+    SELECT conn_id, stream_id, epoch_ns(request_start) AS start_ns,
+        epoch_ns(request_start) - lag(epoch_ns(request_start)) OVER (PARTITION BY conn_id ORDER BY request_start, stream_id) AS gap_ns
+    FROM requests_in_range WHERE request_start IS NOT NULL
+),
+flushes AS (  -- the requests that left after a hold ended, back to back: while each came
+    -- within a round trip and 50 ms of the one before (slow start after a timeout sends what
+    -- waited in bursts a round trip apart, or a delayed ACK, 40 ms, apart while the window
+    -- is one segment), at most as many as the connection's request rate over the 10 s
+    -- before the hold would have issued during it (and one more)
+    SELECT a.conn_id, a.stream_id, a.start_ns, h.from_ns, h.to_ns,
+        row_number() OVER (PARTITION BY h.conn_id, h.from_ns, h.to_ns ORDER BY a.start_ns, a.stream_id) AS i,
+        sum(CASE WHEN a.start_ns > h.to_ns + rt.ns AND a.gap_ns > rt.ns THEN 1 ELSE 0 END)
+            OVER (PARTITION BY h.conn_id, h.from_ns, h.to_ns ORDER BY a.start_ns, a.stream_id) AS breaks,
+        ceil(rate.n * (h.to_ns - h.from_ns) / 10e9) + 1 AS cap
+    FROM holds AS h
+    JOIN (SELECT conn_id, CAST(round((coalesce(rtt_min_ms_to_server, 0) + coalesce(rtt_min_ms_to_client, 0) + 50) * 1e6) AS BIGINT) AS ns
+          FROM connections) AS rt USING (conn_id)
+    JOIN arrivals AS a
+      ON a.conn_id = h.conn_id AND a.stream_id IS DISTINCT FROM h.stream_id
+     AND a.start_ns >= h.to_ns AND a.start_ns <= h.to_ns + 30000000000
+    JOIN LATERAL (SELECT count(*) AS n FROM arrivals AS b
+                  WHERE b.conn_id = h.conn_id AND b.start_ns >= h.from_ns - 10000000000 AND b.start_ns < h.from_ns) AS rate ON true
+),
+held AS (
+    -- they were issued during the hold and waited in the client's socket behind the held
+    -- bytes, unseen. When in it, packets cannot say: spread evenly over it in the order the
+    -- client issued them (an estimate, what upstream_delay_ms carries)
+    SELECT conn_id, stream_id, 0 AS lost_packets, max((start_ns - (from_ns + (to_ns - from_ns) * i / (k + 1))) / 1e6) AS upstream_delay_ms
+    FROM (SELECT *, count(*) OVER (PARTITION BY conn_id, from_ns, to_ns) AS k
+          FROM flushes WHERE breaks = 0 AND i <= cap)
+    GROUP BY ALL
+),
 held_ack AS (
     SELECT f.conn_id, f.stream_id, f.t0 + greatest(f.a1 - f.t1, 0) AS first_acked_ns
     FROM first_two AS f
@@ -233,5 +284,5 @@ LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
 LEFT JOIN ack_held AS k USING (conn_id, stream_id)
 LEFT JOIN (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms, max(lost_packets) AS lost_packets
-           FROM upstream GROUP BY ALL) AS u USING (conn_id, stream_id)
+           FROM (FROM upstream UNION ALL BY NAME FROM held) GROUP BY ALL) AS u USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL

@@ -115,7 +115,7 @@ def _store(folder: Path, meta: dict[str, Any], reingest: bool, store_dir: Path |
 
 
 _TRUTH = """
-WITH t AS (SELECT * FROM read_parquet(?)),
+WITH t AS (SELECT * FROM calls),
 clean AS (
     SELECT method, quantile_cont(ttft_ms, 0.99) AS ttft_p99, quantile_cont(latency_ms, 0.99) AS latency_p99
     FROM t WHERE in_window IS NULL AND grpc_status = 0 GROUP BY method
@@ -134,12 +134,21 @@ FROM judged
 """
 
 
-def truth_of(client_parquet: Path) -> list[dict[str, Any]]:
-    """The client's calls with what made each slow (``slow_on``: ttft, latency, rejected)."""
+def truth_of(client_parquet: Path, windows: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The client's calls with what made each slow (``slow_on``: ttft, latency, rejected);
+    ``windows``: the windows to place them in (their effect_end as recovered), else as the
+    lab placed them."""
     import duckdb
+    import pyarrow.parquet as pq
 
+    from telemetry.lab.truth import assign_windows
+
+    calls = pq.read_table(client_parquet)
+    if windows is not None:
+        calls = assign_windows(calls, windows)
     con = duckdb.connect()
-    cur = con.execute(_TRUTH, [str(client_parquet)])
+    con.register("calls", calls)
+    cur = con.execute(_TRUTH)
     cols = [d[0] for d in cur.description]
     return [dict(zip(cols, row, strict=True)) for row in cur.fetchall()]
 
@@ -323,6 +332,7 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
     (``report``); ``params``: settings other than the defaults (for choosing thresholds on
     the tuning runs); ``store_dir``: where its store lives (default: the run's folder)."""
     from telemetry.cli.sql import open_analysis
+    from telemetry.lab.truth import recovered_effect_ends
     from telemetry.models.db import connect
 
     meta = json.loads((folder / "sweep.json").read_text())
@@ -336,7 +346,12 @@ def score_run(folder: Path, reingest: bool = False, params: dict[str, Any] | Non
             raise RuntimeError(f"tailtap sql cannot open {store.root} (exit {sql_con})")
     # what `tailtap analyze`'s report reads (telemetry.report.sections.analyze_report)
     report_con = connect(store, {**(params or {}), "capture_ids": store.capture_ids(), "window_s": None})
-    truth = truth_of(folder / "client.parquet")
+    # a loss window lasts until its drops were recovered (a backed-off retransmission
+    # timeout outlasts the lab's fixed settle time)
+    recovered = recovered_effect_ends(folder, labels["windows"])
+    for w in labels["windows"]:
+        w["effect_end_ns"] = max(w["effect_end_ns"], recovered.get(w["name"], 0))
+    truth = truth_of(folder / "client.parquet", labels["windows"])
     windows = {w["name"]: w for w in labels["windows"]}
     stalls = [(d["start_ns"], d["end_ns"]) for d in host_stalls(labels)]
     for t in truth:  # a request a lab process's stall may have slowed is left out

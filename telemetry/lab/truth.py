@@ -111,6 +111,61 @@ def assign_windows(table: Any, windows: list[dict[str, Any]]) -> Any:
     return table.set_column(i, "in_window", pa.array(names, pa.string()))
 
 
+def recovered_effect_ends(folder: Path, windows: list[dict[str, Any]]) -> dict[str, int]:
+    """When each loss window's effect really ended: the time the receiving side had every
+    segment the bridge dropped in it, read from the capture on that side of the bridge
+    (``capture.pcap`` at the server for drops toward it, ``capture_client.pcap`` at the
+    client for drops toward it, when the run has one). A drop is recovered by the first
+    later packet of its connection and direction that carries its first byte. Windows whose
+    drops cannot be followed (no capture on the receiving side) are left out, and so are
+    windows without drops. A fixed settle time is shorter than a retransmission timeout
+    backed off a few times: without this, calls held by the loss after it count as outside
+    the window."""
+    import duckdb
+
+    events = folder / "bridge_events.parquet"
+    if not events.exists():
+        return {}
+    drops = duckdb.sql(
+        "SELECT \"window\", direction, src_port, dst_port, tcp_seq, t_rx_ns FROM read_parquet(?) "
+        "WHERE action = 'drop' AND payload_len > 0 AND tcp_seq IS NOT NULL ORDER BY t_rx_ns",
+        params=[str(events)]).fetchall()
+    names = {w["name"] for w in windows}
+    receiver = {"to_server": folder / "capture.pcap", "to_client": folder / "capture_client.pcap"}
+    ends: dict[str, int] = {}
+    for direction, pcap in receiver.items():
+        # per (ports): the drops not yet recovered, as [seq, dropped at, window]
+        pending: dict[tuple[int, int], list[list[Any]]] = {}
+        for window, d, sport, dport, seq, t in drops:
+            if d == direction and window in names:
+                pending.setdefault((sport, dport), []).append([seq, t, window])
+        if not pending or not pcap.exists():
+            continue
+        first_drop = min(x[1] for v in pending.values() for x in v)
+        for ts, _orig, f in iter_pcap(pcap):
+            if ts <= first_drop or len(f) < 54 or f[12:14] != b"\x08\x00" or f[23] != 6:
+                continue
+            ihl = (f[14] & 0x0F) * 4
+            tcp = 14 + ihl
+            key = (int.from_bytes(f[tcp:tcp + 2], "big"), int.from_bytes(f[tcp + 2:tcp + 4], "big"))
+            waiting = pending.get(key)
+            if not waiting:
+                continue
+            length = int.from_bytes(f[16:18], "big") - ihl - (f[tcp + 12] >> 4) * 4
+            if length <= 0:
+                continue
+            lo = int.from_bytes(f[tcp + 4:tcp + 8], "big")
+            kept = []
+            for drop in waiting:
+                # its first byte in this packet, the packet after the drop (32-bit sequence space)
+                if ts > drop[1] and (drop[0] - lo) % 2**32 < length:
+                    ends[drop[2]] = max(ends.get(drop[2], 0), ts)
+                else:
+                    kept.append(drop)
+            pending[key] = kept
+    return ends
+
+
 def p99(values: list[float]) -> float | None:
     v = sorted(x for x in values if x is not None)
     if not v:
