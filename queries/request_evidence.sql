@@ -9,9 +9,10 @@
 -- resend: late_arrival, a segment overtaken past the capture point, and holes at the
 -- capture point whose original came after the resend that filled them: late_arrival too,
 -- held back before the capture point, the resend no loss) and how late it was,
--- the time its response direction went dark (no data toward the client for 200 ms or
--- more while the server's packets went missing before the capture point: its data lost
--- whole and resent on timeouts, which leaves no hole where the client captures),
+-- the time its response direction went dark (no new data toward the client acknowledged
+-- for 200 ms or more while that data was being lost: resent, a hole, or lost whole before
+-- the capture point and resent on timeouts, which leaves no hole where the client
+-- captures; the server's data stuck behind a backed-off timeout where the server captures),
 -- duplicate ACKs, receive-window stalls, HTTP/2
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
@@ -83,26 +84,36 @@ ev AS (  -- from when the client began (before a lost first packet) to its finis
     JOIN (SELECT *, epoch_ns(ts) // 1000000000 AS sec FROM events) AS e
       ON e.conn_id = s.conn_id AND e.sec = s.sec AND e.ts BETWEEN s.lo AND s.hi
 ),
-sent_buckets AS (  -- the 100 ms buckets in which data toward the client passed the capture point
+acked_buckets AS (  -- the 100 ms buckets in which the client acknowledged new data
     SELECT conn_id, epoch_ns(ts) AS from_ns, epoch_ns(ts) + bucket_ms * 1000000 AS to_ns
-    FROM flow_rates WHERE direction = 'to_client' AND bytes_sent > 0
+    FROM flow_rates WHERE direction = 'to_client' AND bytes_acked > 0
 ),
-silences AS (  -- no data toward the client for 200 ms (Linux's shortest retransmission timeout) or more
+silences AS (  -- no new data toward the client acknowledged for 200 ms (Linux's shortest
+    -- retransmission timeout) or more: none delivered, or none sent; the last one runs to
+    -- the connection's end
     SELECT * FROM (
-        SELECT conn_id, to_ns AS from_ns, lead(from_ns) OVER (PARTITION BY conn_id ORDER BY from_ns) AS to_ns
-        FROM sent_buckets
+        SELECT a.conn_id, a.to_ns AS from_ns,
+            coalesce(lead(a.from_ns) OVER (PARTITION BY a.conn_id ORDER BY a.from_ns), epoch_ns(c."end")) AS to_ns
+        FROM acked_buckets AS a JOIN connections AS c USING (conn_id)
     ) WHERE to_ns - from_ns >= 200000000
 ),
-dark AS (  -- silences in which the server's packets went missing before the capture point
-    -- (upstream_loss toward the client, up to the bucket the data came back in): its data
-    -- was lost whole and resent until a copy passed, with no hole to see at a capture
-    -- point by the client (a server that merely had nothing to send loses no packets)
-    SELECT s.conn_id, s.from_ns, s.to_ns, list({'t': epoch_ns(e.ts), 'n': e.bytes}) AS gaps
+dark AS (  -- silences in which the server's data toward the client was being lost: resent,
+    -- a hole, or its packets missing before the capture point (upstream_loss: lost whole,
+    -- no hole to see where the client captures), up to the bucket delivery came back in.
+    -- Dark from the first of those losses (a resend's original send, a hole's first sight,
+    -- the packet before an IP id gap): a server that merely had nothing to send loses nothing
+    SELECT s.conn_id, greatest(s.from_ns, min(e.lost_ns)) AS from_ns, s.to_ns,
+        list({'t': e.t_ns, 'n': e.n}) AS gaps
     FROM silences AS s
-    JOIN tcp_events AS e
-      ON e.conn_id = s.conn_id AND e.kind = 'upstream_loss' AND e.direction = 'to_client'
-     AND epoch_ns(e.ts) > s.from_ns AND epoch_ns(e.ts) < s.to_ns + 100000000
-    GROUP BY ALL
+    JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns,
+                 CASE WHEN kind = 'lost_segment' THEN epoch_ns(ts)
+                      ELSE epoch_ns(ts) - CAST(round(coalesce(recovery_ms, 0) * 1e6) AS BIGINT) END AS lost_ns,
+                 CASE WHEN kind = 'upstream_loss' THEN bytes ELSE 1 END AS n
+          FROM tcp_events
+          WHERE direction = 'to_client' AND (kind = 'upstream_loss' OR loss_kind(kind))) AS e
+      ON e.conn_id = s.conn_id AND e.t_ns > s.from_ns AND e.t_ns < s.to_ns + 100000000
+    GROUP BY s.conn_id, s.from_ns, s.to_ns
+    HAVING s.to_ns - greatest(s.from_ns, min(e.lost_ns)) >= 200000000
 ),
 dark_waits AS (  -- how long each request in flight waited through a dark stretch
     SELECT m.conn_id, m.stream_id, d.from_ns,
@@ -117,18 +128,18 @@ dark_waits AS (  -- how long each request in flight waited through a dark stretc
 loss_bursts AS (
     SELECT conn_id, stream_id, direction, coalesce(burst_id, -frame_no) AS burst,
         count(*) AS segments,
-        max(coalesce(recovery_ms, 0)) AS stall_ms
+        max(coalesce(recovery_ms, 0)) AS stall_ms, false AS dark
     FROM ev WHERE loss_kind(kind)
     GROUP BY ALL
     UNION ALL  -- packets lost before the capture point while it waited: counted, no stall of their own
-    SELECT conn_id, stream_id, direction, -frame_no, sum(bytes), 0
+    SELECT conn_id, stream_id, direction, -frame_no, sum(bytes), 0, false
     FROM ev WHERE kind = 'upstream_loss'
     GROUP BY ALL
     UNION ALL  -- its own first bytes, lost before the capture point and resent
-    SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms
+    SELECT conn_id, stream_id, 'to_server', -1, upstream_lost_packets, upstream_delay_ms, false
     FROM request_metrics WHERE upstream_delay_ms > 0
-    UNION ALL  -- its response direction dark while the server's data was lost before the capture point
-    SELECT conn_id, stream_id, 'to_client', -2 - from_ns // 1000000, missing, wait_ms
+    UNION ALL  -- its response direction dark while the server's data was being lost
+    SELECT conn_id, stream_id, 'to_client', -2 - from_ns // 1000000, missing, wait_ms, true
     FROM dark_waits WHERE wait_ms > 0
 ),
 loss AS (
@@ -136,7 +147,9 @@ loss AS (
         sum(segments) AS loss_events,
         count(*) AS loss_bursts,
         max(segments) AS longest_burst,
-        sum(stall_ms) AS loss_stall_ms,
+        -- a dark stretch's wait and the stalls of the bursts inside it are the same time:
+        -- the larger of the two, not their sum
+        greatest(coalesce(sum(stall_ms) FILTER (WHERE NOT dark), 0), coalesce(sum(stall_ms) FILTER (WHERE dark), 0)) AS loss_stall_ms,
         string_agg(DISTINCT direction, ',' ORDER BY direction) AS loss_directions
     FROM loss_bursts GROUP BY ALL
 ),

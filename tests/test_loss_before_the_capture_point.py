@@ -7,6 +7,11 @@ effect end (telemetry/lab/truth.py), on real sweep captures of seed 3:
   on backed-off timeouts for 14 s, with no hole at the client (the server's ACKs still came,
   numbered past the lost packets). Before: 182 of its window's 185 slow requests were
   blamed on the server.
+* ``samples/sweep/stuck_resend``: 29 s cut of run 1, captured at the server, bursty loss
+  toward the client on a 0.35 ms path, one connection: the server's resend lost again, its
+  data stuck behind a timeout backed off to seconds while requests kept coming, until the
+  client gave up (RST). Before: those requests were blamed on the server (a clean network:
+  no loss event fell inside their span).
 * ``samples/sweep/held_requests``: 8 s cut of run 4, captured at the server, loss toward
   the server: requests the client issued while its earlier bytes were resent on a timeout
   waited in its socket and left together after it. Before: estimated as fast as ever.
@@ -43,9 +48,9 @@ def _open(tmp_path_factory, name: str):
 
 
 def _with_truth(con, folder: Path) -> list[tuple]:
-    """(stream id, client's TTFT, tailtap's TTFT estimate, upstream_delay_ms, causes by
+    """(stream id, client's TTFT (its latency when it got no answer), tailtap's TTFT estimate, upstream_delay_ms, causes by
     delay) of every request the capture and the client's own log both have."""
-    calls = duckdb.sql(f"SELECT conn_local_port, stream_id, ttft_ms FROM read_parquet('{folder / 'client.parquet'}')").fetchall()
+    calls = duckdb.sql(f"SELECT conn_local_port, stream_id, coalesce(ttft_ms, latency_ms) FROM read_parquet('{folder / 'client.parquet'}')").fetchall()
     truth = {(port, sid): ttft for port, sid, ttft in calls}
     rows = con.sql("""
         SELECT r.client_port, m.stream_id, m.ttft_eff_ms, m.upstream_delay_ms,
@@ -60,6 +65,11 @@ def _with_truth(con, folder: Path) -> list[tuple]:
 @pytest.fixture(scope="module")
 def dark(tmp_path_factory):
     return _open(tmp_path_factory, "client_dark")
+
+
+@pytest.fixture(scope="module")
+def stuck(tmp_path_factory):
+    return _open(tmp_path_factory, "stuck_resend")
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +108,19 @@ def test_a_server_that_merely_had_nothing_to_send_is_not_dark(dark):
                                                                           'fast_retransmission', 'rto_retransmission'))
     """).fetchall()[0][0]
     assert outside == 0
+
+
+def test_data_stuck_behind_a_backed_off_timeout_is_the_loss(stuck):
+    rows = _with_truth(stuck, SAMPLES / "stuck_resend")
+    waited = [r for r in rows if r[1] > 2000]  # the client waited over 2 s (up to its 20 s deadline)
+    assert len(waited) >= 50
+    primaries = [c[0] if c else "none" for *_x, c in waited]
+    assert primaries.count("loss_burst") >= 0.95 * len(waited), primaries
+    assert "server" not in primaries
+    # the wait is the loss's stall: no new data toward the client acknowledged while the
+    # server's resend of it was lost again
+    stalls = dict(stuck.sql("SELECT stream_id, loss_stall_ms FROM request_evidence").fetchall())
+    assert all(stalls.get(sid, 0) >= 0.8 * ttft for sid, ttft, *_x in waited)
 
 
 def test_requests_held_behind_a_timeout_in_the_client_are_estimated(held):
