@@ -52,7 +52,13 @@ causes AS (
         -- never answered while its connection lost packets: stuck behind them to the end
         CASE WHEN unanswered THEN greatest(loss_stall_ms, excess_ms) ELSE loss_stall_ms END AS delay_ms,
         format('{} lost segment(s) in {} burst(s) (longest {}), {}, stall {:.1f} ms',
-               loss_events, loss_bursts, longest_burst, loss_directions, loss_stall_ms) AS evidence
+               loss_events, loss_bursts, longest_burst, loss_directions, loss_stall_ms)
+        || CASE WHEN dark_wait_ms > 0
+                THEN format('; {:.1f} ms of it with no data toward the client delivered while it was being lost', dark_wait_ms)
+                ELSE '' END
+        || CASE WHEN upstream_delay_ms > 0
+                THEN format('; {:.1f} ms before the capture point saw it (its bytes resent, or held in the client behind a resend)', upstream_delay_ms)
+                ELSE '' END AS evidence
     FROM net WHERE lossy
     UNION ALL
     SELECT conn_id, stream_id, 'reordering', NULL, reorder_directions, reorder_wait_ms,

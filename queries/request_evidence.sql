@@ -150,6 +150,7 @@ loss AS (
         -- a dark stretch's wait and the stalls of the bursts inside it are the same time:
         -- the larger of the two, not their sum
         greatest(coalesce(sum(stall_ms) FILTER (WHERE NOT dark), 0), coalesce(sum(stall_ms) FILTER (WHERE dark), 0)) AS loss_stall_ms,
+        coalesce(sum(stall_ms) FILTER (WHERE dark), 0) AS dark_wait_ms,
         string_agg(DISTINCT direction, ',' ORDER BY direction) AS loss_directions
     FROM loss_bursts GROUP BY ALL
 ),
@@ -244,6 +245,9 @@ SELECT
     coalesce(loss.loss_bursts, 0) AS loss_bursts,
     coalesce(loss.longest_burst, 0) AS longest_burst,
     coalesce(loss.loss_stall_ms, 0) AS loss_stall_ms,
+    -- of which waited with its response direction dark (no new data toward the client
+    -- acknowledged while that data was being lost)
+    coalesce(loss.dark_wait_ms, 0) AS dark_wait_ms,
     loss.loss_directions,
     coalesce(other.reorder_events, 0) AS reorder_events,
     coalesce(other.reorder_wait_ms, 0) AS reorder_wait_ms,

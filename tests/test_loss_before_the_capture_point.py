@@ -97,6 +97,9 @@ def test_a_response_direction_gone_dark_is_the_loss(dark):
     """).fetchall())
     covered = [ttft for sid, ttft, *_x in blocked if stalls.get(sid, 0) >= 0.5 * ttft]
     assert len(covered) >= 0.9 * len(blocked)
+    # and the evidence says so
+    said = dark.sql("SELECT count(*) FROM request_cause WHERE cause = 'loss_burst' AND evidence LIKE '%no data toward the client%'").fetchall()[0][0]
+    assert said >= 0.9 * len(blocked)
 
 
 def test_a_server_that_merely_had_nothing_to_send_is_not_dark(dark):
