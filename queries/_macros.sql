@@ -30,6 +30,15 @@ CREATE OR REPLACE MACRO queued(inflation_ms, floor_ms) AS
 CREATE OR REPLACE MACRO resent(kind) AS
     kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission');
 
+-- Any resend of bytes the capture saw before, the spurious ones (the receiver had them) too.
+CREATE OR REPLACE MACRO any_resend(kind) AS
+    resent(kind) OR kind = 'spurious_retransmission';
+
+-- A TCP event that shows something went wrong with a direction's data on its way: a resend,
+-- a hole, an out-of-order arrival or a duplicate ACK.
+CREATE OR REPLACE MACRO troubled_kind(kind) AS
+    any_resend(kind) OR kind IN ('lost_segment', 'out_of_order', 'dup_ack');
+
 -- A TCP event that counts as a loss of the request's bytes: a resend, a hole at the capture
 -- point, or a lost ACK (request_evidence's ack_loss).
 CREATE OR REPLACE MACRO loss_kind(kind) AS

@@ -54,8 +54,7 @@ trouble AS (
     SELECT hash(conn_id) AS ck, epoch_ns(ts) AS trouble_ns
     FROM tcp_events
     WHERE direction = 'to_client'
-      AND kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
-                   'lost_segment', 'out_of_order', 'dup_ack')
+      AND troubled_kind(kind)
 ),
 arrived AS (
     SELECT s.*, g.last_sent_ns, t.trouble_ns

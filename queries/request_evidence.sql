@@ -33,7 +33,7 @@ dup_runs AS (  -- the receiver's duplicate ACKs for each hole (its next expected
 ),
 resends AS (
     SELECT conn_id, direction, seq, epoch_ns(ts) AS t_ns FROM tcp_events
-    WHERE kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission')
+    WHERE any_resend(kind)
 ),
 late_arrivals AS (  -- holes the receiver reported that filled without a resend: the segment
     -- came late past the capture point (reordering downstream of it); how late: from the

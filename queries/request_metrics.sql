@@ -102,8 +102,7 @@ troubled AS (  -- something went wrong toward the client before the ACK: the ACK
     FROM (SELECT *, unnest(range(t // 1000000000, a // 1000000000 + 1)) AS sec FROM acks) AS k
     JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events
           WHERE direction = 'to_client'
-            AND kind IN ('retransmission', 'fast_retransmission', 'rto_retransmission', 'spurious_retransmission',
-                         'lost_segment', 'out_of_order', 'dup_ack')) AS e
+            AND troubled_kind(kind)) AS e
       ON e.conn_id = k.conn_id AND e.sec = k.sec AND e.t_ns BETWEEN k.t AND k.a
 ),
 ack_held AS (  -- how long the client held each ACK beyond the path delay (0 when troubled)
