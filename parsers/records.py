@@ -226,6 +226,20 @@ class PayloadChunk:
     gap_before: int = 0  # bytes missing just before data (capture loss / never seen)
 
 
+class RunColumn(IntEnum):
+    """Where each field of a :class:`ChunkRun` row sits (its int64 column): one in-order
+    payload chunk, its bytes ``buf[START:END]``. The TCP layer's bulk path (numpy and
+    parsers/tcp/_speedups.c) writes these rows, the HTTP/2 fast path
+    (parsers/h2/_speedups.c) and the pipeline's counters read them."""
+
+    DIRECTION = 0  # TCP direction (0/1 as the TCP layer named them)
+    TS_NS = 1
+    FRAME_NO = 2
+    STREAM_OFFSET = 3  # direction byte offset of its first byte
+    START = 4  # its bytes in the batch buffer: buf[START:END]
+    END = 5
+
+
 @dataclass(slots=True)
 class ChunkRun:
     """Consecutive :class:`PayloadChunk` of one connection (both directions, capture
@@ -233,7 +247,7 @@ class ChunkRun:
     bulk path hands out instead of an object and a ``bytes`` copy per packet."""
 
     conn_key: int
-    # int64 (n, 6): direction, ts_ns, frame_no, stream_offset, start, end (data is
+    # int64 (n, len(RunColumn)), C-contiguous, columns in RunColumn order (data is
     # buf[start:end])
     rows: np.ndarray
     buf: np.ndarray  # uint8
@@ -245,7 +259,7 @@ class ChunkRun:
         """The run as PayloadChunks, rows ``first`` up to ``stop`` (the end)."""
         mv = memoryview(self.buf)
         key = self.conn_key
-        return [
+        return [  # (the columns in RunColumn order)
             PayloadChunk(key, d, bytes(mv[a:z]), ts, fno, off)
             for d, ts, fno, off, a, z in self.rows[first:stop].tolist()
         ]
@@ -462,3 +476,27 @@ class H2Event:
     value: int | None = None
     detail: str | None = None
     duration_ms: float | None = None  # for flow_control_blocked
+
+
+def c_header() -> str:
+    """``parsers/records.h``: the row layouts above as C enums, for the C fast paths (a
+    test checks the committed header is this text; ``python -m parsers.records`` prints it)."""
+    lines = [
+        "/* Generated from parsers/records.py (python -m parsers.records > parsers/records.h):",
+        " * the layouts of the rows the C fast paths and the Python code share. Do not edit. */",
+        "#ifndef TAILTAP_RECORDS_H",
+        "#define TAILTAP_RECORDS_H",
+    ]
+    for prefix, enum, what in (("MSG", MessageColumn, "MessageRow (MESSAGE_ROW: native int64s)"),
+                               ("RUN", RunColumn, "ChunkRun row (int64s)")):
+        lines.append(f"/* {enum.__name__}: the columns of a {what} */")
+        lines.append("enum {")
+        lines += [f"    {prefix}_{m.name} = {int(m)}," for m in enum]
+        lines.append(f"    {prefix}_NCOLS = {len(enum)}")
+        lines.append("};")
+    lines.append("#endif")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(c_header(), end="")

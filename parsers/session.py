@@ -75,11 +75,11 @@ def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
     ]  # fmt: skip
 
 
-_NO_COLS = np.zeros((0, 7), dtype=np.int64)
+_NO_COLS = np.zeros((0, len(MC)), dtype=np.int64)
 
 
 def _cols_of(rows: list[MessageRow]) -> np.ndarray:
-    return np.array(rows, dtype=np.int64).reshape(-1, 7)
+    return np.array(rows, dtype=np.int64).reshape(-1, len(MC))
 
 
 def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:

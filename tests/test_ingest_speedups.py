@@ -74,3 +74,22 @@ def test_every_kind_written_is_in_its_vocabulary(tmp_path):
     assert set("".join(seen["connections.history"])) <= letters
     # the samples and shared captures show most of each vocabulary
     assert len(seen["tcp_events.kind"]) >= 8 and len(seen["h2_events.kind"]) >= 5
+
+
+def test_the_c_paths_read_the_row_layouts_of_records_py():
+    """The rows the C paths write and read (message rows, ChunkRun rows) have one layout,
+    declared in parsers/records.py: the header the C files include is generated from it, and
+    a row of another width is refused, not read at the wrong places."""
+    import numpy as np
+
+    from parsers.h2._conn import H2Connection
+    from parsers.records import RunColumn, c_header
+
+    header = (ROOT / "parsers" / "records.h").read_text()
+    assert header == c_header(), "parsers/records.h is stale: python -m parsers.records > parsers/records.h"
+    for c_file in ("parsers/h2/_speedups.c", "parsers/tcp/_speedups.c"):
+        assert '#include "../records.h"' in (ROOT / c_file).read_text()
+    conn = H2Connection(1, mid=False)
+    for width in (len(RunColumn) - 1, len(RunColumn) + 1):
+        with pytest.raises(TypeError, match="RUN_NCOLS"):
+            _conn._speedups.feed_run(conn, 1, np.zeros((1, width), dtype=np.int64), b"", 0)

@@ -22,6 +22,7 @@ from parsers.records import (
     DecodeIssue,
     H2Event,
     H2EventKind,
+    MessageColumn,
     PayloadChunk,
     RequestRecord,
     message_from_row,
@@ -431,11 +432,11 @@ class H2Connection(FrameHandlers):
             reqs = [st.to_record(self.conn_key, c) for st in self.done]
         self.done = []
         buf, self.msg_buf = self.msg_buf, bytearray()
-        cols = np.frombuffer(buf, dtype=np.int64).reshape(-1, 7)
+        cols = np.frombuffer(buf, dtype=np.int64).reshape(-1, len(MessageColumn))
         evs, self.events = self.events, []
         if self.flipped:
             cols = cols.copy()
-            cols[:, 1] ^= 1
+            cols[:, MessageColumn.DIRECTION] ^= 1
             for e in evs:
                 e.direction ^= 1
         return reqs, cols, evs

@@ -18,6 +18,8 @@
 #include <structmember.h>
 #include <string.h>
 
+#include "../records.h" /* MSG_* and RUN_*: the row layouts of parsers/records.py */
+
 static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init() */
 
 /* interned attribute names of H2Connection (a plain class: read through getattr) */
@@ -182,8 +184,8 @@ static void ctx_clear(ctx_t *c) {
 /* one packed message row (MSG_ROW: seven native int64s) onto conn.msg_buf. The buffer
  * doubles when full: PyByteArray_Resize alone grows it by an eighth, so a batch's rows
  * were copied over some eight times by realloc. 0 ok, -1 error */
-static int msg_append(PyObject *buf, const long long vals[7]) {
-    const Py_ssize_t row = (Py_ssize_t)(7 * sizeof(long long));
+static int msg_append(PyObject *buf, const long long vals[MSG_NCOLS]) {
+    const Py_ssize_t row = (Py_ssize_t)(MSG_NCOLS * sizeof(long long));
     Py_ssize_t blen = PyByteArray_GET_SIZE(buf), need = blen + row;
     if (need >= ((PyByteArrayObject *)buf)->ob_alloc && PyByteArray_Resize(buf, 2 * need) < 0) return -1;
     /* within the allocation now: only the size changes */
@@ -423,12 +425,12 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (ctx_get(conn, s_messages, &ctx->msgs) < 0) goto done;
     messages = ctx->msgs;
     if (!PyByteArray_CheckExact(messages)) goto done;
-    long long row_vals[7];
+    long long row_vals[MSG_NCOLS];
     int ovf = 0;
-    row_vals[3] = PyLong_CheckExact(ts) ? PyLong_AsLongLongAndOverflow(ts, &ovf) : (ovf = 1, 0);
-    if (ovf || (row_vals[3] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
-    row_vals[2] = PyLong_AsLongLongAndOverflow(idx, &ovf);
-    if (ovf || (row_vals[2] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
+    row_vals[MSG_TS_NS] = PyLong_CheckExact(ts) ? PyLong_AsLongLongAndOverflow(ts, &ovf) : (ovf = 1, 0);
+    if (ovf || (row_vals[MSG_TS_NS] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
+    row_vals[MSG_INDEX] = PyLong_AsLongLongAndOverflow(idx, &ovf);
+    if (ovf || (row_vals[MSG_INDEX] == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
 
     /* ---- from here on the chunk is ours: apply what the Python fast path does ---- */
     ret = -1;
@@ -454,11 +456,11 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
         if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto fail_idx;
     }
     /* the message row, packed as H2Connection.msg_buf wants it (MSG_ROW: native int64s) */
-    row_vals[0] = (long long)sid;
-    row_vals[1] = d;
-    row_vals[4] = (long long)glen;
-    row_vals[5] = gflag == 1;
-    row_vals[6] = off_end;
+    row_vals[MSG_STREAM_ID] = (long long)sid;
+    row_vals[MSG_DIRECTION] = d;
+    row_vals[MSG_SIZE] = (long long)glen;
+    row_vals[MSG_FLAGS] = gflag == 1;
+    row_vals[MSG_END_OFFSET] = off_end;
     Py_DECREF(idx); /* only its value was needed */
     if (msg_append(messages, row_vals) < 0) goto done;
     if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
@@ -960,7 +962,14 @@ static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char 
         if (k->has_w && k->w - length <= 0 && !k->blocked_sid) return 0;
     }
     long long off_end = k->base + n;
-    long long row_vals[7] = {(long long)sid, d, k->idx, ts, (long long)glen, gflag == 1, off_end};
+    long long row_vals[MSG_NCOLS];
+    row_vals[MSG_STREAM_ID] = (long long)sid;
+    row_vals[MSG_DIRECTION] = d;
+    row_vals[MSG_INDEX] = k->idx;
+    row_vals[MSG_TS_NS] = ts;
+    row_vals[MSG_SIZE] = (long long)glen;
+    row_vals[MSG_FLAGS] = gflag == 1;
+    row_vals[MSG_END_OFFSET] = off_end;
     if (msg_append(ctx->msgs, row_vals) < 0) return -1;
     k->idx += 1;
     k->dframes += 1;
@@ -1015,14 +1024,14 @@ static int streak_flush(streak_t *k, ctx_t *ctx) {
 #define PREFETCH_ROWS 8
 static inline void prefetch_payload(const unsigned char *buf, Py_ssize_t len, const long long *row) {
 #if defined(__GNUC__) || defined(__clang__)
-    if (row[4] >= 0 && row[4] < len) __builtin_prefetch(buf + row[4]);
+    if (row[RUN_START] >= 0 && row[RUN_START] < len) __builtin_prefetch(buf + row[RUN_START]);
 #else
     (void)buf; (void)len; (void)row;
 #endif
 }
 
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
- * ChunkRun from row `first` on (rows: C-contiguous int64 (n, 6) direction, ts_ns,
+ * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows in the
  * fast case are handled here without a PayloadChunk; any other row becomes the same
  * PayloadChunk for conn.feed_chunk, exactly as chunk by chunk. */
@@ -1040,10 +1049,10 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (first == -1 && PyErr_Occurred()) return NULL;
     Py_buffer rv, bv;
     if (PyObject_GetBuffer(args[2], &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (rv.ndim != 2 || rv.shape[1] != 6 || rv.itemsize != 8 || rv.format == NULL ||
+    if (rv.ndim != 2 || rv.shape[1] != RUN_NCOLS || rv.itemsize != 8 || rv.format == NULL ||
         strchr("lq", rv.format[strlen(rv.format) - 1]) == NULL || rv.format[0] == '>' || rv.format[0] == '!') {
         PyBuffer_Release(&rv);
-        PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, 6) array");
+        PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, RUN_NCOLS) array");
         return NULL;
     }
     if (PyObject_GetBuffer(args[3], &bv, PyBUF_SIMPLE) < 0) {
@@ -1062,24 +1071,25 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     long long last_fno = 0;
     int fno_pending = 0;
     for (Py_ssize_t i = first < 0 ? 0 : first; i < n; i++) {
-        const long long *row = r + 6 * i;
-        if (i + PREFETCH_ROWS < n) prefetch_payload(buf, bv.len, r + 6 * (i + PREFETCH_ROWS));
-        long long a = row[4], z = row[5];
-        if (a < 0 || z < a || z > bv.len || (row[0] != 0 && row[0] != 1)) {
+        const long long *row = r + RUN_NCOLS * i;
+        if (i + PREFETCH_ROWS < n) prefetch_payload(buf, bv.len, r + RUN_NCOLS * (i + PREFETCH_ROWS));
+        long long a = row[RUN_START], z = row[RUN_END];
+        const long long d = row[RUN_DIRECTION], t = row[RUN_TS_NS], fr = row[RUN_FRAME_NO], so = row[RUN_STREAM_OFFSET];
+        if (a < 0 || z < a || z > bv.len || (d != 0 && d != 1)) {
             PyErr_SetString(PyExc_ValueError, "feed_run: bad row");
             goto out;
         }
         if (streak.active) {
-            int r = streak_row(&streak, &ctx, row[0], buf + a, (Py_ssize_t)(z - a), row[3], row[1]);
+            int r = streak_row(&streak, &ctx, d, buf + a, (Py_ssize_t)(z - a), so, t);
             if (r < 0) goto out;
             if (r == 1) {
-                last_fno = row[2];
+                last_fno = fr;
                 fno_pending = 1;
                 continue;
             }
             if (streak_flush(&streak, &ctx) < 0) goto out;
         }
-        PyObject *ts = PyLong_FromLongLong(row[1]);
+        PyObject *ts = PyLong_FromLongLong(t);
         if (ts == NULL) goto out;
         /* the row's whole frames, one by one, as long as C takes them */
         const unsigned char *b = buf + a;
@@ -1091,38 +1101,38 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             flen = 9 + (Py_ssize_t)(((unsigned long)b[pos] << 16) | ((unsigned long)b[pos + 1] << 8) | b[pos + 2]);
             if (flen > left) { fast = 0; break; }
             if (b[pos + 3] == 0)
-                fast = try_fast_raw(conn, &ctx, row[0], b + pos, flen, row[3] + pos, ts, NULL);
+                fast = try_fast_raw(conn, &ctx, d, b + pos, flen, so + pos, ts, NULL);
             else if (b[pos + 3] == 1)
-                fast = try_headers(conn, &ctx, row[0], b + pos, flen, row[3] + pos, ts);
+                fast = try_headers(conn, &ctx, d, b + pos, flen, so + pos, ts);
             else
                 fast = 0;
             if (fast == 1) pos += flen;
         }
         PyObject *fno = NULL;
         if (fast == 1) {
-            last_fno = row[2];
+            last_fno = fr;
             fno_pending = 1;
             /* one DATA frame that does not end the stream: later rows may continue it */
-            if (flen == len && b[3] == 0 && !(b[4] & 0x01)) streak_start(&streak, &ctx, row[0], be32(b + 5));
+            if (flen == len && b[3] == 0 && !(b[4] & 0x01)) streak_start(&streak, &ctx, d, be32(b + 5));
         } else if (fast == 0) {
             fno_pending = 0;
             ctx_clear(&ctx); /* Python code runs: it may rebind what ctx holds */
-            fno = PyLong_FromLongLong(row[2]);
+            fno = PyLong_FromLongLong(fr);
             if (fno == NULL) {
                 Py_DECREF(ts);
                 goto out;
             }
             PyObject *res;
             if (pos == 0) {
-                PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, row[0],
-                                                        (const char *)b, len, ts, fno, row[3], 0);
+                PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, d,
+                                                        (const char *)b, len, ts, fno, so, 0);
                 res = chunk == NULL ? NULL : PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
                 Py_XDECREF(chunk);
             } else {
                 /* the frames before were handled: the rest as the chunk that follows them
                  * (at a frame boundary, with nothing buffered, that is the same) */
-                res = PyObject_CallMethod(conn, "feed", "Ly#OOLi", row[0], (const char *)(b + pos), len - pos, ts,
-                                          fno, row[3] + pos, 0);
+                res = PyObject_CallMethod(conn, "feed", "Ly#OOLi", d, (const char *)(b + pos), len - pos, ts,
+                                          fno, so + pos, 0);
             }
             if (res == NULL) fast = -1;
             Py_XDECREF(res);

@@ -29,7 +29,18 @@ from __future__ import annotations
 import numpy as np
 
 from parsers._native import speedups
-from parsers.records import ACK, FIN, RST, SYN, ChunkRun, RttRun, RttSource, TcpEvent, TcpEventKind
+from parsers.records import (
+    ACK,
+    FIN,
+    RST,
+    SYN,
+    ChunkRun,
+    RttRun,
+    RttSource,
+    RunColumn,
+    TcpEvent,
+    TcpEventKind,
+)
 from parsers.tcp._limits import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
@@ -353,13 +364,13 @@ class BulkPath:
                 cp, cd, cr = cp[o], cd[o], cr[o]
             rows = idx[cp]
             # columns over the batch buffer, not an object and a bytes copy per packet
-            run = np.empty((len(cp), 6), dtype=np.int64)
-            run[:, 0] = cd
-            run[:, 1] = ts[cp]
-            run[:, 2] = fr[cp]
-            run[:, 3] = cr
-            run[:, 4] = b.payload_off[rows]
-            run[:, 5] = run[:, 4] + b.payload_len[rows]
+            run = np.empty((len(cp), len(RunColumn)), dtype=np.int64)
+            run[:, RunColumn.DIRECTION] = cd
+            run[:, RunColumn.TS_NS] = ts[cp]
+            run[:, RunColumn.FRAME_NO] = fr[cp]
+            run[:, RunColumn.STREAM_OFFSET] = cr
+            run[:, RunColumn.START] = b.payload_off[rows]
+            run[:, RunColumn.END] = run[:, RunColumn.START] + b.payload_len[rows]
             out.append(ChunkRun(key, run, b.buf))
         return self._ran(conn, int(ts[k - 1]), k)
 
@@ -459,7 +470,7 @@ class BulkPath:
             if X.burst_id is not None and X.acked >= X.burst_end:
                 self._close_burst(X)
         if len(chunks):
-            out.append(ChunkRun(key, _i64(chunks).reshape(-1, 6), b.buf))
+            out.append(ChunkRun(key, _i64(chunks).reshape(-1, len(RunColumn)), b.buf))
         return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w
 
     def _ran(self, conn: Conn, last: int, k: int) -> int:

@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../records.h" /* RUN_*: the ChunkRun row layout of parsers/records.py */
+
 static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "ewma(srtt, values)");
@@ -415,8 +417,14 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
             D->hi_ipid = x->ipid;
             D->hi_tsv_known = row_ts;
             D->hi_tsv = tv_u;
-            int64_t ch[6] = {d, t, x->frame, rel, x->poff, x->poff + x->pl};
-            for (int i = 0; i < 6; i++)
+            int64_t ch[RUN_NCOLS];
+            ch[RUN_DIRECTION] = d;
+            ch[RUN_TS_NS] = t;
+            ch[RUN_FRAME_NO] = x->frame;
+            ch[RUN_STREAM_OFFSET] = rel;
+            ch[RUN_START] = x->poff;
+            ch[RUN_END] = x->poff + x->pl;
+            for (int i = 0; i < RUN_NCOLS; i++)
                 if (vpush(chunks, ch[i]) < 0) return -1;
             /* window full: data reaching the far end's advertised window (filtered later) */
             if (end >= D->far_acked + D->far_rw)
@@ -641,7 +649,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         res = Py_NewRef(Py_None);
         goto done;
     }
-    if (vreserve(&chunks, 6 * count) < 0) goto done;
+    if (vreserve(&chunks, RUN_NCOLS * count) < 0) goto done;
     for (int d = 0; d < 2; d++) {
         dir_t *D = &dirs[d];
         vec_t *per_row[] = {&D->new_st, &D->new_en, &D->new_t, &D->new_tv, &D->new_tt, &D->new_ts,

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from parsers._native import speedups
-from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun
+from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun, RunColumn
 from telemetry.ingest.columns import TS, IdColumns, repeat
 from telemetry.store.parquet import table_from_columns
 
@@ -134,7 +134,8 @@ def run_sent(runs: list[ChunkRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
     """(conn_key * 2 + direction, bucket, bytes, 1) per chunk of ChunkRuns, as columns."""
     rows = np.concatenate([r.rows for r in runs]) if len(runs) > 1 else runs[0].rows
     keys = np.concatenate([np.full(len(r), r.conn_key * 2, dtype=np.int64) for r in runs])
-    return keys + rows[:, 0], rows[:, 1] // RATE_BUCKET_NS, rows[:, 5] - rows[:, 4], np.ones(len(rows), dtype=np.int64)
+    return (keys + rows[:, RunColumn.DIRECTION], rows[:, RunColumn.TS_NS] // RATE_BUCKET_NS,
+            rows[:, RunColumn.END] - rows[:, RunColumn.START], np.ones(len(rows), dtype=np.int64))
 
 
 def chunk_sent(chunks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

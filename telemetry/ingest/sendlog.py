@@ -27,7 +27,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from parsers.records import ChunkRun
+from parsers.records import ChunkRun, RunColumn
 from telemetry.ingest.lockstep import Peer
 
 LOOKBACK_NS = 3_000_000_000  # the lost segments were sent up to an RTO (backoff) before their resend
@@ -83,7 +83,7 @@ def _columns(chunks: list) -> tuple[np.ndarray, ...]:
 
 def _last_ns(chunks: list) -> int:
     """Time of the batch's last chunk."""
-    return max(int(c.rows[:, 1].max()) if type(c) is ChunkRun else c.ts_ns for c in chunks)
+    return max(int(c.rows[:, RunColumn.TS_NS].max()) if type(c) is ChunkRun else c.ts_ns for c in chunks)
 
 
 @dataclass(slots=True)
@@ -95,7 +95,8 @@ class _RunCols:
 
     def columns(self) -> tuple[np.ndarray, ...]:
         r = self.rows
-        return self.conn_key * 2 + r[:, 0], r[:, 1], r[:, 3], r[:, 5] - r[:, 4]
+        return (self.conn_key * 2 + r[:, RunColumn.DIRECTION], r[:, RunColumn.TS_NS], r[:, RunColumn.STREAM_OFFSET],
+                r[:, RunColumn.END] - r[:, RunColumn.START])
 
 
 @dataclass
