@@ -41,6 +41,8 @@ def parse_grpc_web_trailers(payload: bytes) -> dict[str, str]:
 class GrpcSplitter:
     """Splits one stream direction's DATA payload into gRPC messages."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares and
+    # builds the object from its template there: keep the two in step (tests check it)
     __slots__ = (
         "hdr",
         "left",

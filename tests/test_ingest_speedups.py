@@ -93,3 +93,38 @@ def test_the_c_paths_read_the_row_layouts_of_records_py():
     for width in (len(RunColumn) - 1, len(RunColumn) + 1):
         with pytest.raises(TypeError, match="RUN_NCOLS"):
             _conn._speedups.feed_run(conn, 1, np.zeros((1, width), dtype=np.int64), b"", 0)
+
+
+def test_the_h2_fast_path_reads_the_fields_h2_layout_declares():
+    """What the HTTP/2 C path reads and writes of the parser's objects is declared once
+    (parsers/h2/_layout.py), its header generated from it; every declared field exists on
+    its class, the templates are the classes' own __slots__ in order, and the records'
+    layouts are the dataclasses' fields."""
+    from dataclasses import fields
+
+    from parsers.grpc import GrpcSplitter
+    from parsers.h2 import _layout
+    from parsers.h2._flow import FlowState
+    from parsers.h2._hpack import DecodedBlock, TolerantDecoder
+    from parsers.h2._state import _Dir
+    from parsers.h2._streams import Stream
+    from parsers.records import PayloadChunk, RequestRecord
+
+    header = (ROOT / "parsers" / "h2" / "_layout.h").read_text()
+    assert header == _layout.c_header(), "parsers/h2/_layout.h is stale: python -m parsers.h2._layout > parsers/h2/_layout.h"
+    assert '#include "_layout.h"' in (ROOT / "parsers" / "h2" / "_speedups.c").read_text()
+    classes = {"C": PayloadChunk, "D": _Dir, "S": Stream, "X": Stream, "G": GrpcSplitter, "F": FlowState,
+               "H": TolerantDecoder, "B": DecodedBlock, "R": RequestRecord}
+    for prefix, _array, _what, names in _layout.LAYOUTS:
+        slots = set(classes[prefix].__slots__)
+        assert set(names) <= slots, (prefix, set(names) - slots)
+    assert tuple(f.name for f in fields(RequestRecord)) == _layout.LAYOUTS[-1][3]
+    assert tuple(n for n, _k in _layout.STREAM_TEMPLATE) == Stream.__slots__
+    assert tuple(n for n, _k in _layout.SPLITTER_TEMPLATE) == GrpcSplitter.__slots__
+    # and what C builds without __init__ is what __init__ builds
+    for sid in (1, 3):
+        built, made = _conn._speedups.stream(sid), Stream(sid)
+        assert [getattr(built, n) for n in Stream.__slots__] == [getattr(made, n) for n in Stream.__slots__]
+    for web in (False, True):
+        built, made = _conn._speedups.splitter(web), GrpcSplitter(False, web)
+        assert [getattr(built, n) for n in GrpcSplitter.__slots__] == [getattr(made, n) for n in GrpcSplitter.__slots__]

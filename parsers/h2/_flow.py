@@ -16,6 +16,7 @@ DEFAULT_WINDOW = 65535
 class FlowState:
     """Send windows of one direction (the sender)."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
     __slots__ = ("known", "conn", "initial", "streams", "blocked")
 
     def __init__(self, known: bool) -> None:

@@ -30,6 +30,7 @@ class DecodedBlock:
     """One decoded header block: names/values as str; None where unknown. Read-only once
     decoded: the decoder hands the same block out again for the same bytes (its cache)."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
     __slots__ = ("fields", "unknown", "unknown_indexes", "error", "_dict")
 
     def __init__(
@@ -79,6 +80,7 @@ STATIC_TEXT = tuple((_text(n), _text(v)) for n, v in STATIC_TABLE)
 class TolerantDecoder:
     """HPACK decoder for one direction's header blocks."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
     __slots__ = (
         "entries", "size", "max_size", "max_allowed", "complete", "size_exact", "_gen", "_cache",
         "_cache_gen",

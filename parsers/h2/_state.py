@@ -28,6 +28,7 @@ _MAX_SID_JUMP_LOSSY = 2 * 1_000_000
 class _Dir:
     """Parsing state of one TCP direction (one sender)."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
     __slots__ = (
         "buf",
         "base",

@@ -35,6 +35,8 @@ def _number(text: str | None) -> int | None:
 class Stream:
     """One HTTP/2 stream. Lists of two are indexed by TCP direction."""
 
+    # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares and
+    # builds the object from its template there: keep the two in step (tests check it)
     __slots__ = (
         "sid",
         "promised",
