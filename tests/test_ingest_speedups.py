@@ -111,7 +111,7 @@ def test_the_h2_fast_path_reads_the_fields_h2_layout_declares():
     from parsers.records import PayloadChunk, RequestRecord
 
     header = (ROOT / "parsers" / "h2" / "_layout.h").read_text()
-    assert header == _layout.c_header(), "parsers/h2/_layout.h is stale: python -m parsers.h2._layout > parsers/h2/_layout.h"
+    assert header == _layout.c_header(), "parsers/h2/_layout.h is stale: TAILTAP_PURE_PYTHON=1 python -m parsers.h2._layout > parsers/h2/_layout.h"
     assert '#include "_layout.h"' in (ROOT / "parsers" / "h2" / "_speedups.c").read_text()
     classes = {"C": PayloadChunk, "D": _Dir, "S": Stream, "X": Stream, "G": GrpcSplitter, "F": FlowState,
                "H": TolerantDecoder, "B": DecodedBlock, "R": RequestRecord}

@@ -31,7 +31,7 @@ class DecodedBlock:
     decoded: the decoder hands the same block out again for the same bytes (its cache)."""
 
     # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
-    __slots__ = ("fields", "unknown", "unknown_indexes", "error", "_dict")
+    __slots__ = ("fields", "unknown", "unknown_indexes", "error", "as_dict_memo")
 
     def __init__(
         self,
@@ -44,12 +44,12 @@ class DecodedBlock:
         self.unknown = unknown  # fields whose name (or name and value) could not be known
         self.unknown_indexes = unknown_indexes
         self.error = error  # set when the block itself was malformed
-        self._dict: dict[str, str] | None = None
+        self.as_dict_memo: dict[str, str] | None = None
 
     def as_dict(self) -> dict[str, str]:
         """Known fields; repeated names are joined with ', ' (cookie with '; '). Built
         once per block and shared: callers must not change it."""
-        out = self._dict
+        out = self.as_dict_memo
         if out is not None:
             return out
         out = {}
@@ -61,7 +61,7 @@ class DecodedBlock:
                 out[name] = out[name] + sep + value
             else:
                 out[name] = value
-        self._dict = out
+        self.as_dict_memo = out
         return out
 
 
@@ -82,8 +82,8 @@ class TolerantDecoder:
 
     # parsers/h2/_speedups.c reads and writes the fields parsers/h2/_layout.py declares
     __slots__ = (
-        "entries", "size", "max_size", "max_allowed", "complete", "size_exact", "_gen", "_cache",
-        "_cache_gen",
+        "entries", "size", "max_size", "max_allowed", "complete", "size_exact", "gen", "cache",
+        "cache_gen",
     )  # fmt: skip
 
     def __init__(self, complete: bool = True) -> None:
@@ -96,16 +96,16 @@ class TolerantDecoder:
         self.complete = complete
         self.size_exact = True
         # Decoded blocks that changed nothing, by their bytes: valid while the dynamic
-        # table is unchanged (_gen counts its changes). Steady-state streams repeat the
+        # table is unchanged (gen counts its changes). Steady-state streams repeat the
         # same all-indexed blocks, which then decode once (and share one DecodedBlock).
-        self._gen = 0
-        self._cache: dict[bytes, DecodedBlock] = {}
-        self._cache_gen = 0
+        self.gen = 0
+        self.cache: dict[bytes, DecodedBlock] = {}
+        self.cache_gen = 0
 
     def lose_context(self) -> None:
         """Bytes of this direction were lost (or never seen): any entries may have been
         inserted since, so everything we hold may sit at other indexes now."""
-        self._gen += 1
+        self.gen += 1
         self.entries.clear()
         self.size = 0
         self.complete = False
@@ -117,7 +117,7 @@ class TolerantDecoder:
             self._resize(value)
 
     def _resize(self, new_max: int) -> None:
-        self._gen += 1
+        self.gen += 1
         self.max_size = new_max
         self._evict()
 
@@ -130,7 +130,7 @@ class TolerantDecoder:
             self.size = 0
 
     def _insert(self, name: str | None, value: str | None, nlen: int, vlen: int) -> None:
-        self._gen += 1
+        self.gen += 1
         size = 32 + nlen + vlen
         if size > self.max_size:
             self.entries.clear()
@@ -153,16 +153,16 @@ class TolerantDecoder:
         """Decode a complete header block. Never raises: malformed input sets
         ``block.error`` and drops the dynamic context (alignment is unknown after it)."""
         key = bytes(data)
-        if self._cache_gen != self._gen:
-            self._cache.clear()
-            self._cache_gen = self._gen
-        hit = self._cache.get(key)
+        if self.cache_gen != self.gen:
+            self.cache.clear()
+            self.cache_gen = self.gen
+        hit = self.cache.get(key)
         if hit is not None:
             return hit
-        gen = self._gen
+        gen = self.gen
         out = self._decode(data)
-        if self._gen == gen and out.error is None and len(key) <= _CACHE_BLOCK and len(self._cache) < _CACHE_BLOCKS:
-            self._cache[key] = out
+        if self.gen == gen and out.error is None and len(key) <= _CACHE_BLOCK and len(self.cache) < _CACHE_BLOCKS:
+            self.cache[key] = out
         return out
 
     def _decode(self, data: bytes | bytearray | memoryview) -> DecodedBlock:

@@ -1,4 +1,4 @@
-/* Generated from parsers/h2/_layout.py (python -m parsers.h2._layout > parsers/h2/_layout.h):
+/* Generated from parsers/h2/_layout.py (TAILTAP_PURE_PYTHON=1 python -m parsers.h2._layout > parsers/h2/_layout.h):
  * the fields of the HTTP/2 parser's objects the C fast path reads and writes. Do not edit. */
 #ifndef TAILTAP_H2_LAYOUT_H
 #define TAILTAP_H2_LAYOUT_H
@@ -22,10 +22,10 @@ enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_INITIAL, F_N };
 static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked", "initial"};
 /* _hpack.TolerantDecoder: its header-block cache */
 enum { H_GEN, H_CACHE, H_CACHE_GEN, H_N };
-static const char *decoder_names[H_N] = {"_gen", "_cache", "_cache_gen"};
+static const char *decoder_names[H_N] = {"gen", "cache", "cache_gen"};
 /* _hpack.DecodedBlock */
-enum { B_UNKNOWN, B_ERROR, B_DICT, B_N };
-static const char *block_names[B_N] = {"unknown", "error", "_dict"};
+enum { B_UNKNOWN, B_ERROR, B_AS_DICT_MEMO, B_N };
+static const char *block_names[B_N] = {"unknown", "error", "as_dict_memo"};
 /* parsers.records.RequestRecord (every field, in order: C fills them all) */
 enum { R_CONN_KEY, R_STREAM_ID, R_METHOD, R_PATH, R_AUTHORITY, R_SCHEME, R_CONTENT_TYPE, R_USER_AGENT, R_KIND, R_REQUEST_START, R_REQUEST_END, R_RESPONSE_HEADERS, R_FIRST_MESSAGE, R_LAST_MESSAGE, R_END, R_HTTP_STATUS, R_GRPC_STATUS, R_GRPC_MESSAGE, R_GRPC_ENCODING, R_REQUEST_MESSAGES, R_RESPONSE_MESSAGES, R_REQUEST_BYTES, R_RESPONSE_BYTES, R_RESET_CODE, R_TRAILERS_ONLY, R_HEADERS_KNOWN, R_FIRST_MESSAGE_END_OFFSET, R_END_OFFSET, R_PROTOCOL, R_FIRST_BYTE, R_MODEL, R_FINISH_REASON, R_PROMPT_TOKENS, R_COMPLETION_TOKENS, R_N };
 static const char *record_names[R_N] = {"conn_key", "stream_id", "method", "path", "authority", "scheme", "content_type", "user_agent", "kind", "request_start", "request_end", "response_headers", "first_message", "last_message", "end", "http_status", "grpc_status", "grpc_message", "grpc_encoding", "request_messages", "response_messages", "request_bytes", "response_bytes", "reset_code", "trailers_only", "headers_known", "first_message_end_offset", "end_offset", "protocol", "first_byte", "model", "finish_reason", "prompt_tokens", "completion_tokens"};

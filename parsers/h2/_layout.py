@@ -1,8 +1,10 @@
 """The fields of the HTTP/2 parser's objects that its C fast path (``_speedups.c``) reads
 and writes in place, declared once.
 
-``_layout.h`` is generated from this module (``python -m parsers.h2._layout >
-parsers/h2/_layout.h``; a test checks it is current): for each object below, an enum of its
+``_layout.h`` is generated from this module (``TAILTAP_PURE_PYTHON=1 python -m
+parsers.h2._layout > parsers/h2/_layout.h``, then ``pip install -e .`` rebuilds the
+extension: the one built before may refuse the changed classes; a test checks the header is
+current): for each object below, an enum of its
 fields (``PREFIX_FIELD``, in this order, and ``PREFIX_N``) and the array of their names. At
 ``init()`` the C module looks each name up among the class's ``__slots__`` members (their
 offsets); a name a class no longer has is an error there, not a wrong read. ``Stream`` and
@@ -37,9 +39,9 @@ LAYOUTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
     ("F", "flow_names", "_flow.FlowState: a direction's flow-control windows",
      ("known", "conn", "streams", "blocked", "initial")),
     ("H", "decoder_names", "_hpack.TolerantDecoder: its header-block cache",
-     ("_gen", "_cache", "_cache_gen")),
+     ("gen", "cache", "cache_gen")),
     ("B", "block_names", "_hpack.DecodedBlock",
-     ("unknown", "error", "_dict")),
+     ("unknown", "error", "as_dict_memo")),
     ("R", "record_names", "parsers.records.RequestRecord (every field, in order: C fills them all)",
      tuple(f.name for f in fields(RequestRecord))),
 )
@@ -72,7 +74,7 @@ SPLITTER_TEMPLATE: tuple[tuple[str, str], ...] = (
 def c_header() -> str:
     """The text of ``_layout.h``."""
     out = [
-        "/* Generated from parsers/h2/_layout.py (python -m parsers.h2._layout > parsers/h2/_layout.h):",
+        "/* Generated from parsers/h2/_layout.py (TAILTAP_PURE_PYTHON=1 python -m parsers.h2._layout > parsers/h2/_layout.h):",
         " * the fields of the HTTP/2 parser's objects the C fast path reads and writes. Do not edit. */",
         "#ifndef TAILTAP_H2_LAYOUT_H",
         "#define TAILTAP_H2_LAYOUT_H",

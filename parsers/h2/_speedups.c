@@ -649,7 +649,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
     if (Py_TYPE(blk) != block_type) return 0;
     long long unknown;
     if (slot_ll(blk, b_off[B_UNKNOWN], &unknown) < 0 || unknown != 0 || SLOT(blk, b_off[B_ERROR]) != Py_None) return 0;
-    PyObject *h = SLOT(blk, b_off[B_DICT]);
+    PyObject *h = SLOT(blk, b_off[B_AS_DICT_MEMO]);
     if (h == NULL || !PyDict_CheckExact(h)) return 0;
 
     if (ctx_conn(conn, ctx) < 0) return 0;
