@@ -11,6 +11,7 @@ the time of the packet that completed *it*, not the whole frame.
 
 from __future__ import annotations
 
+import warnings
 from functools import partial
 
 import numpy as np
@@ -45,9 +46,14 @@ from ._streams import Stream
 # runs and gives the same records.
 _speedups = speedups("parsers.h2")
 if _speedups is not None:
-    _speedups.init(
-        GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
-    )
+    try:
+        _speedups.init(
+            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
+        )
+    except (AttributeError, TypeError) as exc:  # built from another _layout.py: not used
+        warnings.warn(f"parsers.h2._speedups is out of date ({exc}); rebuild it with `pip install -e .`. "
+                      "HTTP/2 runs in pure Python meanwhile.", RuntimeWarning, stacklevel=1)
+        _speedups = None
 
 
 class H2Connection(FrameHandlers):

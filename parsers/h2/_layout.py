@@ -3,8 +3,8 @@ and writes in place, declared once.
 
 ``_layout.h`` is generated from this module (``TAILTAP_PURE_PYTHON=1 python -m
 parsers.h2._layout > parsers/h2/_layout.h``, then ``pip install -e .`` rebuilds the
-extension: the one built before may refuse the changed classes; a test checks the header is
-current): for each object below, an enum of its
+extension: the one built before refuses the changed classes, and HTTP/2 then runs in pure
+Python with a warning; a test checks the header is current): for each object below, an enum of its
 fields (``PREFIX_FIELD``, in this order, and ``PREFIX_N``) and the array of their names. At
 ``init()`` the C module looks each name up among the class's ``__slots__`` members (their
 offsets); a name a class no longer has is an error there, not a wrong read. ``Stream`` and
