@@ -156,6 +156,10 @@ def test_the_readme_block_is_rewritten_in_place(sample_score, tmp_path):
     text = diagnosis(scores)
     assert "## Per injected cause" in text and "| loss_burst |" in text
     json.dumps(scores)  # the per-run scores are plain JSON
+    # a sweep of one split only (`--split`) has no rows for the other
+    only = markdown([sample_score])
+    assert f"| {sample_score['split']} | sql |" in only
+    assert all(f"| {sp} | sql |" not in only for sp in ("tuning", "heldout") if sp != sample_score["split"])
 
 
 @pytest.mark.lab

@@ -478,14 +478,16 @@ def markdown(scores: list[dict[str, Any]]) -> str:
            "(requests left out) | "
            "report's spike verdict right |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for split in ("tuning", "heldout"):
+    # a split with no runs (a held-out-only sweep: `tailtap lab sweep --split heldout`) is left out
+    splits = [sp for sp in ("tuning", "heldout") if any(s.get("split") == sp for s in scores)]
+    for split in splits:
         for path in PATHS:
             m = summarize(scores, split, path)
             out.append(f"| {split} | {path} | {m['runs']} | {m['windows_judged']} ({m['windows_thin']}, {m['windows_no_slow']}) | "
                        f"{_pct(m['window_ok'])} | {m['slow_in_windows']} | {_pct(m['carry'])} | {_pct(m['outside_net'])} | "
                        f"{_pct(m['decomp_ok'])} | {'yes' if m['report_agrees'] else 'NO'} | {m['disturbed_runs']} ({m['stalled_requests']}) | "
                        f"{_pct(m['spike_verdict_ok']) if path == 'report' else ''} |")
-    for split in ("heldout", "tuning"):
+    for split in reversed(splits):
         out += ["", f"Confusion per window ({split}, sql: injected x dominant attributed cause):", "",
                 _confusion(scores, split, "window"),
                 "", f"Confusion per truth-slow request ({split}, sql: injected x primary attributed cause):", "",
