@@ -172,13 +172,17 @@ upstream AS (
     )
     WHERE start_ns - lost_from_ns BETWEEN 200000000 AND 3000000000
 ),
+own_upstream AS (  -- per request: the largest of its own upstream waits
+    SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms, max(lost_packets) AS lost_packets
+    FROM upstream GROUP BY ALL
+),
 holds AS (  -- the client's sending held up for a retransmission timeout or more: a request
     -- whose own first bytes were resent until a copy passed (upstream, 200 ms or more), or
     -- client data resent on timeouts after the capture point saw it leave (a chain of
     -- rto_retransmission of the same bytes)
     SELECT u.conn_id, u.stream_id, epoch_ns(r.request_start) - CAST(round(u.upstream_delay_ms * 1e6) AS BIGINT) AS from_ns,
         epoch_ns(r.request_start) AS to_ns
-    FROM (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms FROM upstream GROUP BY ALL) AS u
+    FROM own_upstream AS u
     JOIN requests_in_range AS r USING (conn_id, stream_id)
     WHERE u.upstream_delay_ms >= 200
     UNION ALL
@@ -283,5 +287,5 @@ LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
 LEFT JOIN ack_held AS k USING (conn_id, stream_id)
 LEFT JOIN (SELECT conn_id, stream_id, max(upstream_delay_ms) AS upstream_delay_ms, max(lost_packets) AS lost_packets
-           FROM (FROM upstream UNION ALL BY NAME FROM held) GROUP BY ALL) AS u USING (conn_id, stream_id)
+           FROM (FROM own_upstream UNION ALL BY NAME FROM held) GROUP BY ALL) AS u USING (conn_id, stream_id)
 WHERE r.seen_at IS NOT NULL
