@@ -30,36 +30,32 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
-from telemetry.ingest import IngestOptions, ingest_file
-from telemetry.models.db import connect
-from telemetry.store.parquet import Store
+from lab_samples import analyzed
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples" / "sweep"
 
 
 def _open(tmp_path_factory, name: str):
-    folder = SAMPLES / name
-    if not (folder / "capture.pcap").exists():
-        pytest.fail(f"{folder}/capture.pcap is missing: the sample is committed with the repository")
-    store = Store(tmp_path_factory.mktemp(name))
-    assert ingest_file(folder / "capture.pcap", store, IngestOptions()).error is None
-    return connect(store)
+    """The sample analyzed into a fresh store, the client's own calls as table ``truth``."""
+    if not (SAMPLES / name / "capture.pcap").exists():
+        pytest.fail(f"{SAMPLES / name}/capture.pcap is missing: the sample is committed with the repository")
+    return analyzed(tmp_path_factory.mktemp(name), f"sweep/{name}")
 
 
-def _with_truth(con, folder: Path) -> list[tuple]:
-    """(stream id, client's TTFT (its latency when it got no answer), tailtap's TTFT estimate, upstream_delay_ms, causes by
-    delay) of every request the capture and the client's own log both have."""
-    calls = duckdb.sql(f"SELECT conn_local_port, stream_id, coalesce(ttft_ms, latency_ms) FROM read_parquet('{folder / 'client.parquet'}')").fetchall()
-    truth = {(port, sid): ttft for port, sid, ttft in calls}
+def _with_truth(con) -> list[tuple]:
+    """(stream id, client's TTFT (its latency when it got no answer), tailtap's TTFT estimate,
+    upstream_delay_ms, causes by delay) of every request the capture and the client's own
+    log both have."""
     rows = con.sql("""
-        SELECT r.client_port, m.stream_id, m.ttft_eff_ms, m.upstream_delay_ms,
+        SELECT m.stream_id, coalesce(t.ttft_ms, t.latency_ms), m.ttft_eff_ms, m.upstream_delay_ms,
             (SELECT list(c.cause ORDER BY c.delay_ms DESC, c.cause) FROM request_cause AS c
              WHERE c.conn_id = m.conn_id AND c.stream_id = m.stream_id) AS causes
-        FROM request_metrics AS m JOIN requests AS r USING (conn_id, stream_id)
+        FROM request_metrics AS m
+        JOIN requests AS r USING (conn_id, stream_id)
+        JOIN truth AS t ON t.conn_local_port = r.client_port AND t.stream_id = m.stream_id
+        WHERE coalesce(t.ttft_ms, t.latency_ms) IS NOT NULL
     """).fetchall()
-    return [(sid, truth[(port, sid)], est, up, causes or []) for port, sid, est, up, causes in rows
-            if truth.get((port, sid)) is not None]
+    return [(sid, client, est, up, causes or []) for sid, client, est, up, causes in rows]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +74,7 @@ def held(tmp_path_factory):
 
 
 def test_a_response_direction_gone_dark_is_the_loss(dark):
-    rows = _with_truth(dark, SAMPLES / "client_dark")
+    rows = _with_truth(dark)
     blocked = [r for r in rows if r[1] > 1000]  # the client waited over a second
     assert len(blocked) >= 100
     # the capture point is at the client: its TTFT is seen about as the client saw it (a
@@ -114,7 +110,7 @@ def test_a_server_that_merely_had_nothing_to_send_is_not_dark(dark):
 
 
 def test_data_stuck_behind_a_backed_off_timeout_is_the_loss(stuck):
-    rows = _with_truth(stuck, SAMPLES / "stuck_resend")
+    rows = _with_truth(stuck)
     waited = [r for r in rows if r[1] > 2000]  # the client waited over 2 s (up to its 20 s deadline)
     assert len(waited) >= 50
     primaries = [c[0] if c else "none" for *_x, c in waited]
@@ -127,7 +123,7 @@ def test_data_stuck_behind_a_backed_off_timeout_is_the_loss(stuck):
 
 
 def test_requests_held_behind_a_timeout_in_the_client_are_estimated(held):
-    rows = _with_truth(held, SAMPLES / "held_requests")
+    rows = _with_truth(held)
     waited = [r for r in rows if r[1] >= 300]  # the client's TTFT 300 ms or more (clean p99: 117 ms)
     assert len(waited) >= 6
     # when in the hold each was issued is unknown: spread over it, each estimate is within
