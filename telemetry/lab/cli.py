@@ -77,6 +77,13 @@ def run(
     typer.echo(f"wrote {out}/capture.pcap, labels.json, client.parquet, bridge_events.parquet" + (", keys.txt" if tls else ""))
 
 
+def _check_split(split: str | None) -> None:
+    """--split names one of the sweep's two splits (exit 2 otherwise)."""
+    if split not in (None, "tuning", "heldout"):
+        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
+        raise typer.Exit(2)
+
+
 @lab_app.command("sweep")
 def sweep(
     out: Annotated[Path, typer.Option("--out", help="Folder of the runs (one sub-folder each; resumable).")],
@@ -101,9 +108,7 @@ def sweep(
     if ranges not in (1, 2):
         typer.echo(f"--ranges must be 1 or 2, not {ranges}", err=True)
         raise typer.Exit(2)
-    if split not in (None, "tuning", "heldout"):
-        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
-        raise typer.Exit(2)
+    _check_split(split)
     metas = run_sweep(seed, runs, out, start, log=typer.echo, ranges=ranges, realtime=realtime, split=split)
     counts: dict[str, int] = {}
     for m in metas:
@@ -146,9 +151,7 @@ def sweep_report(
     if params and readme:
         typer.echo("--readme takes the default settings' scores only (drop --set)", err=True)
         raise typer.Exit(2)
-    if split not in (None, "tuning", "heldout"):
-        typer.echo(f"--split must be tuning or heldout, not {split}", err=True)
-        raise typer.Exit(2)
+    _check_split(split)
     for folder in folders:
         if not folder.is_dir():
             typer.echo(f"{folder}: no such folder (run `tailtap lab sweep --out {folder}` first)", err=True)
