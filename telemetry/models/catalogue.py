@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 
 from telemetry.store.schema import TABLES
@@ -49,14 +49,20 @@ class Model:
     doc: str
     materialize: str = "view"
 
-    @property
+    # cached: settings_of reads them for every model a query touches, at every definition
+    @cached_property
     def code(self) -> str:
         """The SQL without its comments (what it reads is in the code, not the prose)."""
         return _COMMENT.sub("", self.sql)
 
-    @property
+    @cached_property
     def variables(self) -> frozenset[str]:
         return frozenset(_GETVARIABLE.findall(self.code))
+
+    @cached_property
+    def macros_called(self) -> frozenset[str]:
+        """The shared macros its code calls."""
+        return _macros_called(self.code)
 
 
 def _parse(path: Path) -> Model:
@@ -139,6 +145,14 @@ def macro_variables(folder: Path = QUERIES_DIR) -> dict[str, frozenset[str]]:
     return {m.group(1): frozenset(_GETVARIABLE.findall(m.group(2))) for m in _MACRO.finditer(code)}
 
 
+def _macros_called(code: str) -> frozenset[str]:
+    macros = macro_variables()
+    if not macros:
+        return frozenset()
+    calls = re.compile(rf"\b({'|'.join(map(re.escape, macros))})\s*\(")
+    return frozenset(calls.findall(code))
+
+
 def settings_of(models: dict[str, Model], name: str) -> frozenset[str]:
     """The variables (other than the scope) that ``name``'s answer depends on, read
     directly or through the macros it calls."""
@@ -146,9 +160,8 @@ def settings_of(models: dict[str, Model], name: str) -> frozenset[str]:
     found: set[str] = set()
     for m in closure(models, name):
         found |= m.variables
-        for macro, variables in macros.items():
-            if re.search(rf"\b{macro}\s*\(", m.code):
-                found |= variables
+        for macro in m.macros_called:
+            found |= macros[macro]
     return frozenset(found - SCOPE_VARIABLES)
 
 
