@@ -8,10 +8,14 @@
 SELECT
     r.*,
     -- the method a request is judged as: gRPC method / HTTP path, and the model when it names
-    -- one; a TLS request estimated without keys is judged with its server name and ALPN
+    -- one; a TLS request estimated without keys is judged with its server name and ALPN; a
+    -- request whose headers could not be read (a capture that began mid-connection: HPACK
+    -- entries indexed before it are unknown) by its shape, streamed (more than one response
+    -- message) or not, so a 10 ms unary call is not judged against an 800 ms stream
     coalesce(r.path,
              CASE WHEN r.estimated THEN 'TLS ' || coalesce(r.authority, '?') || ' ' || coalesce(r.method, '') END,
-             '(headers unknown)') || coalesce(' [' || r.model || ']', '') AS method_label,
+             '(headers unknown) ' || CASE WHEN r.response_messages > 1 THEN 'streaming' ELSE 'unary' END)
+        || coalesce(' [' || r.model || ']', '') AS method_label,
     coalesce(r.grpc_status, 0) <> 0
         OR (r.grpc_status IS NULL AND r.http_status >= 400)
         OR r.reset_code IS NOT NULL AS is_error,
