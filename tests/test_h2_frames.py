@@ -201,3 +201,86 @@ def test_header_plausibility_and_scan() -> None:
     single = b"xx" + data(1, b"abc")
     assert scan_for_frames(single, 0, len(single), 16384)[1] == NEED_MORE
     assert scan_for_frames(b"\xff" * 50, 0, 50, 16384)[1] == NOT_FOUND
+
+
+def _scan_reference(buf: bytes, start: int, end: int, max_len: int, final: bool) -> tuple[int, int]:
+    """scan_for_frames's definition, one offset at a time (the chain rule as its docstring
+    states it), to check that testing a block of offsets at once skips only offsets
+    that cannot start a frame."""
+    last = end - 9
+    waiting = -1
+    for x in range(start, last + 1):
+        length, ftype, flags, sid = (
+            int.from_bytes(buf[x : x + 3], "big"),
+            buf[x + 3],
+            buf[x + 4],
+            int.from_bytes(buf[x + 5 : x + 9], "big"),
+        )
+        if not header_plausible(length, ftype, flags, sid, max_len):
+            continue
+        n, y, ok = 1, x + 9 + length, True
+        while n < 3:
+            if y == end and n >= 2:
+                break
+            if y + 9 > end:
+                if final and n >= 2:
+                    break
+                waiting = x if waiting < 0 else waiting
+                ok = False
+                break
+            length, ftype, flags, sid = (
+                int.from_bytes(buf[y : y + 3], "big"),
+                buf[y + 3],
+                buf[y + 4],
+                int.from_bytes(buf[y + 5 : y + 9], "big"),
+            )
+            if not header_plausible(length, ftype, flags, sid, max_len):
+                ok = False
+                break
+            n, y = n + 1, y + 9 + length
+        if ok:
+            return x, 0
+    if waiting >= 0:
+        return waiting, NEED_MORE
+    return max(start, last + 1), NOT_FOUND
+
+
+def test_scan_after_long_garbage_matches_its_definition() -> None:
+    import random
+
+    from h2_builders import continuation, frame, goaway, priority, rst, settings
+
+    rng = random.Random(7)
+    makers = [
+        lambda: window_update(rng.choice([0, 1, 3]), 10),
+        lambda: ping(),
+        lambda: data(rng.choice([1, 3, 5]), bytes(rng.randrange(0, 90))),
+        lambda: continuation(rng.choice([1, 3]), b"\x82\x86"),
+        lambda: frame(1, 0x04, 1, b"\x82\x86"),  # HEADERS
+        lambda: rst(rng.choice([1, 3]), 8),
+        lambda: settings({4: 65535}),
+        lambda: goaway(3, 0),
+        lambda: priority(5, 3),
+    ]
+    for case in range(300):
+        frames = b"".join(rng.choice(makers)() for _ in range(rng.randrange(1, 6)))
+        size = rng.choice([0, 10, 70, 500, 5000, 9000])
+        # payload-like bytes: mostly small values, as gRPC/JSON bodies are, so that many
+        # offsets pass the field checks and the chain rule decides
+        junk = bytes(rng.choice(b'\x00\x01\x04\x08\x09{}"abc:0123456789 ') for _ in range(size))
+        buf = bytearray(junk + frames)
+        start = rng.randrange(0, len(buf))  # also inside the frames: a chain from any of them
+        end = len(buf) - rng.randrange(0, 5)
+        final = case % 3 == 0
+        for max_len in (16384, 64):
+            got = scan_for_frames(buf, start, end, max_len, final=final)
+            assert got == _scan_reference(bytes(buf), start, end, max_len, final), (
+                case,
+                start,
+                end,
+            )
+    wire = bytes(6000) + b"\xff" * 3000 + continuation(1, b"\x82") + ping() + data(1, b"abc")
+    assert scan_for_frames(memoryview(wire), 0, len(wire), 16384) == (9000, 0)
+    # a frame exactly as long as the largest allowed
+    edge = b"\xff" * 200 + data(1, bytes(64)) + ping() + ping()
+    assert scan_for_frames(edge, 0, len(edge), 64) == (200, 0)
