@@ -109,8 +109,10 @@ def _layout_ok(length: int, ftype: int, flags: int, sid: int) -> bool:
 NEED_MORE = -1
 NOT_FOUND = -2
 
-# Flags allowed per type as an array (types above 9 never pass: they are filtered first).
+# Flags allowed per type, and whether it must be on a stream (1), on stream 0 (0) or
+# either (2), as arrays (types above 9 never pass: they are filtered first).
 _FLAGS_ALLOWED = np.array(_VALID_FLAGS, dtype=np.uint8)
+_STREAM_RULE = np.array([2 if on is None else int(on) for on in _ON_STREAM], dtype=np.uint8)
 # Scans of at least this many offsets test the header fields of a block of offsets at
 # once (numpy) and follow chains from the survivors only: after a gap in a busy
 # connection's bytes the scan crosses thousands of payload bytes, one Python step each.
@@ -122,9 +124,10 @@ def _candidates(
     buf: bytes | bytearray | memoryview, start: int, last: int, max_len: int
 ) -> Iterator[int]:
     """The offsets in ``[start, last]`` whose 9 bytes pass the field checks of
-    :func:`header_plausible` that need no layout rule (known type, reserved bit clear,
-    length within ``max_len``, only the type's flags), in order. The others cannot start
-    a frame, so skipping them changes nothing but the time taken."""
+    :func:`header_plausible` (known type, reserved bit clear, length within ``max_len``,
+    only the type's flags, on a stream or on stream 0 as the type must be), in order.
+    The others cannot start a frame, so skipping them changes nothing but the time
+    taken."""
     if last - start < _VECTOR_MIN:
         yield from range(start, last + 1)
         return
@@ -139,12 +142,22 @@ def _candidates(
             | whole[lo + 2 : hi + 2]
         )
         flags = whole[lo + 4 : hi + 4]
-        allowed = _FLAGS_ALLOWED[np.where(known, ftype, 0)]
+        kind = np.where(known, ftype, 0)
+        allowed = _FLAGS_ALLOWED[kind]
+        rule = _STREAM_RULE[kind]
+        on_zero = (
+            whole[lo + 5 : hi + 5]
+            | whole[lo + 6 : hi + 6]
+            | whole[lo + 7 : hi + 7]
+            | whole[lo + 8 : hi + 8]
+        ) == 0
+        stream_ok = (rule == 2) | ((rule == 1) & ~on_zero) | ((rule == 0) & on_zero)
         ok = (
             known
             & ((whole[lo + 5 : hi + 5] & 0x80) == 0)
             & (length <= max_len)
             & ((flags & ~allowed) == 0)
+            & stream_ok
         )
         for x in np.flatnonzero(ok).tolist():
             yield lo + x
