@@ -39,6 +39,7 @@ from telemetry.ingest.rates import RATE_BUCKET_NS, RATE_HOLD_NS, count_sent, flo
 from telemetry.ingest.sendlog import SendLog
 from telemetry.ingest.state import Conn, ConnRows, Ready
 from telemetry.ingest.tables import (
+    connection_row,
     connections_table,
     h2_events_table,
     messages_table,
@@ -89,6 +90,8 @@ class CapturePipeline:
         # resolved requests not built into a table yet: (connection, blocks) in order
         self._requests_out: list[tuple[ConnectionSummary, list[Ready]]] = []
         self._requests_out_n = 0
+        # closed connections' rows not built into a table yet
+        self._connections_out: list[dict[str, object]] = []
         self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
         # TLS secrets: the given key logs, then the capture's Decryption Secrets Blocks
         self.keylog = copy.deepcopy(options.keylog) if options.keylog is not None else KeyLog()
@@ -113,7 +116,7 @@ class CapturePipeline:
         open carries over to the next file."""
         for conn in self.conns.values():
             self._flush_open(conn)
-        self._write_requests()
+        self._write_batched()
         self._take_decoder_issues()
 
     def fill_result(self, result: IngestResult) -> None:
@@ -291,13 +294,15 @@ class CapturePipeline:
             summary = flip_summary(summary)
         self._write_rows(conn, summary)
         self.sendlog.forget(summary.conn_key)
-        self.writer.append("connections", connections_table(self.capture_id, conn, summary, protocol, tls,
-                                                             self.options.capture_side))
+        self._connections_out.append(connection_row(self.capture_id, conn, summary, protocol, tls,
+                                                    self.options.capture_side))
         self.connections_written += 1
+        if len(self._connections_out) >= REQUEST_TABLE_ROWS:
+            self._write_batched()
 
     def finish(self) -> None:
         self._close_all(self.tcp.finish())
-        self._write_requests()
+        self._write_batched()
         if self.capture_wide:
             self._take_decoder_issues()
 
@@ -344,15 +349,19 @@ class CapturePipeline:
             self._requests_out_n += rows.n_requests
             self.requests_written += rows.n_requests
             if self._requests_out_n >= REQUEST_TABLE_ROWS:
-                self._write_requests()
+                self._write_batched()
         conn.rows = ConnRows()
 
-    def _write_requests(self) -> None:
-        """Hand the writer the requests resolved so far (of every connection), in one
-        table; before the file's commit (end_file, finish) all of them."""
+    def _write_batched(self) -> None:
+        """Hand the writer the requests resolved so far (of every connection) and the
+        connections closed so far, a table each; before the file's commit (end_file,
+        finish) all of them."""
         if self._requests_out:
             self.writer.append("requests", requests_table(self.capture_id, self._requests_out))
             self._requests_out, self._requests_out_n = [], 0
+        if self._connections_out:
+            self.writer.append("connections", connections_table(self._connections_out))
+            self._connections_out = []
 
     def capture_row(self, path: Path, result: IngestResult) -> pa.Table:
         st = self.stats

@@ -168,42 +168,43 @@ def requests_table(capture_id: str, resolved: list[tuple[ConnectionSummary, list
 TLS_FACTS = ("tls_version", "tls_sni", "tls_alpn", "tls_cipher", "tls_resumed", "tls_decrypted", "tls_note")
 
 
-def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: str,
-                      tls: dict | None = None, side: str = "auto") -> pa.Table:
-    """The connection's one row (``tls``: a TLS connection's facts, parsers.tls; ``side``:
-    where the user says the capture point sits, auto: told from the two RTT floors)."""
-    cols: dict[str, list] = {
-        "capture_id": [capture_id],
-        "conn_id": [s.conn_id],
-        "client_addr": [s.client_addr],
-        "client_port": [s.client_port],
-        "server_addr": [s.server_addr],
-        "server_port": [s.server_port],
-        "client_known": [s.client_known],
-        "ip_version": [s.ip_version],
-        "start": [s.start_ns],
-        "end": [s.end_ns],
-        "duration_ms": [(s.end_ns - s.start_ns) / 1e6],
-        "packets_to_server": [s.packets[0]],
-        "packets_to_client": [s.packets[1]],
-        "bytes_to_server": [s.bytes[0]],
-        "bytes_to_client": [s.bytes[1]],
-        "syn_seen": [s.syn_seen],
-        "handshake_rtt_ms": [s.handshake_rtt_ms],
-        "retransmissions_to_server": [s.retransmissions[0]],
-        "retransmissions_to_client": [s.retransmissions[1]],
-        "loss_bursts_to_server": [s.loss_bursts[0]],
-        "loss_bursts_to_client": [s.loss_bursts[1]],
-        "longest_loss_burst": [s.longest_loss_burst],
-        "out_of_order_to_server": [s.out_of_order[0]],
-        "out_of_order_to_client": [s.out_of_order[1]],
-        "zero_windows_to_server": [s.zero_windows[0]],
-        "zero_windows_to_client": [s.zero_windows[1]],
-        "capture_loss_bytes": [sum(s.capture_loss_bytes)],
-        "protocol": [protocol],
-        "requests": [conn.requests],
-        "history": [s.history],
-        **{k: [(tls or {}).get(k)] for k in TLS_FACTS},
+def connection_row(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: str,
+                   tls: dict | None = None, side: str = "auto") -> dict[str, object]:
+    """The connection's one row, column by column (``tls``: a TLS connection's facts,
+    parsers.tls; ``side``: where the user says the capture point sits, auto: told from
+    the two RTT floors). :func:`connections_table` makes a table of many."""
+    row: dict[str, object] = {
+        "capture_id": capture_id,
+        "conn_id": s.conn_id,
+        "client_addr": s.client_addr,
+        "client_port": s.client_port,
+        "server_addr": s.server_addr,
+        "server_port": s.server_port,
+        "client_known": s.client_known,
+        "ip_version": s.ip_version,
+        "start": s.start_ns,
+        "end": s.end_ns,
+        "duration_ms": (s.end_ns - s.start_ns) / 1e6,
+        "packets_to_server": s.packets[0],
+        "packets_to_client": s.packets[1],
+        "bytes_to_server": s.bytes[0],
+        "bytes_to_client": s.bytes[1],
+        "syn_seen": s.syn_seen,
+        "handshake_rtt_ms": s.handshake_rtt_ms,
+        "retransmissions_to_server": s.retransmissions[0],
+        "retransmissions_to_client": s.retransmissions[1],
+        "loss_bursts_to_server": s.loss_bursts[0],
+        "loss_bursts_to_client": s.loss_bursts[1],
+        "longest_loss_burst": s.longest_loss_burst,
+        "out_of_order_to_server": s.out_of_order[0],
+        "out_of_order_to_client": s.out_of_order[1],
+        "zero_windows_to_server": s.zero_windows[0],
+        "zero_windows_to_client": s.zero_windows[1],
+        "capture_loss_bytes": sum(s.capture_loss_bytes),
+        "protocol": protocol,
+        "requests": conn.requests,
+        "history": s.history,
+        **{k: (tls or {}).get(k) for k in TLS_FACTS},
     }
     floors = {}
     for tcp_dir in (TO_SERVER, TO_CLIENT):
@@ -212,10 +213,16 @@ def connections_table(capture_id: str, conn: Conn, s: ConnectionSummary, protoco
         # one partition for the three (the 0th percentile is the minimum itself)
         stats = np.percentile(vals, (0, 50, 99)).tolist() if len(vals) else [None] * 3
         for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
-            cols[f"rtt_{stat}_ms_{name}"] = [value]
+            row[f"rtt_{stat}_ms_{name}"] = value
         floors[name] = stats[0]
-    cols["capture_side"] = [side if side in ("server", "client") else capture_side(floors["to_server"], floors["to_client"])]
-    return table_from_columns("connections", cols)
+    row["capture_side"] = side if side in ("server", "client") else capture_side(floors["to_server"], floors["to_client"])
+    return row
+
+
+def connections_table(rows: list[dict[str, object]]) -> pa.Table:
+    """The connections table of rows made by :func:`connection_row`: one table for many
+    connections (a table per connection costs more than its row)."""
+    return table_from_columns("connections", {name: [r[name] for r in rows] for name in rows[0]})
 
 
 def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, int]]]:
