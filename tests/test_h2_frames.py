@@ -203,6 +203,13 @@ def test_header_plausibility_and_scan() -> None:
     assert scan_for_frames(b"\xff" * 50, 0, 50, 16384)[1] == NOT_FOUND
 
 
+def _plausible_length(buf: bytes, x: int, max_len: int) -> int | None:
+    """The payload length of the frame header at ``x`` when it is plausible, else None."""
+    length, ftype, flags = int.from_bytes(buf[x : x + 3], "big"), buf[x + 3], buf[x + 4]
+    sid = int.from_bytes(buf[x + 5 : x + 9], "big")
+    return length if header_plausible(length, ftype, flags, sid, max_len) else None
+
+
 def _scan_reference(buf: bytes, start: int, end: int, max_len: int, final: bool) -> tuple[int, int]:
     """scan_for_frames's definition, one offset at a time (the chain rule as its docstring
     states it), to check that testing a block of offsets at once skips only offsets
@@ -210,13 +217,8 @@ def _scan_reference(buf: bytes, start: int, end: int, max_len: int, final: bool)
     last = end - 9
     waiting = -1
     for x in range(start, last + 1):
-        length, ftype, flags, sid = (
-            int.from_bytes(buf[x : x + 3], "big"),
-            buf[x + 3],
-            buf[x + 4],
-            int.from_bytes(buf[x + 5 : x + 9], "big"),
-        )
-        if not header_plausible(length, ftype, flags, sid, max_len):
+        length = _plausible_length(buf, x, max_len)
+        if length is None:
             continue
         n, y, ok = 1, x + 9 + length, True
         while n < 3:
@@ -228,13 +230,8 @@ def _scan_reference(buf: bytes, start: int, end: int, max_len: int, final: bool)
                 waiting = x if waiting < 0 else waiting
                 ok = False
                 break
-            length, ftype, flags, sid = (
-                int.from_bytes(buf[y : y + 3], "big"),
-                buf[y + 3],
-                buf[y + 4],
-                int.from_bytes(buf[y + 5 : y + 9], "big"),
-            )
-            if not header_plausible(length, ftype, flags, sid, max_len):
+            length = _plausible_length(buf, y, max_len)
+            if length is None:
                 ok = False
                 break
             n, y = n + 1, y + 9 + length
