@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from telemetry.lab import scenarios as sc
+from telemetry.lab.bridge import parse_frame
 from telemetry.lab.netns import MTU
 
 NS_PER_S = 1_000_000_000
@@ -143,18 +144,12 @@ def recovered_effect_ends(folder: Path, windows: list[dict[str, Any]]) -> dict[s
             continue
         first_drop = min(x[1] for v in pending.values() for x in v)
         for ts, _orig, f in iter_pcap(pcap):
-            if ts <= first_drop or len(f) < 54 or f[12:14] != b"\x08\x00" or f[23] != 6:
+            if ts <= first_drop:
                 continue
-            ihl = (f[14] & 0x0F) * 4
-            tcp = 14 + ihl
-            key = (int.from_bytes(f[tcp:tcp + 2], "big"), int.from_bytes(f[tcp + 2:tcp + 4], "big"))
-            waiting = pending.get(key)
-            if not waiting:
+            _ipv4, sport, dport, lo, length, _ip_id = parse_frame(f)  # as the bridge read it
+            waiting = pending.get((sport, dport))
+            if not waiting or length <= 0:
                 continue
-            length = int.from_bytes(f[16:18], "big") - ihl - (f[tcp + 12] >> 4) * 4
-            if length <= 0:
-                continue
-            lo = int.from_bytes(f[tcp + 4:tcp + 8], "big")
             kept = []
             for drop in waiting:
                 # its first byte in this packet, the packet after the drop (32-bit sequence space)
@@ -162,7 +157,7 @@ def recovered_effect_ends(folder: Path, windows: list[dict[str, Any]]) -> dict[s
                     ends[drop[2]] = max(ends.get(drop[2], 0), ts)
                 else:
                     kept.append(drop)
-            pending[key] = kept
+            pending[(sport, dport)] = kept
     return ends
 
 
