@@ -53,9 +53,9 @@ from telemetry.store.parquet import CaptureWriter, table_from_columns
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
-# requests of all connections are built into one table once this many wait (its ~35
-# columns cost more per table than per row)
-REQUEST_TABLE_ROWS = 4096
+# requests of all connections, and closed connections, are built into one table each once
+# this many wait (their ~35-50 columns cost more per table than per row)
+BATCH_TABLE_ROWS = 4096
 _CONN_KEY = attrgetter("conn_key")
 
 
@@ -297,7 +297,7 @@ class CapturePipeline:
         self._connections_out.append(connection_row(self.capture_id, conn, summary, protocol, tls,
                                                     self.options.capture_side))
         self.connections_written += 1
-        if len(self._connections_out) >= REQUEST_TABLE_ROWS:
+        if len(self._connections_out) >= BATCH_TABLE_ROWS:
             self._write_batched()
 
     def finish(self) -> None:
@@ -348,7 +348,7 @@ class CapturePipeline:
             self._requests_out.append((summary, rows.requests))
             self._requests_out_n += rows.n_requests
             self.requests_written += rows.n_requests
-            if self._requests_out_n >= REQUEST_TABLE_ROWS:
+            if self._requests_out_n >= BATCH_TABLE_ROWS:
                 self._write_batched()
         conn.rows = ConnRows()
 
