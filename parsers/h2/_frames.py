@@ -145,16 +145,14 @@ def _candidates(
         kind = np.where(known, ftype, 0)
         allowed = _FLAGS_ALLOWED[kind]
         rule = _STREAM_RULE[kind]
+        sid_hi = whole[lo + 5 : hi + 5]  # the stream id's first byte, with the reserved bit
         on_zero = (
-            whole[lo + 5 : hi + 5]
-            | whole[lo + 6 : hi + 6]
-            | whole[lo + 7 : hi + 7]
-            | whole[lo + 8 : hi + 8]
+            sid_hi | whole[lo + 6 : hi + 6] | whole[lo + 7 : hi + 7] | whole[lo + 8 : hi + 8]
         ) == 0
         stream_ok = (rule == 2) | ((rule == 1) & ~on_zero) | ((rule == 0) & on_zero)
         ok = (
             known
-            & ((whole[lo + 5 : hi + 5] & 0x80) == 0)
+            & ((sid_hi & 0x80) == 0)
             & (length <= max_len)
             & ((flags & ~allowed) == 0)
             & stream_ok
