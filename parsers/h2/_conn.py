@@ -94,6 +94,7 @@ class H2Connection(FrameHandlers):
         if not self.orient_final:
             self.flipped = client == 1
             self.orient_final = True
+            self._end_unseen_requests()
         elif (client == 1) != self.flipped and not self._orient_conflict:
             self._orient_conflict = True
             self._issue("h2_orientation_conflict", "bytes disagree on which side is the client")

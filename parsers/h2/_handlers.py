@@ -502,6 +502,17 @@ class FrameHandlers:
             # mid-connection stream whose request we never saw: the response end ends it
             self._finalize(st)
 
+    def _end_unseen_requests(self) -> None:
+        """The orientation was just settled: mid-connection streams whose response ended
+        before it, their request never seen, end now (as they would have at the response
+        end with the orientation known), not at the connection's end. Their rows then
+        leave as soon as the others do, and their ACK times are looked up before the
+        pipeline forgets the ACK progress below newer streams."""
+        c = self.client_dir
+        for st in list(self.streams.values()):
+            if st.mid and st.hdr_ts[c] is None and st.end_ts[1 - c] is not None and not st.done():
+                self._finalize(st)
+
     def _finalize(self, st: Stream) -> None:
         sid = st.sid
         if self.streams.pop(sid, None) is None:
@@ -520,3 +531,4 @@ class FrameHandlers:
         # keep memory bounded: settle for the TCP layer's orientation
         self.orient_final = True
         self._issue("h2_orientation_guess", "no bytes told the client side; kept TCP's")
+        self._end_unseen_requests()
