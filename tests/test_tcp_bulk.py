@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from shared_paths import CAPTURES
-from tcp_builders import analyze, batches_of, concat_batches, decode_file
+from tcp_builders import analyze, batches_of, concat_batches, decode_file, slice_batch
 
 from parsers.records import SegmentBatch
 from parsers.tcp import _analyzer, _fast, _flows
@@ -85,6 +85,23 @@ def test_one_row_batches_through_the_bulk_path(monkeypatch):
     whole = analyze(b)
     for size in (25, 48, 50, 64):
         assert _norm(analyze(batches_of(b, size))) == _norm(whole)
+
+
+@pytest.mark.skipif(not CAPTURE_NAMES, reason="captures not available")
+def test_bulk_run_right_after_the_handshake(monkeypatch):
+    """A batch that ends with the handshake: the next one starts in bulk at the first
+    data, before either side's IP id is known (the SYNs do not set it) and before any
+    history letter of data or ACKs. Both count as the per-packet path counts them: the
+    letters in the order of their first packets, the IP id steps from the second packet."""
+    checked = 0
+    for name in CAPTURE_NAMES:
+        whole = concat_batches(decode_file(CAPTURES / name))
+        if len(whole) < 4 * _analyzer.FAST_MIN_ROWS:
+            continue
+        bulk, per_packet = _both_ways(monkeypatch, [slice_batch(whole, 0, 3), slice_batch(whole, 3, len(whole))])
+        assert _norm(bulk) == _norm(per_packet), name
+        checked += bulk.an.stats["fast_rows"] > 0
+    assert checked >= 8  # (9 of the shared captures)
 
 
 def _perturbed(seed: int, damage: float = 1.0):

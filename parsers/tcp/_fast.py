@@ -278,11 +278,7 @@ class BulkPath:
                 if edge > R.max_edge:
                     R.max_edge = edge
             self._sigs(D, rows[-SIG_KEEP:], b)
-            hist = conn.hist
-            if not hist.has("A" if d == 0 else "a") and not isdata.all():
-                hist.add_side("A", d)
-            if nd[d] and not hist.has("D" if d == 0 else "d"):
-                hist.add_side("D", d)
+        _note_run_history(conn, idx[:k], b, swap)
 
         # window full: data reaching the far end's advertised window
         for d in (0, 1):
@@ -391,7 +387,6 @@ class BulkPath:
         if k == 0:
             return 0, w
         key = conn.key
-        hist = conn.hist
         for d in (0, 1):  # sender side: sequence space, header memory
             x = res[d]
             if not x["kd"]:
@@ -414,8 +409,7 @@ class BulkPath:
             elif nd:
                 D.hi_tsv = None
             if x["ipid_on"]:
-                if D.ipid_last >= 0:  # as _note_run_ipids: gaps counted from a known IP id
-                    D.ipid_gaps += x["ipid_gaps"]
+                D.ipid_gaps += x["ipid_gaps"]  # (steps from a known IP id only)
                 D.ipid_last_ts = x["ipid_ts"]
                 D.ipid_good += x["ipid_good"]
                 D.ipid_bad += x["ipid_bad"]
@@ -428,10 +422,7 @@ class BulkPath:
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
             # (the run's last packets' signatures are in D.sigd / sigq already, as _sigs)
-            if x["pure_ack"] and not hist.has("A" if d == 0 else "a"):
-                hist.add_side("A", d)
-            if nd and not hist.has("D" if d == 0 else "d"):
-                hist.add_side("D", d)
+        _note_run_history(conn, idx[:k], b, self._pack_args[2])
         for d in (0, 1):  # window full: data reaching the far end's advertised window
             x = res[d]
             if x["nd"] and conn.dirs[d].rwnd_known and len(x["wf_pos"]):
@@ -653,6 +644,27 @@ def _before_ipid_gap(conn, rows: np.ndarray, b, swap: np.ndarray) -> int:
     return cut
 
 
+_RUN_LETTERS = (("A", 0), ("D", 0), ("A", 1), ("D", 1))
+
+
+def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
+    """The history letters a bulk run's rows add (a side's first pure ACK, its first
+    data), in the order of their first rows, as the per-packet path adds them."""
+    hist = conn.hist
+    missing = [(ch, d) for ch, d in _RUN_LETTERS if not hist.has(ch if d == 0 else ch.lower())]
+    if not missing:
+        return
+    from_server = swap[rows] == conn.client_is_lo
+    data = b.payload_wire_len[rows] > 0
+    firsts = []
+    for ch, d in missing:
+        hit = np.flatnonzero((from_server if d else ~from_server) & (data if ch == "D" else ~data))
+        if len(hit):
+            firsts.append((int(hit[0]), ch, d))
+    for _, ch, d in sorted(firsts):
+        hist.add_side(ch, d)
+
+
 def _note_run_ipids(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
     """After a bulk run: its IP id steps of 2-64 (counted as the per-packet path counts
     them), and when each direction's last packet was."""
@@ -668,12 +680,11 @@ def _note_run_ipids(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
         if ids[0] < 0:
             continue
         # ipid_last already moved on to the run's last packet: count from the one before
-        first_prev = D.ipid_prev_run
-        if first_prev >= 0:
-            mine = ids.astype(np.int64)
-            prev = np.concatenate(([first_prev], mine[:-1]))
-            delta = (mine - prev) & 0xFFFF
-            D.ipid_gaps += int(((mine >= 0) & (prev >= 0) & (delta >= 2) & (delta <= 64)).sum())
+        # (none known before the run's first packet: its later steps count all the same)
+        mine = ids.astype(np.int64)
+        prev = np.concatenate(([D.ipid_prev_run], mine[:-1]))
+        delta = (mine - prev) & 0xFFFF
+        D.ipid_gaps += int(((mine >= 0) & (prev >= 0) & (delta >= 2) & (delta <= 64)).sum())
         D.ipid_last_ts = int(b.ts_ns[rows[p[-1]]])
 
 
