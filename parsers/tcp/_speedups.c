@@ -128,7 +128,7 @@ typedef struct {
     Py_ssize_t kd, nd;
     int64_t s_run, a_run, hi_run, ts_cur, tsv_max, hi_tsv, ipid_prev, ipid_good, ipid_bad, last_a32,
         last_wd, max_edge, arel_prev, a32_prev, wd_prev;
-    int any_ts, hi_tsv_known, pure_ack, ipid_on, any_a32;
+    int any_ts, hi_tsv_known, ipid_on, any_a32;
     int64_t hi_ts, hi_ipid;
     vec_t new_st, new_en, new_t, new_tv, new_tt, new_ts, wf_pos, wf_s, wf_n, tail;
     /* the far end's ACKs of this direction's data */
@@ -429,8 +429,6 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
             /* window full: data reaching the far end's advertised window (filtered later) */
             if (end >= D->far_acked + D->far_rw)
                 if (vpush(&D->wf_pos, r) < 0 || vpush(&D->wf_s, rel) < 0 || vpush(&D->wf_n, w) < 0) return -1;
-        } else {
-            D->pure_ack = 1;
         }
         int64_t id = x->ipid;
         if (D->kd == 1) D->ipid_on = id >= 0;
@@ -528,14 +526,14 @@ static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
 
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
-        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL si sN sN sN si sN sN sL sN sN sN sL sN sN "
+        "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL sN sN sN si sN sN sL sN sN sN sL sN sN "
         "sN sN sN sL sN sN sn si sN sL sL sL}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
         D->ipid_on, "ipid_good", (long long)D->ipid_good, "ipid_bad", (long long)D->ipid_bad, "ipid_last",
         (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
-        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "pure_ack", D->pure_ack, "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
+        (long long)D->last_wd, "max_edge", (long long)D->max_edge, "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
         "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
         "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
