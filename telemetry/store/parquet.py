@@ -224,9 +224,8 @@ class CaptureWriter:
     def _write_hours(self, table: str, data: pa.Table) -> None:
         """Write a table's rows into the files of their hours."""
         keys = _partition_keys(table, data)
-        buckets = np.unique(keys)
-        if len(buckets) == 1:
-            hours = [(int(buckets[0]), data)]
+        if (keys == keys[0]).all():  # one hour, nearly always (no rows never come here)
+            hours = [(int(keys[0]), data)]
         else:
             # each hour's rows, in their order, from the stretches of equal keys: slices,
             # no pyarrow.compute filter (whose import costs more than a small write)
