@@ -106,6 +106,26 @@ def test_any_chunking_and_exact_batches(chunk: int) -> None:
     assert dec.packets_read == 30
 
 
+@pytest.mark.parametrize("chunk", [1, 50, 100_000])
+def test_batches_bounded_by_bytes(chunk: int) -> None:
+    """Full-size packets fill a batch by bytes before by count: each batch's records stay
+    within batch_bytes (a packet at least), whatever the feeding, and nothing is lost."""
+    sizes = [1500, 60, 1500, 1500, 60, 60, 3000, 1500, 40, 1500]
+    data = cb.pcap([(T0 + i, bytes([i]) * n) for i, n in enumerate(sizes)])
+    _, whole = decode(data)
+    dec = CaptureDecoder(batch_packets=4, batch_bytes=3200)
+    batches: list[PacketBatch] = []
+    for i in range(0, len(data), chunk):
+        batches += dec.feed(data[i : i + chunk])
+    batches += dec.close()
+    assert rows(batches) == rows(whole)
+    # records are 16 header bytes + data: [1500 60 1500] [1500 60 60] [3000] [1500 40 1500]
+    assert [len(b) for b in batches] == [3, 3, 1, 3]
+    for b in batches[:-1]:
+        span = int(b.offset[-1] + b.caplen[-1] - b.offset[0])
+        assert span <= 3200 or len(b) == 1
+
+
 def test_feed_returns_full_batches_as_soon_as_ready() -> None:
     data = cb.pcap([(T0, b"a" * 10)] * 5)
     dec = CaptureDecoder(batch_packets=2)

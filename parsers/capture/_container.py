@@ -63,10 +63,21 @@ def _describe_garbage(head: bytes) -> str:
     return f"bytes {head[:16].hex(' ')}"
 
 
+# Packets per batch, and record bytes (from the first packet's data to the last one's
+# end): 262,144 small packets (a realistic inference capture: 150 bytes on average) cost
+# 21% less CPU downstream than 65,536, for 35 MiB more memory; 64 MiB holds about
+# 44,000 full-size (1,500 byte) packets.
+BATCH_PACKETS = 262_144
+BATCH_BYTES = 64 << 20
+
+
 class CaptureDecoder:
     """Incremental pcap/pcapng decoder: ``feed()`` bytes, get :class:`PacketBatch` back.
 
-    Batches hold exactly ``batch_packets`` packets except the last one from ``close()``.
+    A batch holds ``batch_packets`` packets, or fewer when their records would pass
+    ``batch_bytes`` (at least one packet), and the last one from ``close()`` what is left.
+    Big batches cost less per packet downstream (per connection and batch); the byte
+    bound keeps a batch of full-size packets as small in memory as one of small packets.
     ``issues`` collects what was wrong with the file (never raised, except that input
     which is no capture at all raises :class:`CaptureFormatError`). After a fatal issue
     the rest of the input is ignored; everything before it is still delivered.
@@ -77,10 +88,11 @@ class CaptureDecoder:
     when the file has none).
     """
 
-    def __init__(self, batch_packets: int = 65536) -> None:
-        if batch_packets < 1:
-            raise ValueError("batch_packets must be >= 1")
+    def __init__(self, batch_packets: int = BATCH_PACKETS, batch_bytes: int = BATCH_BYTES) -> None:
+        if batch_packets < 1 or batch_bytes < 1:
+            raise ValueError("batch_packets and batch_bytes must be >= 1")
         self.batch_packets = batch_packets
+        self.batch_bytes = batch_bytes
         self.format: str | None = None
         self.issues: list[DecodeIssue] = []
         self.packets_read = 0
@@ -234,23 +246,34 @@ class CaptureDecoder:
 
     def _emit(self, final: bool) -> list[PacketBatch]:
         size = self.batch_packets
-        if self._pending_n == 0 or (self._pending_n < size and not final):
+        if self._pending_n == 0 or (not final and self._pending_n < size and self._pending_span() < self.batch_bytes):
             return []
         rows = _concat_rows(self._pending)
         n = len(rows)
-        out: list[PacketBatch] = []
+        ends = rows.data_off + rows.caplen
+        cuts: list[tuple[int, int]] = []
         k = 0
-        while n - k >= size or (final and k < n):
+        while k < n:
             j = min(k + size, n)
-            last = not (n - j >= size or (final and j < n))
-            out.append(self._make_batch(rows, k, j, last))
+            fit = k + int(np.searchsorted(ends[k:j], rows.data_off[k] + self.batch_bytes, side="right"))
+            if fit < j:  # the byte bound comes first (a packet at least)
+                j = max(fit, k + 1)
+            elif j - k < size and not final:  # neither bound reached: wait for more input
+                break
+            cuts.append((k, j))
             k = j
+        out = [self._make_batch(rows, a, z, i == len(cuts) - 1) for i, (a, z) in enumerate(cuts)]
         if k < n:
             rest = _Rows(*(a[k:] for a in rows.columns()))
             self._pending, self._pending_n = [rest], n - k
         else:
             self._pending, self._pending_n = [], 0
         return out
+
+    def _pending_span(self) -> int:
+        """Bytes from the first pending record's data to the end of the last one's."""
+        first, last = self._pending[0], self._pending[-1]
+        return int(last.data_off[-1] + last.caplen[-1] - first.data_off[0])
 
     def _make_batch(self, rows: _Rows, k: int, j: int, last: bool) -> PacketBatch:
         """Rows [k, j) as a batch. Records are in file order and do not overlap, so the
