@@ -111,3 +111,20 @@ def test_chunk_runs_log_like_their_chunks():
                 log.note_events([Event(t0 + 5 * MS, 1, 1, "retransmission", 0, 100)])
         logs.append([_rows(log, k) for k in (1, 2, 3)])
     assert logs[0] == logs[1] and logs[0][0] and logs[0][1] and not logs[0][2]
+
+
+def test_connection_groups_as_numpy_unique_gives_them():
+    """A batch's rows grouped by connection and direction without sorting them (a table
+    over the keys' range when it is dense) come out as np.unique(return_inverse) has them."""
+    import numpy as np
+
+    from telemetry.ingest.sendlog import _Batch
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 3000))
+        spread = int(rng.choice([4, 1_000, 10**8]))  # a few connections, many, keys far apart
+        cd = (int(rng.integers(0, 10**6)) + rng.integers(0, spread, n)).astype(np.int64)
+        got = _Batch([], 0, (cd, cd, cd, cd)).cd_groups()
+        want = np.unique(cd, return_inverse=True)
+        assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want, strict=True))
