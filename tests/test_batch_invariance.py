@@ -9,8 +9,9 @@ became a later ACK (27.5 s late in samples/sweep/server_jitter read in batches o
 
 The send log (``segment_sends``) is the one table left out: it keeps the last two batches
 for the lookback of a loss gate (bounded memory), and a gate opens when the TCP layer
-settles a retransmission's verdict, which a bulk run does at its end: its rows at a gate's
-edges follow the batches (telemetry/ingest/sendlog.py).
+settles a retransmission's verdict, which a bulk run leaves to the next packet of the
+connection taken one by one (or its close): its rows at a gate's edges follow the batches
+and the bulk runs (telemetry/ingest/sendlog.py).
 """
 
 from __future__ import annotations
