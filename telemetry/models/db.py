@@ -216,9 +216,7 @@ def connect(
     the captures where they serve.
     """
     con = duckdb.connect(database)
-    # every model reads the same few files again and again: their footers once (the
-    # cache checks that a file did not change)
-    con.execute("SET TimeZone = 'UTC'; SET parquet_metadata_cache = true")
+    con.execute("SET TimeZone = 'UTC'")
     for table, schema in TABLES.items():
         files = store.table_files(table)
         if files:

@@ -92,8 +92,10 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
     analysis = connect(FileStore(store.root, files), {"capture_ids": [capture_id]}, use_stored=False)
     # bounded memory whatever the capture's size: DuckDB spills what does not fit
     spill = writer.stage_path(Path("duckdb-spill"))
+    # the models read the capture's few files again and again: their Parquet footers once
+    # (DuckDB checks a file did not change; the cache goes with this short-lived connection)
     analysis.con.execute(f"SET memory_limit = '{DERIVE_MEMORY}'; SET temp_directory = '{spill}'; "
-                         "SET preserve_insertion_order = false")
+                         "SET preserve_insertion_order = false; SET parquet_metadata_cache = true")
     out: dict[Path, Path] = {}
     try:
         for model in analysis.models.values():
