@@ -329,9 +329,13 @@ def test_client_requests_match_grpc_streams_in_capture(e2e: tuple[Path, dict[str
 def test_interrupted_run_cleans_up(tmp_path: Path) -> None:
     before = set(list_lab_namespaces())
     out = tmp_path / "interrupted"
+    # Ctrl-C as a terminal sends it: a shell that started the tests in the background left
+    # SIGINT ignored, and a child keeps that (it would run to its end: CI launched by
+    # `sh -c '... &'` did)
     p = subprocess.Popen(
         [sys.executable, "-m", "telemetry.lab.cli", "run", "baseline", "--out", str(out), "--duration", "30"],
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 40
