@@ -496,21 +496,23 @@ class FrameHandlers:
             st.end_ts[d] = ts
             st.end_off[d] = end_off
         self.flows[d].close_stream(st.sid)
-        if st.done():
-            self._finalize(st)
-        elif st.mid and st.hdr_ts[1 - d] is None and self.orient_final and d != self.client_dir:
-            # mid-connection stream whose request we never saw: the response end ends it
+        if st.done() or (self.orient_final and self._answered_unseen(st)):
             self._finalize(st)
 
-    def _end_unseen_requests(self) -> None:
-        """The orientation was just settled: mid-connection streams whose response ended
-        before it, their request never seen, end now (as they would have at the response
-        end with the orientation known), not at the connection's end. Their rows then
-        leave as soon as the others do, and their ACK times are looked up before the
-        pipeline forgets the ACK progress below newer streams."""
+    def _answered_unseen(self, st: Stream) -> bool:
+        """A mid-connection stream whose request we never saw and whose response ended:
+        the response end ends it (the orientation must be known to tell the two apart)."""
         c = self.client_dir
+        return st.mid and st.hdr_ts[c] is None and st.end_ts[1 - c] is not None
+
+    def _end_unseen_requests(self) -> None:
+        """The orientation was just settled: the streams :meth:`_answered_unseen` ends
+        whose response ended before it end now, as they would have at the response end
+        with the orientation known, not at the connection's end. Their rows then leave as
+        soon as the others do, and their ACK times are looked up before the pipeline
+        forgets the ACK progress below newer streams."""
         for st in list(self.streams.values()):
-            if st.mid and st.hdr_ts[c] is None and st.end_ts[1 - c] is not None and not st.done():
+            if self._answered_unseen(st):
                 self._finalize(st)
 
     def _finalize(self, st: Stream) -> None:
