@@ -1,11 +1,13 @@
 """What tailtap stores does not depend on how the capture was cut into batches: a file is
-read 65,536 packets at a time, a live capture (the daemon) in whatever the ring held.
+read 262,144 packets (or 64 MiB) at a time, a live capture (the daemon) in the files its
+ring rotates.
 
 A stream seen mid-connection whose response ended before the HTTP/2 layer knew which side
 was the client stayed open until the connection's end, and the ACK of its end was looked
 up after the pipeline had forgotten the ACK progress below newer streams: its end_acked
 became a later ACK (27.5 s late in samples/sweep/server_jitter read in batches of 4,096;
-6.6 s late on five requests of the realistic 200k capture read as a file).
+on five requests of the realistic 200k capture read as a file in batches of 65,536, the
+two looked at 6.4 and 6.6 s late).
 
 The send log (``segment_sends``) is the one table left out: it keeps the last two batches
 for the lookback of a loss gate (bounded memory), and a gate opens when the TCP layer

@@ -109,7 +109,7 @@ class BulkPath:
         when that gap comes before ``min_rows``."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
-            kw = self._fast_c(conn, idx, b, out, at, min_rows)
+            kw = self._fast_c(conn, idx, b, swap, out, at, min_rows)
             if kw is not None:
                 return kw
         w = _before_ipid_gap(conn, idx, b, swap)
@@ -370,7 +370,8 @@ class BulkPath:
             out.append(ChunkRun(key, run, b.buf))
         return self._ran(conn, int(ts[k - 1]), k)
 
-    def _fast_c(self, conn: Conn, idx: np.ndarray, b, out: list, at: int, min_rows: int) -> tuple[int, int] | None:
+    def _fast_c(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, out: list, at: int,
+                min_rows: int) -> tuple[int, int] | None:  # fmt: skip
         """:meth:`_bulk` through ``_speedups.fast_run``: the same checks (IP id gap
         included) and results, computed in one C pass; this applies them in the numpy
         code's order. None when the C pass declines (a segment log out of end order)."""
@@ -422,7 +423,7 @@ class BulkPath:
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
             # (the run's last packets' signatures are in D.sigd / sigq already, as _sigs)
-        _note_run_history(conn, idx[:k], b, self._pack_args[2])
+        _note_run_history(conn, idx[:k], b, swap)
         for d in (0, 1):  # window full: data reaching the far end's advertised window
             x = res[d]
             if x["nd"] and conn.dirs[d].rwnd_known and len(x["wf_pos"]):

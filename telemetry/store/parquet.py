@@ -224,7 +224,7 @@ class CaptureWriter:
     def _write_hours(self, table: str, data: pa.Table) -> None:
         """Write a table's rows into the files of their hours."""
         keys = _partition_keys(table, data)
-        if (keys == keys[0]).all():  # one hour, nearly always (no rows never come here)
+        if (keys == keys[0]).all():  # one hour, nearly always (empty tables never come here)
             hours = [(int(keys[0]), data)]
         else:
             # each hour's rows, in their order, from the stretches of equal keys: slices,
