@@ -43,6 +43,7 @@ import hpack
 SERVER_IP = bytes([10, 0, 0, 1])
 SERVER_PORT = 50051
 MSS = 1448
+MAX_FRAME = 16_384
 T0 = 1_770_000_000_000_000_000  # capture start
 MS = 1_000_000
 EMBED, GENERATE = "/tailtap.lab.LLM/Embed", "/tailtap.lab.LLM/Generate"
@@ -52,6 +53,12 @@ _ETH_REV = b"\x02\x00\x00\x00\x00\x02\x02\x00\x00\x00\x00\x01\x08\x00"
 
 def _frame(ftype: int, flags: int, stream: int, payload: bytes) -> bytes:
     return struct.pack(">I", len(payload))[1:] + bytes([ftype, flags]) + struct.pack(">I", stream) + payload
+
+
+def _data_frames(stream: int, payload: bytes) -> bytes:
+    """DATA frames of at most 16,384 bytes (SETTINGS_MAX_FRAME_SIZE's default): a larger
+    one is a FRAME_SIZE_ERROR, and a decoder rightly loses frame sync on it."""
+    return b"".join(_frame(0, 0, stream, payload[i:i + MAX_FRAME]) for i in range(0, len(payload), MAX_FRAME))
 
 
 def _grpc(msg: bytes) -> bytes:
@@ -281,7 +288,7 @@ class Connection:
             msg = _grpc(bytes(self.rng.randint(1024, 16384)))
             trailers = self.enc_s.encode([("grpc-status", "0")])
             self.stats.response_messages += 1
-            self.server_write(t, _frame(1, 0x04, stream, head) + _frame(0, 0, stream, msg) + _frame(1, 0x05, stream, trailers))
+            self.server_write(t, _frame(1, 0x04, stream, head) + _data_frames(stream, msg) + _frame(1, 0x05, stream, trailers))
         self._done(t)
 
     def _token(self, t: int, data: object) -> None:
