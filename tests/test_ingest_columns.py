@@ -4,6 +4,7 @@ ChunkRun) give what the one-object-per-row records give."""
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from ingest_reference import quantile, sent_totals
 
@@ -16,8 +17,10 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
+from telemetry.ingest.columns import coded_strings as _coded_strings
 from telemetry.ingest.columns import run_strings as _run_strings
 from telemetry.ingest.rates import run_sent as _run_sent
+from telemetry.ingest.tables import RTT_SOURCES
 from telemetry.ingest.tables import rtt_columns as _rtt_columns
 
 
@@ -30,14 +33,25 @@ def test_rtt_columns_mix_runs_and_samples_in_order():
         RttRun(1, 0, np.array([12], np.int64), np.array([0.125]), "tsecr"),
     ]
     flat = expand_rtts(items)
-    ts, rtt, runs = _rtt_columns(items)
+    ts, rtt, direction, source = _rtt_columns(items)
     assert ts.tolist() == [s.ts_ns for s in flat] == [5, 7, 9, 10, 11, 12]
     assert rtt.tolist() == [s.rtt_ms for s in flat]
-    counts = [k for _d, _s, k in runs]
-    assert _run_strings([DIRECTION_NAMES[d] for d, _s, _k in runs], counts).to_pylist() == [
-        DIRECTION_NAMES[s.direction] for s in flat
-    ]
-    assert _run_strings([src for _d, src, _k in runs], counts).to_pylist() == [s.source for s in flat]
+    for flip in (0, 1):
+        assert _coded_strings(direction ^ flip, DIRECTION_NAMES).to_pylist() == [
+            DIRECTION_NAMES[s.direction ^ flip] for s in flat
+        ]
+    assert _coded_strings(source, RTT_SOURCES).to_pylist() == [s.source for s in flat]
+
+
+def test_coded_strings():
+    import random
+
+    rnd = random.Random(2)
+    for names in (("to_server", "to_client"), ("new", "retransmission", "", "spurious_retransmission"), ("é",)):
+        codes = np.array([rnd.randrange(len(names)) for _ in range(rnd.randrange(0, 500))], np.int64)
+        col = _coded_strings(codes, names)
+        assert col.type == pa.string() and col.to_pylist() == [names[c] for c in codes.tolist()]
+    assert _coded_strings(np.zeros(3, np.int64), ("",)).to_pylist() == ["", "", ""]
 
 
 def test_run_strings():

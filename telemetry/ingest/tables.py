@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-from itertools import groupby
 from operator import attrgetter
 
 import numpy as np
@@ -20,9 +19,18 @@ from parsers.records import (
     H2Event,
     RttRun,
     RttSample,
+    RttSource,
     TcpEvent,
 )
-from telemetry.ingest.columns import NO_TS, TS, IdColumns, float_col, repeat, run_strings
+from telemetry.ingest.columns import (
+    NO_TS,
+    TS,
+    IdColumns,
+    coded_strings,
+    float_col,
+    repeat,
+    run_strings,
+)
 from telemetry.ingest.sendlog import KIND_NAMES as SEND_KINDS
 from telemetry.ingest.state import Conn, Msgs, Ready
 from telemetry.store.parquet import table_from_columns
@@ -30,6 +38,8 @@ from telemetry.store.parquet import table_from_columns
 APP_THROTTLE_HTTP = (429, 503)
 APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE
 EVENT_NAME_OF = np.array(EVENT_NAMES, dtype=object)
+RTT_SOURCES = tuple(RttSource)
+_SOURCE_CODE = {name: i for i, name in enumerate(RTT_SOURCES)}
 
 REQUEST_PASSTHROUGH = (
     "stream_id", "protocol", "method", "path", "authority", "content_type", "user_agent", "kind",
@@ -56,14 +66,13 @@ def tcp_events_table(base: IdColumns, events: list[TcpEvent], flip: int) -> pa.T
 
 
 def rtt_samples_table(base: IdColumns, items: list[RttSample | RttRun], flip: int) -> pa.Table:
-    ts, rtt, runs = rtt_columns(items)
-    counts = [k for _d, _s, k in runs]
+    ts, rtt, direction, source = rtt_columns(items)
     return table_from_columns("rtt_samples", {
         **base(len(ts)),
         "ts": pa.array(ts, TS),
-        "direction": run_strings([DIRECTION_NAMES[d ^ flip] for d, _s, _k in runs], counts),
+        "direction": coded_strings(direction ^ flip, DIRECTION_NAMES),
         "rtt_ms": pa.array(rtt, pa.float64()),
-        "source": run_strings([src for _d, src, _k in runs], counts),
+        "source": coded_strings(source, RTT_SOURCES),
     })
 
 
@@ -85,10 +94,10 @@ def segment_sends_table(base: IdColumns, sends: tuple[np.ndarray, ...], flip: in
     return table_from_columns("segment_sends", {
         **base(len(ts)),
         "ts": pa.array(ts, TS),
-        "direction": pa.array(np.array(DIRECTION_NAMES, dtype=object)[dirs ^ flip], pa.string()),
+        "direction": coded_strings(dirs ^ flip, DIRECTION_NAMES),
         "seq": pa.array(seq, pa.int64()),
         "bytes": pa.array(size, pa.int64()),
-        "kind": pa.array(np.array(SEND_KINDS, dtype=object)[kind], pa.string()),
+        "kind": coded_strings(kind, SEND_KINDS),
     })
 
 
@@ -225,18 +234,20 @@ def connections_table(rows: list[dict[str, object]]) -> pa.Table:
     return table_from_columns("connections", {name: [r[name] for r in rows] for name in rows[0]})
 
 
-def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray, list[tuple[int, str, int]]]:
-    """(ts, rtt_ms) columns of RttSamples and RttRuns, in order, and their runs of
-    (TCP direction, source, count)."""
-    ts, rtt, runs = [], [], []
+def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, ...]:
+    """(ts, rtt_ms, TCP direction, index of the source in RTT_SOURCES) columns of
+    RttSamples and RttRuns, in order. Per code, not per run of one value: the per-packet
+    path's samples alternate between sources (an ACK gives a data_ack and a tsecr one)."""
+    ts, rtt, direction, source = [], [], [], []
     singles: list[RttSample] = []
 
     def flush_singles() -> None:
         if singles:
-            ts.append(np.array([s.ts_ns for s in singles], dtype=np.int64))
-            rtt.append(np.array([s.rtt_ms for s in singles], dtype=np.float64))
-            for (d, src), group in groupby(singles, _DIR_SOURCE):
-                runs.append((d, src, sum(1 for _ in group)))
+            n = len(singles)
+            ts.append(np.fromiter([s.ts_ns for s in singles], np.int64, n))
+            rtt.append(np.fromiter([s.rtt_ms for s in singles], np.float64, n))
+            direction.append(np.fromiter([s.direction for s in singles], np.int64, n))
+            source.append(np.fromiter([_SOURCE_CODE[s.source] for s in singles], np.int64, n))
             singles.clear()
 
     for it in items:
@@ -244,14 +255,14 @@ def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, np.ndarray
             flush_singles()
             ts.append(it.ts_ns)
             rtt.append(it.rtt_ms)
-            runs.append((it.direction, it.source, len(it)))
+            direction.append(np.full(len(it), it.direction, np.int64))
+            source.append(np.full(len(it), _SOURCE_CODE[it.source], np.int64))
         else:
             singles.append(it)
     flush_singles()
-    return np.concatenate(ts), np.concatenate(rtt), runs
+    return tuple(np.concatenate(c) for c in (ts, rtt, direction, source))
 
 
-_DIR_SOURCE = attrgetter("direction", "source")
 
 
 def event_columns(ms: Msgs) -> dict[str, pa.Array]:
