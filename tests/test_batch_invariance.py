@@ -63,3 +63,30 @@ def test_mid_connection_stream_ended_before_orientation_gets_its_own_ack(tmp_pat
         "WHERE end_acked IS NOT NULL"
     ).fetchone()
     assert n >= 150 and late_ms < 100
+
+
+def test_open_connections_written_past_the_pending_budget(tmp_path, monkeypatch):
+    """Past PENDING_ROWS rows waiting in all open connections the largest are written
+    (memory bounded whatever the number of connections), and the rows are the same."""
+    capture = SAMPLES / "loss_burst" / "capture.pcap"
+    monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
+
+    def ingest(root: Path) -> dict[str, list[str]]:
+        assert ingest_file(capture, Store(root), IngestOptions(store_models=False)).error is None
+        return table_rows(root)
+
+    held = ingest(tmp_path / "held")
+    written: list[int] = []
+    flush = pipeline.CapturePipeline._flush_open
+
+    def spy(self, conn):
+        written.append(conn.key)
+        flush(self, conn)
+
+    monkeypatch.setattr(pipeline.CapturePipeline, "_flush_open", spy)
+    monkeypatch.setattr(pipeline, "PENDING_ROWS", 400)
+    budget = ingest(tmp_path / "budget")
+    assert len(written) >= 10 and len(set(written)) >= 2
+    assert held["requests"] and held["segment_sends"]
+    for table, rows in held.items():
+        assert budget[table] == rows, table

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from itertools import groupby
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 
 import numpy as np
@@ -53,6 +53,7 @@ from telemetry.store.parquet import CaptureWriter, table_from_columns
 # Connections idle this long are closed and their rows written (bounded memory).
 IDLE_CLOSE_NS = 120 * 1_000_000_000
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
+PENDING_ROWS = 2_000_000  # ... and the largest connections' rows once all hold this many
 # requests of all connections, and closed connections, are built into one table each once
 # this many wait (their ~35-50 columns cost more per table than per row)
 BATCH_TABLE_ROWS = 4096
@@ -186,14 +187,32 @@ class CapturePipeline:
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
                 conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
         self._take_tcp_events()
+        waiting: list[tuple[int, Conn]] = []
         for conn in self.conns.values():
             if conn.session is not None:
                 requests, rows, h2_events = conn.session.take_columns()
                 self._take(conn, requests, rows, h2_events)
                 resolve_acks(self.tcp, conn, None)
-            if len(conn.rows) + conn.rate_buckets() + self.sendlog.pending(conn.key) >= FLUSH_CONN_ROWS:
+            n = len(conn.rows) + conn.rate_buckets() + self.sendlog.pending(conn.key)
+            if n >= FLUSH_CONN_ROWS:
                 self._flush_open(conn)
+            elif n:
+                waiting.append((n, conn))
+        self._flush_largest(waiting)
         self._close_all(self.tcp.take_closed(IDLE_CLOSE_NS))
+
+    def _flush_largest(self, waiting: list[tuple[int, Conn]]) -> None:
+        """Past PENDING_ROWS rows waiting in all open connections, write the connections
+        holding most until half that is left: memory bounded whatever the number of
+        connections (each alone stays under FLUSH_CONN_ROWS)."""
+        total = sum(n for n, _conn in waiting)
+        if total <= PENDING_ROWS:
+            return
+        for n, conn in sorted(waiting, key=itemgetter(0), reverse=True):
+            self._flush_open(conn)
+            total -= n
+            if total <= PENDING_ROWS // 2:
+                return
 
     def _take_tcp_events(self) -> None:
         events, samples = self.tcp.take_events_runs()
