@@ -188,6 +188,10 @@ def _uid(pid: int) -> int:
     raise AssertionError(f"no Uid for {pid}")
 
 
+def _lower_quartile(values: list[float]) -> float:
+    return statistics.quantiles(values, n=4)[0]
+
+
 @needs_capture
 def test_soak_memory_stays_flat_and_capture_runs_unprivileged(tmp_path):
     from test_daemon import _children
@@ -225,14 +229,17 @@ def test_soak_memory_stays_flat_and_capture_runs_unprivileged(tmp_path):
         shutil.rmtree(spool, ignore_errors=True)
     assert ingested >= SOAK_S / 2 and requests > 0 and errors == 0, (ingested, requests, errors)
     assert not load.errors, load.errors
-    # flat: after the first third (imports, DuckDB, caches warm), the last third's median
-    # RSS is within 15% (+16 MiB) of the middle third's
+    # flat: after the first third (imports, DuckDB, caches warm), the last third's floor
+    # (lower quartile) RSS is within 15% (+16 MiB) of the middle third's. Once the metrics
+    # window fills, each refresh's queries raise RSS by up to ~75 MiB for a few seconds
+    # and it falls back (seen on both allocators): a median can land on those peaks, the
+    # floor does not; a leak raises the floor.
     third = len(samples) // 3
-    middle = statistics.median(r for _, r in samples[third : 2 * third])
-    last = statistics.median(r for _, r in samples[2 * third :])
+    middle = _lower_quartile([r for _, r in samples[third : 2 * third]])
+    last = _lower_quartile([r for _, r in samples[2 * third :]])
     summary = {
         "seconds": SOAK_S, "files_ingested": ingested, "requests": requests, "calls": load.calls,
-        "rss_mib_middle_third_median": round(middle, 1), "rss_mib_last_third_median": round(last, 1),
+        "rss_mib_middle_third_floor": round(middle, 1), "rss_mib_last_third_floor": round(last, 1),
         "rss_mib_max": round(max(r for _, r in samples), 1),
         "rss_mib_series": [(round(t), round(r, 1)) for t, r in samples[:: max(1, len(samples) // 60)]],
     }
