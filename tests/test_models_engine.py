@@ -98,3 +98,20 @@ def test_a_capture_without_stored_models_is_computed_when_read(tmp_path, lossy_s
     shutil.copytree(lossy_store.root, old.root)
     shutil.rmtree(old.root / MODELS)
     assert _rows(connect(old), "request_cause") == _rows(connect(lossy_store), "request_cause")
+
+
+@needs_samples
+def test_a_small_store_is_queried_on_one_thread(lossy_store, monkeypatch):
+    """A lab capture's tables (~0.5 MiB) gain no time from a second DuckDB thread, only its
+    CPU; a store past ONE_THREAD_BYTES keeps DuckDB's default, and the answers are the same."""
+    import duckdb
+
+    from telemetry.models import db
+
+    small = connect(lossy_store)
+    assert small.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+    monkeypatch.setattr(db, "ONE_THREAD_BYTES", 1)
+    large = connect(lossy_store)
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+    assert large.execute("SELECT current_setting('threads')").fetchone()[0] == default
+    assert _rows(small, "request_metrics") == _rows(large, "request_metrics")

@@ -22,6 +22,8 @@ from telemetry.models.catalogue import Model, load_models, macros_sql, settings_
 from telemetry.store.parquet import Store
 from telemetry.store.schema import TABLES
 
+ONE_THREAD_BYTES = 2 << 20  # a store whose tables are smaller is queried on one thread
+
 # Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {
     "window_s": None,  # window length; null: chosen from the scope's span (queries/settings.sql)
@@ -217,8 +219,13 @@ def connect(
     """
     con = duckdb.connect(database)
     con.execute("SET TimeZone = 'UTC'")
+    small = 0  # bytes of the tables, counted up to ONE_THREAD_BYTES
     for table, schema in TABLES.items():
         files = store.table_files(table)
+        for p in files:
+            if small >= ONE_THREAD_BYTES:
+                break
+            small += p.stat().st_size
         if files:
             glob = [str(p.resolve()) for p in files] if inline_params else store.table_glob(table)
             hive = "true" if isinstance(glob, str) else "false"  # explicit lists may mix layouts
@@ -235,6 +242,9 @@ def connect(
             kind = "TABLE" if inline_params else "VIEW"
             con.execute(f"DROP VIEW IF EXISTS {table}; DROP TABLE IF EXISTS {table}")
             con.execute(f"CREATE {kind} {table} AS SELECT * FROM _empty_{table}")
+    if small < ONE_THREAD_BYTES and not inline_params:
+        # a few thousand rows gain no time from a second thread, only its CPU
+        con.execute("SET threads = 1")
     merged = dict(DEFAULT_PARAMS)
     merged.update(params or {})
     for name, value in merged.items():

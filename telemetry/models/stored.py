@@ -19,7 +19,6 @@ from telemetry.store.schema import TABLES
 
 LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
 DERIVE_MEMORY = "512MB"  # DuckDB's share while a capture's models are computed (it spills beyond)
-ONE_THREAD_BYTES = 2 << 20  # tables this small are computed on one thread
 
 
 class FileStore(Store):
@@ -97,9 +96,6 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
     # (DuckDB checks a file did not change; the cache goes with this short-lived connection)
     analysis.con.execute(f"SET memory_limit = '{DERIVE_MEMORY}'; SET temp_directory = '{spill}'; "
                          "SET preserve_insertion_order = false; SET parquet_metadata_cache = true")
-    # a few thousand rows gain no time from a second thread, only its CPU
-    if sum(p.stat().st_size for paths in files.values() for p in paths) < ONE_THREAD_BYTES:
-        analysis.con.execute("SET threads = 1")
     out: dict[Path, Path] = {}
     try:
         for model in analysis.models.values():
