@@ -225,7 +225,10 @@ def connect(
         for p in files:
             if small >= ONE_THREAD_BYTES:
                 break
-            small += p.stat().st_size
+            try:
+                small += p.stat().st_size
+            except OSError:  # removed since the listing (the daemon's retention)
+                pass
         if files:
             glob = [str(p.resolve()) for p in files] if inline_params else store.table_glob(table)
             hive = "true" if isinstance(glob, str) else "false"  # explicit lists may mix layouts
