@@ -263,8 +263,6 @@ def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, ...]:
     return tuple(np.concatenate(c) for c in (ts, rtt, direction, source))
 
 
-
-
 def event_columns(ms: Msgs) -> dict[str, pa.Array]:
     """messages.event and messages.tokens (all null without LLM stream events)."""
     n = len(ms)
