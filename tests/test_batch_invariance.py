@@ -10,10 +10,10 @@ on five requests of the realistic 200k capture read as a file in batches of 65,5
 two looked at 6.4 and 6.6 s late).
 
 The send log (``segment_sends``) is the one table left out: it keeps the last two batches
-for the lookback of a loss gate (bounded memory), and a gate opens when the TCP layer
-settles a retransmission's verdict, which a bulk run leaves to the next packet of the
-connection taken one by one (or its close): its rows at a gate's edges follow the batches
-and the bulk runs (telemetry/ingest/sendlog.py).
+for the lookback of a loss gate (bounded memory), so its rows at a gate's edges follow the
+batches (telemetry/ingest/sendlog.py). They do not follow the TCP layer's bulk runs: a run
+ends before the packet on which a retransmission's verdict (which opens the gate) falls,
+so the verdict falls there as it does packet by packet.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import pytest
 from test_split import table_rows
 
 from parsers.capture import CaptureDecoder
+from parsers.tcp import _analyzer
 from telemetry.ingest import IngestOptions, ingest_file, pipeline
 from telemetry.store.parquet import Store
 
@@ -90,3 +91,22 @@ def test_open_connections_written_past_the_pending_budget(tmp_path, monkeypatch)
     assert held["requests"] and held["segment_sends"]
     for table, rows in held.items():
         assert budget[table] == rows, table
+
+
+@pytest.mark.parametrize("sample", ["loss_burst", "mixed", "queueing", "throttle_policer"])
+def test_send_log_the_same_without_bulk_runs(sample, tmp_path, monkeypatch):
+    """Every table, the send log included, is the same when every packet goes through
+    the per-packet path. Before bulk runs ended at a verdict's packet, the send log of
+    these samples lost up to 625 of its rows (mixed: 4,856 against 5,481)."""
+    capture = SAMPLES / sample / "capture.pcap"
+
+    def ingest(root: Path) -> dict[str, list[str]]:
+        assert ingest_file(capture, Store(root), IngestOptions(store_models=False)).error is None
+        return table_rows(root)
+
+    bulk = ingest(tmp_path / "bulk")
+    monkeypatch.setattr(_analyzer, "FAST_MIN_ROWS", 10**9)
+    per_packet = ingest(tmp_path / "per_packet")
+    assert bulk["segment_sends"]
+    for table, rows in per_packet.items():
+        assert bulk[table] == rows, table

@@ -74,6 +74,7 @@ from parsers.tcp._limits import (
     TOMBSTONE_NS,
     WINDOW_SLACK,
 )
+from parsers.tcp._losses import verdict_due
 from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequential
 
 _SFR = SYN | FIN | RST
@@ -162,8 +163,11 @@ class PacketPath:
 
     # ------------------------------------------------------------------ per packet
 
-    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv, cols=None) -> None:
-        """Per-packet path over rows (batch indices); ``cols`` = their columns as lists."""
+    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv, cols=None, ready_after: int = 0) -> int:
+        """Per-packet path over rows (batch indices); ``cols`` = their columns as lists.
+        ``ready_after`` > 0: stop early, once that many rows are done, after the first row
+        that leaves the connection ready for the bulk path again (and no verdict due).
+        Returns the rows done."""
         if cols is None:
             cols = columns(b, swap, rows)
         ts_l, fr_l, fl_l, seq_l, ack_l, win_l, pl_l, wl_l, hts_l, tsv_l, tse_l, ipid_l, ws_l, \
@@ -179,6 +183,12 @@ class PacketPath:
                 win_l[k], pl_l[k], wl_l[k], hts_l[k], tsv_l[k], tse_l[k], ipid_l[k],
                 ws_l[k], mss_l[k], off_l[k], sk, ipv, out, mv,
             )  # fmt: skip
+            if ready_after and k + 1 >= ready_after and conn is not None and conn.fast_ready():
+                due = verdict_due(conn)
+                if due is None or ts_l[k] <= due:
+                    self.stats["slow_rows"] -= len(row_l) - k - 1
+                    return k + 1
+        return len(row_l)
 
     def _packet(self, conn, key6, src_is_lo, ts, fr, fl, seq, ack, win, pl, wl, hts, tsv,
                 tse, ipid, ws, mss, off, sk, ipv, out, mv):  # fmt: skip

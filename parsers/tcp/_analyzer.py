@@ -19,15 +19,28 @@ from parsers.tcp._analysis import PacketPath, columns
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
 from parsers.tcp._limits import FIN_LINGER_NS
-from parsers.tcp._losses import LossPath
+from parsers.tcp._losses import LossPath, verdict_due
 from parsers.tcp._state import CLOSING, DONE, Conn
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 FAST_MIN_ROWS = 24  # shorter runs are cheaper per packet than in bulk
 FAST_WINDOW = 16384  # rows checked per bulk attempt (bounds re-checking after a stop)
-SLOW_BLOCK = 32  # rows handled per packet after a bulk stop before trying bulk again
+SLOW_BLOCK = 32  # at most this many rows per packet after a bulk stop before trying bulk again
+SLOW_MIN = 8  # ... and at least this many, then until the connection is ready for bulk again
 MAX_CLOSED_INFO = 200_000
+
+
+def _before_verdict(conn: Conn, window: np.ndarray, b) -> int:
+    """How many rows of ``window`` come before the first on which a verdict on a pending
+    retransmission can fall (all of them when none can)."""
+    c, s = conn.dirs
+    due = verdict_due(conn) if c.pending_retx or s.pending_retx else None
+    if due is not None:
+        late = np.flatnonzero(b.ts_ns[window] > due)
+        if len(late):
+            return int(late[0])
+    return len(window)
 
 
 class TcpAnalyzer(PacketPath, LossPath, BulkPath):
@@ -122,24 +135,34 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
 
     def _group(self, key6: tuple, idx: np.ndarray, b, swap, sackm, mv, out: list, at: int) -> None:
         """Rows ``idx`` (``order[at:]`` of the flow grouping) of one connection: bulk
-        runs while they are clean, the per-packet path in between."""
+        runs while they are clean, the per-packet path in between. A run ends before the
+        packet on which a verdict on a retransmission falls: that packet goes per packet,
+        as it would without bulk runs (the verdict opens the send log's gate)."""
         n = len(idx)
         pos = 0
         while pos < n:
             conn = self._table.get(key6)
+            ready_after, block = SLOW_MIN, SLOW_BLOCK
             if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
                 window = idx[pos : pos + min(n - pos, FAST_WINDOW)]
-                k, w = self._bulk(conn, window, b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
-                if w >= FAST_MIN_ROWS:
-                    pos += k
-                    if k == w:
-                        continue
+                limit = _before_verdict(conn, window, b)
+                if limit >= FAST_MIN_ROWS:
+                    k, w = self._bulk(conn, window[:limit], b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
+                    if w < FAST_MIN_ROWS:  # an IP id gap too close for a run: past it per packet
+                        ready_after = max(SLOW_MIN, w + 1)
+                    else:
+                        pos += k
+                        if k == w and (k < limit or limit == len(window)):
+                            continue  # up to an IP id gap or the window's end: a run from there
+                        if k == limit:  # up to the verdict's packet: that one per packet
+                            ready_after = block = 1
+                else:  # the verdict's packet comes too soon for a run: up to it per packet
+                    ready_after = block = limit + 1
             if n - pos < FAST_MIN_ROWS * 2:
                 self._slow_rows(key6, idx[pos:], b, swap, out, mv)
                 return
-            z = min(n, pos + SLOW_BLOCK)
-            self._slow_rows(key6, idx[pos:z], b, swap, out, mv)
-            pos = z
+            z = min(n, pos + block)
+            pos += self._slow_rows(key6, idx[pos:z], b, swap, out, mv, ready_after=ready_after)
 
     # ------------------------------------------------------------------ outputs
 

@@ -19,6 +19,23 @@ from parsers.tcp._limits import (
 from parsers.tcp._state import Conn, Dir, Hole, PendingRetx
 
 
+def verdict_due(conn: Conn) -> int | None:
+    """The earliest time a verdict on a pending retransmission can fall (the pending limit,
+    or the D-SACK grace after its ACK at its shortest): the per-packet path gives it at
+    the first packet after that time, so a bulk run must end before that packet for the
+    verdict, and the send log's gate it opens, to fall where they would packet by packet.
+    None: no retransmission pending."""
+    due = None
+    for D in conn.dirs:
+        for p in D.pending_retx:
+            t = p.ts + PENDING_RETX_NS
+            if p.covered_ts is not None and p.covered_ts + DSACK_GRACE_NS < t:
+                t = p.covered_ts + DSACK_GRACE_NS
+            if due is None or t < due:
+                due = t
+    return due
+
+
 class LossPath:
     """Verdicts on retransmissions and holes, and loss bursts (TcpAnalyzer's state)."""
 

@@ -15,11 +15,11 @@ path direction (sender address -> receiver address) is logged only while it lose
   retransmission events), once.
 
 A gate opens when the TCP layer hands out the retransmission's event, i.e. once its verdict
-(genuine or spurious) is settled, and a bulk run (parsers/tcp/_fast.py) leaves that to the
-connection's next packet taken one by one: what the lookback still holds then, and so the
-rows at a gate's edges, follow the batches and the runs (on samples/loss_burst: 5,362 rows,
-5,487 with every packet taken one by one). Ending each bulk run where a verdict may fall due
-makes them exact, for about 10% more CPU on the realistic 1M capture (2026-11-26).
+(genuine or spurious) is settled. A bulk run (parsers/tcp/_fast.py) ends before the packet
+on which a verdict can fall due (parsers/tcp/_losses.py: verdict_due), so the verdict falls
+on the packet it falls on when every packet is taken one by one, and the rows are the same
+either way (samples/loss_burst: 5,487). What the lookback still holds when a gate opens,
+and so the rows at a gate's edges, follow the batches.
 
 A capture without losses logs nothing and pays for nothing but keeping a reference to
 the previous batch's chunk list. Segments are seen at the capture point: the test makes
