@@ -50,21 +50,33 @@ ack_groups AS (  -- the messages one ACK covered: the last of them shows the pat
     FROM sent WHERE acked_ns IS NOT NULL
     GROUP BY ALL
 ),
-trouble AS (
-    SELECT hash(conn_id) AS ck, epoch_ns(ts) AS trouble_ns
+trouble AS (  -- (keyed by connection and second: a hash join below, not a sort of every message)
+    SELECT hash(conn_id) AS ck, epoch_ns(ts) AS trouble_ns, epoch_ns(ts) // 1000000000 AS sec
     FROM tcp_events
     WHERE direction = 'to_client'
       AND troubled_kind(kind)
 ),
+spans AS (  -- the seconds from each acked message's send to its ACK: the one it was sent in,
+    -- then any later ones (the few messages whose ACK came in a later second)
+    SELECT ck, sent_ns, acked_ns, sent_ns // 1000000000 AS sec FROM sent WHERE acked_ns IS NOT NULL
+    UNION ALL
+    SELECT ck, sent_ns, acked_ns, unnest(range(sent_ns // 1000000000 + 1, acked_ns // 1000000000 + 1))
+    FROM sent WHERE acked_ns // 1000000000 > sent_ns // 1000000000
+),
+troubled AS (  -- something went wrong toward the client between a send and its ACK
+    SELECT DISTINCT s.ck, s.sent_ns, s.acked_ns
+    FROM spans AS s
+    JOIN trouble AS t ON t.ck = s.ck AND t.sec = s.sec AND t.trouble_ns BETWEEN s.sent_ns AND s.acked_ns
+),
 arrived AS (
-    SELECT s.*, g.last_sent_ns, t.trouble_ns
+    SELECT s.*, g.last_sent_ns, x.ck IS NOT NULL AS troubled
     FROM sent AS s
     LEFT JOIN ack_groups AS g USING (ck, acked_ns)
-    ASOF LEFT JOIN trouble AS t ON t.ck = s.ck AND t.trouble_ns >= s.sent_ns
+    LEFT JOIN troubled AS x USING (ck, sent_ns, acked_ns)
 ),
 response AS (
     SELECT conn_id, stream_id, "index", token_index, ts, acked_ts, acked_ns,
-        CASE WHEN acked_ns IS NULL OR trouble_ns <= acked_ns THEN acked_ts
+        CASE WHEN acked_ns IS NULL OR troubled THEN acked_ts
              ELSE CAST(make_timestamp_ns(sent_ns + greatest(acked_ns - last_sent_ns, 0)) AS TIMESTAMPTZ_NS) END AS arrival_ts
     FROM arrived
 ),
