@@ -95,8 +95,11 @@ def _state(s: AppSession) -> tuple | None:
     h2 = s._h2
     if h2 is None:
         return None
+    splitters = [(st.sid, [(type(sp).__name__, getattr(sp, "left", None), getattr(sp, "probing", None))
+                           for sp in st.splitter]) for st in h2.streams.values()]
     return (
-        [(D.base, D.frames, D.plain) for D in h2.dirs],
+        [(D.base, D.frames, D.plain, D.data_left, D.pad_left) for D in h2.dirs],
+        splitters,
         [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
         (list(h2.closed), list(h2.streams), h2.first_opened, h2.last_opened, h2._frame_no),
     )
@@ -162,6 +165,56 @@ def _token_stream(windows: bool, streams: int = 3, tokens: int = 40, seed: int =
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_token_streams_same_with_and_without_c(monkeypatch, windows, seed):
     _assert_same(_token_stream(windows, seed=seed), monkeypatch)
+
+
+def _segments(wire: bytes, rnd: random.Random) -> list[bytes]:
+    """A sender's bytes cut as TCP cuts them: full segments, now and then a short one."""
+    out, i = [], 0
+    while i < len(wire):
+        n = 1448 if rnd.random() < 0.8 else rnd.randrange(1, 1448)
+        out.append(wire[i : i + n])
+        i += n
+    return out
+
+
+def _large_messages(seed: int) -> list[PayloadChunk]:
+    """Requests and responses whose messages span many segments (and responses many
+    DATA frames), cut into segments wherever they fall; streams interleave by segment."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: 1 << 24}), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    cv.send(0, window_update(0, 1 << 24), t + 0.2)
+    wires: dict[tuple[int, int], list[bytes]] = {}
+    for sid in (1, 3, 5):
+        body = grpc_msg(rnd.randbytes(rnd.randrange(2_000, 6_000)))
+        wires[(0, sid)] = _segments(headers(sid, hc.block(grpc_request_headers())) + data(sid, body, end=True), rnd)
+        response = b"".join(grpc_msg(rnd.randbytes(rnd.randrange(0, 40_000))) for _ in range(rnd.randrange(1, 4)))
+        frames = b"".join(data(sid, response[i : i + 16_384]) for i in range(0, len(response), 16_384))
+        trailers = headers(sid, hs.block([("grpc-status", "0")]), end_stream=True)
+        wires[(1, sid)] = _segments(headers(sid, hs.block(GRPC_RESPONSE)) + frames + trailers, rnd)
+    for d, sid in [(0, 1), (0, 3), (0, 5)]:  # the requests first, then the responses interleaved
+        for seg in wires.pop((d, sid)):
+            t += 0.001
+            cv.send(d, seg, t)
+    while wires:
+        key = rnd.choice(sorted(wires))
+        t += 0.001
+        cv.send(key[0], wires[key].pop(0), t)
+        if not wires[key]:
+            del wires[key]
+    return cv.chunks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_large_messages_same_with_and_without_c(monkeypatch, seed):
+    """Messages over many segments and DATA frames, cut anywhere: whole frames in C, the
+    rest in Python, the same framing and splitter state as Python alone."""
+    chunks = _large_messages(seed)
+    assert len(chunks) > 40
+    _assert_same(chunks, monkeypatch)
 
 
 def test_unknown_stream_and_bad_lengths_fall_back(monkeypatch):
