@@ -81,8 +81,10 @@ def test_open_connections_written_past_the_pending_budget(tmp_path, monkeypatch)
     flush = pipeline.CapturePipeline._flush_open
 
     def spy(self, conn):
-        written.append(conn.key)
-        flush(self, conn)
+        wrote = flush(self, conn)
+        if wrote:
+            written.append(conn.key)
+        return wrote
 
     monkeypatch.setattr(pipeline.CapturePipeline, "_flush_open", spy)
     monkeypatch.setattr(pipeline, "PENDING_ROWS", 400)

@@ -209,10 +209,10 @@ class CapturePipeline:
         if total <= PENDING_ROWS:
             return
         for n, conn in sorted(waiting, key=itemgetter(0), reverse=True):
-            self._flush_open(conn)
-            total -= n
-            if total <= PENDING_ROWS // 2:
-                return
+            if self._flush_open(conn):
+                total -= n
+                if total <= PENDING_ROWS // 2:
+                    return
 
     def _take_tcp_events(self) -> None:
         events, samples = self.tcp.take_events_runs()
@@ -269,21 +269,22 @@ class CapturePipeline:
             take_messages(conn, rows)
         conn.pending_requests.extend(requests)
 
-    def _flush_open(self, conn: Conn) -> None:
+    def _flush_open(self, conn: Conn) -> bool:
         """Write an open connection's rows so memory does not grow with its length.
-        Only once its orientation is final (rows say to_server/to_client)."""
+        Only once its orientation is final (rows say to_server/to_client). Returns
+        whether it wrote them."""
         if conn.session is None or not conn.session.orientation_final:
-            return
+            return False
         summary = self._open_summary(conn.key)
         if summary is None:
-            return
+            return False
         if conn.flip:
             summary = flip_summary(summary)
         rates_upto = None
         if self.monotonic and self.last_ts is not None:
             rates_upto = (self.last_ts - RATE_HOLD_NS) // RATE_BUCKET_NS
         self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
-
+        return True
 
     def _path_of(self, key: int) -> tuple[str, str] | None:
         """(client, server) address of an open connection as the TCP layer names it."""
