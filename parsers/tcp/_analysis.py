@@ -175,8 +175,8 @@ class PacketPath:
         ipv = ipv_l[0]
         sack = b.sack
         conn = self._table.get(key6)
-        self.stats["slow_rows"] += len(row_l)
-        for k in range(len(row_l)):
+        done = len(row_l)
+        for k in range(done):
             sk = sack.get(row_l[k]) if sack else None
             conn = self._packet(
                 conn, key6, not sw_l[k], ts_l[k], fr_l[k], fl_l[k], seq_l[k], ack_l[k],
@@ -186,9 +186,10 @@ class PacketPath:
             if ready_after and k + 1 >= ready_after and conn is not None and conn.fast_ready():
                 due = verdict_due(conn)
                 if due is None or ts_l[k] <= due:
-                    self.stats["slow_rows"] -= len(row_l) - k - 1
-                    return k + 1
-        return len(row_l)
+                    done = k + 1
+                    break
+        self.stats["slow_rows"] += done
+        return done
 
     def _packet(self, conn, key6, src_is_lo, ts, fr, fl, seq, ack, win, pl, wl, hts, tsv,
                 tse, ipid, ws, mss, off, sk, ipv, out, mv):  # fmt: skip

@@ -34,8 +34,7 @@ MAX_CLOSED_INFO = 200_000
 def _before_verdict(conn: Conn, window: np.ndarray, b) -> int:
     """How many rows of ``window`` come before the first on which a verdict on a pending
     retransmission can fall (all of them when none can)."""
-    c, s = conn.dirs
-    due = verdict_due(conn) if c.pending_retx or s.pending_retx else None
+    due = verdict_due(conn)
     if due is not None:
         late = np.flatnonzero(b.ts_ns[window] > due)
         if len(late):
