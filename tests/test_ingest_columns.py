@@ -43,6 +43,32 @@ def test_rtt_columns_mix_runs_and_samples_in_order():
     assert _coded_strings(source, RTT_SOURCES).to_pylist() == [s.source for s in flat]
 
 
+def test_rtt_columns_random_mixes_match_the_samples():
+    """Runs (empty ones too) and single samples in any order and mix: the columns are
+    the expanded samples', row by row."""
+    import random
+
+    rnd = random.Random(7)
+    for _ in range(200):
+        items: list = []
+        t = 0
+        for _ in range(rnd.randrange(0, 8)):
+            if rnd.random() < 0.5:
+                n = rnd.randrange(0, 5)
+                ts = np.arange(t, t + n, dtype=np.int64)
+                items.append(RttRun(1, rnd.randrange(2), ts, ts / 7.0, rnd.choice(RTT_SOURCES)))
+                t += n
+            else:
+                items.append(RttSample(t, 1, rnd.randrange(2), t / 3.0, rnd.choice(RTT_SOURCES)))
+                t += 1
+        flat = expand_rtts(items)
+        ts, rtt, direction, source = _rtt_columns(items)
+        assert ts.tolist() == [s.ts_ns for s in flat]
+        assert rtt.tolist() == [s.rtt_ms for s in flat]
+        assert direction.tolist() == [s.direction for s in flat]
+        assert [RTT_SOURCES[c] for c in source.tolist()] == [s.source for s in flat]
+
+
 def test_coded_strings():
     import random
 

@@ -237,30 +237,54 @@ def connections_table(rows: list[dict[str, object]]) -> pa.Table:
 def rtt_columns(items: list[RttSample | RttRun]) -> tuple[np.ndarray, ...]:
     """(ts, rtt_ms, TCP direction, index of the source in RTT_SOURCES) columns of
     RttSamples and RttRuns, in order. Per code, not per run of one value: the per-packet
-    path's samples alternate between sources (an ACK gives a data_ack and a tsecr one)."""
-    ts, rtt, direction, source = [], [], [], []
+    path's samples alternate between sources (an ACK gives a data_ack and a tsecr one).
+    A run's codes are one value repeated: every run's are made in one np.repeat (a run
+    holds a few dozen samples, and an array per run cost more than its samples)."""
+    ts, rtt = [], []
+    # per part, in order: its length and its codes (a run's one value, or -1 for a part of
+    # single samples, whose codes per sample are in ``mixed``)
+    lens, dir_code, src_code = [], [], []
+    mixed: list[tuple[int, np.ndarray, np.ndarray]] = []  # (part, directions, sources)
     singles: list[RttSample] = []
 
     def flush_singles() -> None:
-        if singles:
-            n = len(singles)
-            ts.append(np.fromiter([s.ts_ns for s in singles], np.int64, n))
-            rtt.append(np.fromiter([s.rtt_ms for s in singles], np.float64, n))
-            direction.append(np.fromiter([s.direction for s in singles], np.int64, n))
-            source.append(np.fromiter([_SOURCE_CODE[s.source] for s in singles], np.int64, n))
-            singles.clear()
+        n = len(singles)
+        ts.append(np.fromiter([s.ts_ns for s in singles], np.int64, n))
+        rtt.append(np.fromiter([s.rtt_ms for s in singles], np.float64, n))
+        mixed.append((len(lens), np.fromiter([s.direction for s in singles], np.int64, n),
+                      np.fromiter([_SOURCE_CODE[s.source] for s in singles], np.int64, n)))  # fmt: skip
+        lens.append(n)
+        dir_code.append(-1)
+        src_code.append(-1)
+        singles.clear()
 
     for it in items:
         if type(it) is RttRun:
-            flush_singles()
+            if singles:
+                flush_singles()
             ts.append(it.ts_ns)
             rtt.append(it.rtt_ms)
-            direction.append(np.full(len(it), it.direction, np.int64))
-            source.append(np.full(len(it), _SOURCE_CODE[it.source], np.int64))
+            lens.append(len(it.ts_ns))
+            dir_code.append(it.direction)
+            src_code.append(_SOURCE_CODE[it.source])
         else:
             singles.append(it)
-    flush_singles()
-    return tuple(np.concatenate(c) for c in (ts, rtt, direction, source))
+    if singles:
+        flush_singles()
+    if not lens:
+        empty = np.empty(0, np.int64)
+        return empty, np.empty(0, np.float64), empty, empty
+    counts = np.array(lens, np.int64)
+    direction = np.repeat(np.array(dir_code, np.int64), counts)
+    source = np.repeat(np.array(src_code, np.int64), counts)
+    if mixed:
+        starts = np.zeros(len(lens), np.int64)
+        np.cumsum(counts[:-1], out=starts[1:])
+        for part, dirs, srcs in mixed:
+            a = int(starts[part])
+            direction[a : a + len(dirs)] = dirs
+            source[a : a + len(srcs)] = srcs
+    return np.concatenate(ts), np.concatenate(rtt), direction, source
 
 
 def event_columns(ms: Msgs) -> dict[str, pa.Array]:
