@@ -5,9 +5,6 @@ nonce and inner content type (RFC 8446 section 5.2-5.3)."""
 
 from __future__ import annotations
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-
 from ._keys import DirectionKeys, Suite
 
 TAG_LEN = 16
@@ -25,6 +22,11 @@ class RecordCipher:
         self.tls13 = tls13
         self.iv = keys.iv
         self.seq = 0
+        # cryptography at the first keyed direction, not at every start (~10 ms)
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
+        self._invalid_tag = InvalidTag
         self.aead = AESGCM(keys.key) if suite.cipher == "aes-gcm" else ChaCha20Poly1305(keys.key)
 
     def _xor_nonce(self) -> bytes:
@@ -56,7 +58,7 @@ class RecordCipher:
             aad = (self.seq.to_bytes(8, "big") + bytes([content_type]) + version.to_bytes(2, "big")
                    + (len(body) - TAG_LEN).to_bytes(2, "big"))  # fmt: skip
             plain = self.aead.decrypt(nonce, body, aad)
-        except InvalidTag:
+        except self._invalid_tag:
             raise DecryptError(f"record {self.seq} does not decrypt (wrong key, or a record was lost)") from None
         self.seq += 1
         return content_type, plain

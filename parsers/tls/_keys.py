@@ -9,9 +9,6 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
-
 
 @dataclass(frozen=True)
 class Suite:
@@ -51,9 +48,6 @@ SUITES = {s.code: s for s in (
     _s(0xCCAA, "TLS_DHE_RSA_WITH_CHACHA20_POLY1305_SHA256", "chacha20-poly1305", 32, "sha256"),
 )}  # fmt: skip
 
-_HASHES = {"sha256": hashes.SHA256, "sha384": hashes.SHA384}
-
-
 def prf(secret: bytes, label: bytes, seed: bytes, length: int, hash_name: str) -> bytes:
     """The TLS 1.2 PRF, P_hash(secret, label + seed) (RFC 5246 section 5)."""
     seed = label + seed
@@ -84,7 +78,12 @@ def hkdf_expand_label(secret: bytes, label: str, context: bytes, length: int, ha
     """HKDF-Expand-Label (RFC 8446 section 7.1)."""
     full = b"tls13 " + label.encode()
     info = length.to_bytes(2, "big") + bytes([len(full)]) + full + bytes([len(context)]) + context
-    return HKDFExpand(_HASHES[hash_name](), length, info).derive(secret)
+    # cryptography at the first TLS 1.3 key, not at every start (~10 ms with the AEADs)
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDFExpand
+
+    algorithm = {"sha256": hashes.SHA256, "sha384": hashes.SHA384}[hash_name]()
+    return HKDFExpand(algorithm, length, info).derive(secret)
 
 
 def tls13_keys(suite: Suite, secret: bytes) -> DirectionKeys:
