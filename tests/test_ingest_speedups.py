@@ -128,3 +128,34 @@ def test_the_h2_fast_path_reads_the_fields_h2_layout_declares():
     for web in (False, True):
         built, made = _conn._speedups.splitter(web), GrpcSplitter(False, web)
         assert [getattr(built, n) for n in GrpcSplitter.__slots__] == [getattr(made, n) for n in GrpcSplitter.__slots__]
+
+
+def test_take_rows_reads_what_the_columns_hold():
+    """The per-packet path's rows read in C from the bulk path's records are what numpy
+    reads from the columns (value and type), on a real capture's batches and on edge
+    values of the fields only the per-packet path reads (MSS, window scale, IP version)."""
+    import numpy as np
+
+    from parsers.tcp import TcpAnalyzer, _analysis, _flows
+    from tcp_builders import decode_file
+
+    batches = decode_file(ROOT / "samples" / "loss_burst" / "capture.pcap", batch_packets=4096)
+    edge = decode_file(ROOT / "samples" / "mixed" / "capture.pcap", batch_packets=600)[0]
+    k = len(edge)
+    edge.mss = np.resize(np.array([-1, 0, 1460, 65535], np.int32), k)
+    edge.wscale = np.resize(np.array([-1, 0, 14, 127, -128], np.int8), k)
+    edge.ip_version = np.resize(np.array([4, 6], np.uint8), k)
+    for b in [*batches, edge]:
+        g = _flows.group_flows(b)
+        sackm = np.zeros(len(b), bool)
+        sackm[list(b.sack)] = True
+        tcp = TcpAnalyzer()
+        tcp._pack_args = (b, sackm, g.swap, g.order)
+        records, numpy_rows = tcp._records(), _analysis.RowLists(b, g.swap, g.order)
+        n = len(b)
+        for a, z in ((0, n), (n // 3, n // 3 + 32), (n - 1, n), (7, 7)):
+            got, want = _fast._speedups.take_rows(records, a, z), numpy_rows.take(a, z)
+            assert got == want
+            assert [type(v) for g_ in got for v in g_] == [type(v) for w in want for v in w]
+    with pytest.raises(IndexError):
+        _fast._speedups.take_rows(records, 0, n + 1)

@@ -255,8 +255,8 @@ def _fast_batch(n: int, cols: dict) -> SegmentBatch:
 
 @pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
 def test_c_records_refuse_bad_input():
-    """pack_rows wants a permutation of the rows and room for them; fast_run a record
-    range inside them."""
+    """pack_rows wants a permutation of the rows, room for them and MSS values of 16 bits
+    (or -1); fast_run a record range inside them."""
     sp = _fast._speedups
     n = 4
     b = _fast_batch(n, {k: [0] * n for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")})
@@ -265,7 +265,7 @@ def test_c_records_refuse_bad_input():
     def cols(order):
         arrays = (b.flags, b.payload_wire_len, b.payload_len, b.window, None, swap, b.seq, b.ack,
                   b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr, b.ip_id, b.payload_off,
-                  np.array(order, np.int64))  # fmt: skip
+                  np.array(order, np.int64), b.wscale, b.mss, b.ip_version)  # fmt: skip
         return tuple(None if a is None else np.ascontiguousarray(a, t) for a, t in zip(arrays, _fast._C_TYPES, strict=True))
 
     packed = bytearray(64 * n)
@@ -275,6 +275,11 @@ def test_c_records_refuse_bad_input():
             sp.pack_rows(cols(order), packed)
     with pytest.raises(ValueError):
         sp.pack_rows(cols([0, 1, 2, 3]), bytearray(64 * n - 1))  # no room
+    mss = b.mss
+    b.mss = np.array([0, 65536, 0, 0], np.int32)  # more than the option's 16 bits hold
+    with pytest.raises(ValueError):
+        sp.pack_rows(cols([0, 1, 2, 3]), packed)
+    b.mss = mss
     sp.pack_rows(cols([0, 1, 2, 3]), packed)
     state = _fast._c_state(_fast.Dir(0))
     for at, count in ((3, 2), (-1, 1), (0, 5)):

@@ -51,6 +51,8 @@ when the capture saw them: one retransmission may carry several).
 
 from __future__ import annotations
 
+import numpy as np
+
 from parsers.records import (
     ACK,
     FIN,
@@ -80,17 +82,22 @@ from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequen
 _SFR = SYN | FIN | RST
 
 
-def columns(b, swap, rows) -> tuple[list, ...]:
-    """The columns the per-packet path reads, for ``rows``, as Python lists."""
-    return (
-        b.ts_ns[rows].tolist(), b.frame_no[rows].tolist(), b.flags[rows].tolist(),
-        b.seq[rows].tolist(), b.ack[rows].tolist(), b.window[rows].tolist(),
-        b.payload_len[rows].tolist(), b.payload_wire_len[rows].tolist(),
-        b.has_ts[rows].tolist(), b.ts_val[rows].tolist(), b.ts_ecr[rows].tolist(),
-        b.ip_id[rows].tolist(), b.wscale[rows].tolist(), b.mss[rows].tolist(),
-        b.payload_off[rows].tolist(), swap[rows].tolist(), rows.tolist(),
-        b.ip_version[rows].tolist(),
-    )  # fmt: skip
+class RowLists:
+    """A batch's columns as the per-packet path reads them, without the C extension:
+    :meth:`take` gives the lists of rows ``order[a:z]`` (``_speedups.take_rows`` reads
+    the same from the bulk path's records)."""
+
+    def __init__(self, b, swap: np.ndarray, order: np.ndarray) -> None:
+        self._order = order
+        self._arrays = (
+            b.ts_ns, b.frame_no, b.flags, b.seq, b.ack, b.window, b.payload_len, b.payload_wire_len,
+            b.has_ts, b.ts_val, b.ts_ecr, b.ip_id, b.wscale, b.mss, b.payload_off, swap, None,
+            b.ip_version,
+        )  # fmt: skip  (None: the row numbers)
+
+    def take(self, a: int, z: int) -> tuple[list, ...]:
+        rows = self._order[a:z]
+        return tuple(rows.tolist() if c is None else c[rows].tolist() for c in self._arrays)
 
 
 def unwrap(v: int, ref: int) -> int:
@@ -163,13 +170,11 @@ class PacketPath:
 
     # ------------------------------------------------------------------ per packet
 
-    def _slow_rows(self, key6: tuple, rows, b, swap, out: list, mv, cols=None, ready_after: int = 0) -> int:
-        """Per-packet path over rows (batch indices); ``cols`` = their columns as lists.
-        ``ready_after`` > 0: stop early, once that many rows are done, after the first row
-        that leaves the connection ready for the bulk path again (and no verdict due).
-        Returns the rows done."""
-        if cols is None:
-            cols = columns(b, swap, rows)
+    def _slow_rows(self, key6: tuple, cols: tuple[list, ...], b, out: list, mv, ready_after: int = 0) -> int:
+        """Per-packet path over rows of batch ``b`` given as their columns (lists, see
+        :class:`RowLists`). ``ready_after`` > 0: stop early, once that many rows are done,
+        after the first row that leaves the connection ready for the bulk path again (and
+        no verdict due). Returns the rows done."""
         ts_l, fr_l, fl_l, seq_l, ack_l, win_l, pl_l, wl_l, hts_l, tsv_l, tse_l, ipid_l, ws_l, \
             mss_l, off_l, sw_l, row_l, ipv_l = cols  # fmt: skip
         ipv = ipv_l[0]

@@ -15,7 +15,7 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from parsers.tcp._analysis import PacketPath, columns
+from parsers.tcp._analysis import PacketPath, RowLists
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
 from parsers.tcp._limits import FIN_LINGER_NS
@@ -70,6 +70,7 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         self._pack_args: tuple = ()
         self._packed: bytearray | None = None
         self._pack_buf = bytearray()
+        self._rows: RowLists | None = None  # the batch's columns for the per-packet path
         self._next_key = 1
         self._now = 0
         self.stats: dict[str, int] = {
@@ -108,10 +109,11 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         first = np.argsort(order[g.starts], kind="stable")
         starts, stops = g.starts[first], g.stops[first]
         small = (stops - starts) < 2 * FAST_MIN_ROWS
+        self._rows = RowLists(b, g.swap, order)
         cols = None
         if int((stops - starts)[small].sum()) * 4 >= n:
             # many short flows: one conversion to lists for the whole batch is cheaper
-            cols = columns(b, g.swap, order)
+            cols = self._take_rows(0, n)
         share, owner = self._share, self._owner
         for a, z, sm in zip(starts.tolist(), stops.tolist(), small.tolist(), strict=True):
             idx = order[a:z]
@@ -123,10 +125,11 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
                 if k != share[0]:
                     continue
             if sm and cols is not None:
-                self._slow_rows(key6, idx, b, g.swap, out, mv, [c[a:z] for c in cols])
+                self._slow_rows(key6, tuple(c[a:z] for c in cols), b, out, mv)
             else:
                 self._group(key6, idx, b, g.swap, sackm, mv, out, a)
-        self._pack_args, self._packed = (), None  # the batch is done: do not keep it alive
+        # the batch is done: do not keep it alive
+        self._pack_args, self._packed, self._rows = (), None, None
         if len(self._tomb) > 4096:
             horizon = self._now - 60_000_000_000
             self._tomb = {k: v for k, v in self._tomb.items() if v[0] >= horizon}
@@ -158,10 +161,10 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
                 else:  # the verdict's packet comes too soon for a run: up to it per packet
                     ready_after = block = limit + 1
             if n - pos < FAST_MIN_ROWS * 2:
-                self._slow_rows(key6, idx[pos:], b, swap, out, mv)
+                self._slow_rows(key6, self._take_rows(at + pos, at + n), b, out, mv)
                 return
             z = min(n, pos + block)
-            pos += self._slow_rows(key6, idx[pos:z], b, swap, out, mv, ready_after=ready_after)
+            pos += self._slow_rows(key6, self._take_rows(at + pos, at + z), b, out, mv, ready_after=ready_after)
 
     # ------------------------------------------------------------------ outputs
 

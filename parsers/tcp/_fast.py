@@ -41,6 +41,7 @@ from parsers.records import (
     TcpEvent,
     TcpEventKind,
 )
+from parsers.tcp._analysis import RowLists
 from parsers.tcp._limits import SIG_KEEP
 from parsers.tcp._state import Conn, Dir
 
@@ -58,7 +59,8 @@ _MAX_WS = 14
 _RECORD_BYTES = 64  # one row as _speedups.pack_rows lays it out
 # Column dtypes of _speedups.pack_rows, in its order (see _pack).
 _C_TYPES = (np.uint8, np.int32, np.int32, np.uint16, np.bool_, np.bool_, np.uint32, np.uint32,
-            np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64)  # fmt: skip
+            np.int64, np.int64, np.bool_, np.uint32, np.uint32, np.int32, np.int64, np.int64,
+            np.int8, np.int32, np.uint8)  # fmt: skip
 
 
 def _unwrap(v: np.ndarray, ref: int) -> np.ndarray:
@@ -100,6 +102,7 @@ class BulkPath:
     _pack_args: tuple
     _packed: bytearray | None
     _pack_buf: bytearray
+    _rows: RowLists | None
 
     def _bulk(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int, min_rows: int) -> tuple[int, int]:  # fmt: skip
@@ -376,10 +379,8 @@ class BulkPath:
         included) and results, computed in one C pass; this applies them in the numpy
         code's order. None when the C pass declines (a segment log out of end order)."""
         assert _speedups is not None
-        if self._packed is None:
-            self._packed = self._pack()
         ran = _speedups.fast_run(
-            self._packed, at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
+            self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP, min_rows,
         )  # fmt: skip
         if ran is None:
@@ -475,6 +476,21 @@ class BulkPath:
         self.stats["fast_rows"] += k
         return k
 
+    def _take_rows(self, a: int, z: int) -> tuple[list, ...]:
+        """Rows ``order[a:z]`` of the batch as the per-packet path reads them (lists): in
+        C from the records, where a connection's rows are one sequential read (in the
+        columns, a cache miss per column and row)."""
+        if _speedups is not None:
+            return _speedups.take_rows(self._records(), a, z)
+        assert self._rows is not None
+        return self._rows.take(a, z)
+
+    def _records(self) -> bytearray:
+        """The batch's rows as records (packed at the first use in the batch)."""
+        if self._packed is None:
+            self._packed = self._pack()
+        return self._packed
+
     def _pack(self) -> bytearray:
         """The batch's rows in flow order as ``fast_run`` records (see _speedups.c), in
         a buffer kept from batch to batch (fresh memory costs a page fault per page)."""
@@ -487,7 +503,8 @@ class BulkPath:
             None if a is None else np.ascontiguousarray(a, dtype=t)
             for a, t in zip((b.flags, b.payload_wire_len, b.payload_len, b.window, sackm, swap,
                              b.seq, b.ack, b.ts_ns, b.frame_no, b.has_ts, b.ts_val, b.ts_ecr,
-                             b.ip_id, b.payload_off, order), _C_TYPES, strict=True)
+                             b.ip_id, b.payload_off, order, b.wscale, b.mss, b.ip_version), _C_TYPES,
+                            strict=True)
         )  # fmt: skip
         _speedups.pack_rows(cols, self._pack_buf)
         return self._pack_buf

@@ -7,8 +7,8 @@
  * fast_run folds its runs' samples the same way.
  *
  * pack_rows / fast_run: one connection's clean run checked and applied in C (see below);
- * group_flows: a batch's rows grouped by connection. Without this module the numpy code
- * gives the same results.
+ * group_flows: a batch's rows grouped by connection; take_rows: the per-packet path's
+ * rows, read from the same records, as lists. Without this module the numpy code gives the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -314,16 +314,18 @@ typedef struct {
     uint32_t seq, ack, tsv, tse;
     int32_t wl, pl, ipid, row;
     uint16_t win;
-    uint8_t flags, bits; /* bits: ROW_SWAP | ROW_HAS_TS | ROW_SACK */
-    uint8_t pad[4];
+    uint8_t flags, bits; /* bits: ROW_SWAP | ROW_HAS_TS | ROW_SACK | ROW_MSS */
+    int8_t wscale;       /* the per-packet path's only (take_rows) */
+    uint8_t ipver;
+    uint16_t mss;        /* with ROW_MSS; without, the column's -1 */
 } rec_t;
 _Static_assert(sizeof(rec_t) == 64, "one cache line per row");
-enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4 };
+enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
 
 /* Columns of the SegmentBatch, in pack_rows' argument order: item size each. */
 enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, F_HAS_TS, F_TSV, F_TSE, F_IPID,
-       F_POFF, F_ORDER, F_COUNT };
-static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8};
+       F_POFF, F_ORDER, F_WSCALE, F_MSS, F_IPVER, F_COUNT };
+static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8, 1, 4, 1};
 
 /* Does the row's IP id skip 2-64 numbers while its side numbers packets one by one
  * (_analyzer._before_ipid_gap, with the counters as they stand before the row)? That
@@ -574,6 +576,9 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
     const uint16_t *win = c[F_WIN].buf;
     const uint32_t *seq = c[F_SEQ].buf, *ack = c[F_ACK].buf, *tsv = c[F_TSV].buf, *tse = c[F_TSE].buf;
     const int64_t *ts = c[F_TS].buf, *frame = c[F_FRAME].buf, *poff = c[F_POFF].buf, *order = c[F_ORDER].buf;
+    const int8_t *wscale = c[F_WSCALE].buf;
+    const int32_t *mss = c[F_MSS].buf;
+    const uint8_t *ipver = c[F_IPVER].buf;
     /* where each row goes; rows not named stay out (a permutation names them all) */
     pos = PyMem_Malloc((size_t)(nb ? nb : 1) * sizeof(int32_t));
     if (pos == NULL) {
@@ -586,6 +591,11 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
         pos[order[j]] = (int32_t)j;
     }
     rec_t *out = (rec_t *)ob.buf;
+    for (Py_ssize_t i = 0; i < nb; i++) /* (the decoder gives a 16-bit option's value, or -1) */
+        if (mss[i] < -1 || mss[i] > 0xFFFF) {
+            PyErr_SetString(PyExc_ValueError, "pack_rows: MSS outside -1..65535");
+            goto done;
+        }
     for (Py_ssize_t i = 0; i < nb; i++) { /* read the columns in order, write records anywhere */
         rec_t *x = &out[pos[i]];
         x->ts = ts[i];
@@ -601,8 +611,11 @@ static PyObject *pack_rows(PyObject *self, PyObject *args) {
         x->row = (int32_t)i;
         x->win = win[i];
         x->flags = flags[i];
-        x->bits = (uint8_t)((swap[i] ? ROW_SWAP : 0) | (has_ts[i] ? ROW_HAS_TS : 0) | (sack && sack[i] ? ROW_SACK : 0));
-        memset(x->pad, 0, sizeof(x->pad));
+        x->bits = (uint8_t)((swap[i] ? ROW_SWAP : 0) | (has_ts[i] ? ROW_HAS_TS : 0) | (sack && sack[i] ? ROW_SACK : 0) |
+                            (mss[i] >= 0 ? ROW_MSS : 0));
+        x->wscale = wscale[i];
+        x->ipver = ipver[i];
+        x->mss = (uint16_t)(mss[i] >= 0 ? mss[i] : 0);
     }
     goto done;
 bad:
@@ -826,6 +839,60 @@ done:
     return res;
 }
 
+/* take_rows(records, start, stop) -> the per-packet path's columns of records
+ * [start, stop) as lists, in PacketPath._slow_rows' order: ts, frame, flags, seq, ack,
+ * window, payload len, wire len, has_ts, TSval, TSecr, IP id, window scale, MSS, payload
+ * offset, swap, row, IP version (the values numpy's column[rows].tolist() gives; bools
+ * for has_ts and swap). A connection's rows between bulk runs are a few dozen at a time:
+ * read in place they are a cache miss per column and row, here one sequential read. */
+enum { T_TS, T_FRAME, T_FLAGS, T_SEQ, T_ACK, T_WIN, T_PL, T_WL, T_HAS_TS, T_TSV, T_TSE, T_IPID, T_WSCALE, T_MSS,
+       T_POFF, T_SWAP, T_ROW, T_IPVER, T_COUNT };
+
+static PyObject *take_rows(PyObject *self, PyObject *args) {
+    Py_buffer rb;
+    Py_ssize_t a, z;
+    if (!PyArg_ParseTuple(args, "y*nn", &rb, &a, &z)) return NULL;
+    PyObject *out = NULL;
+    if (a < 0 || z < a || z > rb.len / (Py_ssize_t)sizeof(rec_t)) {
+        PyErr_SetString(PyExc_IndexError, "take_rows: rows outside the records");
+        goto done;
+    }
+    Py_ssize_t n = z - a;
+    out = PyTuple_New(T_COUNT);
+    if (out == NULL) goto done;
+    PyObject *lists[T_COUNT];
+    for (int c = 0; c < T_COUNT; c++) {
+        if ((lists[c] = PyList_New(n)) == NULL) goto fail;
+        PyTuple_SET_ITEM(out, c, lists[c]);
+    }
+    const rec_t *rec = (const rec_t *)rb.buf + a;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const rec_t *x = &rec[i];
+        PyObject *v[T_COUNT] = {
+            PyLong_FromLongLong(x->ts), PyLong_FromLongLong(x->frame), PyLong_FromLong(x->flags),
+            PyLong_FromUnsignedLong(x->seq), PyLong_FromUnsignedLong(x->ack), PyLong_FromLong(x->win),
+            PyLong_FromLong(x->pl), PyLong_FromLong(x->wl), PyBool_FromLong((x->bits & ROW_HAS_TS) != 0),
+            PyLong_FromUnsignedLong(x->tsv), PyLong_FromUnsignedLong(x->tse), PyLong_FromLong(x->ipid),
+            PyLong_FromLong(x->wscale), PyLong_FromLong((x->bits & ROW_MSS) ? (long)x->mss : -1L),
+            PyLong_FromLongLong(x->poff), PyBool_FromLong((x->bits & ROW_SWAP) != 0), PyLong_FromLong(x->row),
+            PyLong_FromLong(x->ipver),
+        };
+        for (int c = 0; c < T_COUNT; c++) {
+            if (v[c] == NULL) {
+                for (int k = 0; k < T_COUNT; k++) Py_XDECREF(v[k]);
+                goto fail;
+            }
+        }
+        for (int c = 0; c < T_COUNT; c++) PyList_SET_ITEM(lists[c], i, v[c]);
+    }
+    goto done;
+fail:
+    Py_CLEAR(out);
+done:
+    PyBuffer_Release(&rb);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"ewma", (PyCFunction)(void (*)(void))ewma, METH_FASTCALL,
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
@@ -834,6 +901,8 @@ static PyMethodDef methods[] = {
      "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows): one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
      "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
+    {"take_rows", take_rows, METH_VARARGS,
+     "take_rows(records, start, stop): the per-packet path's columns of records [start, stop), as lists."},
     {NULL, NULL, 0, NULL},
 };
 
