@@ -79,15 +79,16 @@ def _i64(raw: bytearray) -> np.ndarray:
 
 def _c_state(D: Dir) -> tuple:
     """The Dir fields ``_speedups.fast_run`` reads, in its order (-1 for None); it writes
-    the run's packet signatures to the last two (``sigd``, ``sigq``) when it takes a run."""
-    st, en, t = D.segs.arrays()
-    tv, tt, ts = D.tsq.arrays()
+    the run's packet signatures to ``sigd`` and ``sigq`` when it takes a run. The segment
+    and TSval logs go as their lists and the index their outstanding part starts at."""
+    segs, tsq = D.segs, D.tsq
     return (
         D.base is not None, D.base or 0, D.seq_ref, D.hi, D.ack_ref, D.acked,
         -1 if D.last_ack32 is None else D.last_ack32, -1 if D.last_win is None else D.last_win,
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
-        int(_BIG) if D.rwnd is None else D.rwnd, st, en, t, D.segs.sampled_end, tv, tt, ts,
-        D.tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
+        int(_BIG) if D.rwnd is None else D.rwnd, segs.st, segs.en, segs.ts, segs.sampled_end, tsq.tv,
+        tsq.t, tsq.s, tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
+        segs.h, tsq.h,
     )  # fmt: skip
 
 
@@ -440,19 +441,19 @@ class BulkPath:
             new_tsv = x["new_tv"] > 0
             if not x["far_rows"] or not len(A):
                 if x["nd"]:
-                    X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
+                    X.segs.set_lists(x["st"], x["en"], x["t"])
                 if new_tsv:
-                    X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
+                    X.tsq.set_lists(x["tv"], x["tt"], x["ts"], x["last_echo"])
                 continue
             TA = _i64(x["TA"])
             _ack_progress(X, TA, A, x["far_a_abs"])
-            X.segs.set_arrays(_i64(x["st"]), _i64(x["en"]), _i64(x["t"]))
+            X.segs.set_lists(x["st"], x["en"], x["t"])
             X.segs.sampled_end = x["sampled_end"]
             if len(x["smp_t"]):
                 rtt = _i64(x["smp_v"]) / 1e6
                 self._rtts.append(RttRun(key, X.idx, _i64(x["smp_t"]), rtt, RttSource.DATA_ACK))
             if x["e_on"] or new_tsv:
-                X.tsq.set_arrays(_i64(x["tv"]), _i64(x["tt"]), _i64(x["ts"]), x["last_echo"])
+                X.tsq.set_lists(x["tv"], x["tt"], x["ts"], x["last_echo"])
             if len(x["tsmp_t"]):
                 rtt = _i64(x["tsmp_v"]) / 1e6
                 self._rtts.append(RttRun(key, X.idx, _i64(x["tsmp_t"]), rtt, RttSource.TSECR))

@@ -141,12 +141,16 @@ class SegLog:
 
     def set_arrays(self, st: np.ndarray, en: np.ndarray, ts: np.ndarray) -> None:
         """Bulk path: replace the log with these (never-retransmitted) segments."""
+        self.set_lists(st.tolist(), en.tolist(), ts.tolist())
+
+    def set_lists(self, st: list[int], en: list[int], ts: list[int]) -> None:
+        """:meth:`set_arrays` of lists (the C bulk path's), taken as they are."""
         if len(st) > MAX_ENTRIES:
             st, en, ts = st[-MAX_ENTRIES // 2 :], en[-MAX_ENTRIES // 2 :], ts[-MAX_ENTRIES // 2 :]
-        self.st = st.tolist()
-        self.en = en.tolist()
-        self.ts = ts.tolist()
-        self.rx = [False] * len(self.st)
+        self.st = st
+        self.en = en
+        self.ts = ts
+        self.rx = [False] * len(st)
         self.h = 0
         self.n_rx = 0
 
@@ -214,12 +218,16 @@ class TsLog:
         )
 
     def set_arrays(self, tv: np.ndarray, t: np.ndarray, s: np.ndarray, last_echo: int) -> None:
+        self.set_lists(tv.tolist(), t.tolist(), s.tolist(), last_echo)
+
+    def set_lists(self, tv: list[int], t: list[int], s: list[int], last_echo: int) -> None:
+        """:meth:`set_arrays` of lists (the C bulk path's), taken as they are."""
         if len(tv) > MAX_ENTRIES:
             k = MAX_ENTRIES // 2
             tv, t, s = tv[-k:], t[-k:], s[-k:]
-        self.tv = tv.tolist()
-        self.t = t.tolist()
-        self.s = s.tolist()
+        self.tv = tv
+        self.t = t
+        self.s = s
         self.h = 0
         self.last_echo = last_echo
 

@@ -122,8 +122,7 @@ typedef struct {
     int base_known, tsv_known, ws_known, rwnd_known, ws;
     long long base, seq_ref, hi, ack_ref, acked, last_ack32, last_win, tsv_u, ipid_last, rwnd, sampled_end,
         last_echo;
-    Py_buffer log[6]; /* SegLog st, en, ts; TsLog tv, t, s (outstanding part, int64) */
-    int nlog;
+    vec_t log[6]; /* SegLog st, en, ts; TsLog tv, t, s (their outstanding part) */
     /* what this direction's own rows of the run tell */
     Py_ssize_t kd, nd;
     int64_t s_run, a_run, hi_run, ts_cur, tsv_max, hi_tsv, ipid_prev, ipid_good, ipid_bad, last_a32,
@@ -152,25 +151,61 @@ typedef struct {
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
-    { &(D)->new_st, &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,       \
+    { &(D)->log[0], &(D)->log[1], &(D)->log[2], &(D)->log[3], &(D)->log[4], &(D)->log[5], &(D)->new_st, &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,       \
       &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
       &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v }
 
 static void dir_free(dir_t *D) {
     vec_t *vs[] = DIR_VECS(D);
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) PyMem_Free(vs[i]->v);
-    for (int i = 0; i < D->nlog; i++) PyBuffer_Release(&D->log[i]);
+}
+
+/* The values of a log's list from index h on (the SegLog and TsLog keep Python lists:
+ * the per-packet path appends to them one by one). */
+static int list_tail(PyObject *list, Py_ssize_t h, vec_t *out) {
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "fast_run: a log must be a list of ints");
+        return -1;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (h < 0 || h > n) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: a log's start is outside it");
+        return -1;
+    }
+    if (vreserve(out, n - h) < 0) return -1;
+    for (Py_ssize_t i = h; i < n; i++) {
+        long long x = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        if (x == -1 && PyErr_Occurred()) return -1;
+        out->v[out->n++] = x;
+    }
+    return 0;
+}
+
+/* The vector as a list of ints (a SegLog's or TsLog's new contents). */
+static PyObject *vlist(const vec_t *a) {
+    PyObject *l = PyList_New(a->n);
+    if (l == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < a->n; i++) {
+        PyObject *x = PyLong_FromLongLong(a->v[i]);
+        if (x == NULL) {
+            Py_DECREF(l);
+            return NULL;
+        }
+        PyList_SET_ITEM(l, i, x);
+    }
+    return l;
 }
 
 /* Reads a direction's state; 1 when its segment log is not in end order (fast_run then
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!O", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    Py_ssize_t h_seg, h_ts;
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!Onn", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
-                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq))
+                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
@@ -181,17 +216,16 @@ static int parse_dir(PyObject *t, dir_t *D) {
         PyErr_SetString(PyExc_ValueError, "fast_run: window scale out of range");
         return -1;
     }
-    for (; D->nlog < 6; D->nlog++) {
-        if (PyObject_GetBuffer(o[D->nlog], &D->log[D->nlog], PyBUF_C_CONTIGUOUS) < 0) return -1;
-        if (D->log[D->nlog].len % 8 || D->log[D->nlog].len != D->log[D->nlog - D->nlog % 3].len) {
-            D->nlog++;
-            PyErr_SetString(PyExc_ValueError, "fast_run: log arrays must be int64 of one length");
+    for (int i = 0; i < 6; i++) {
+        if (list_tail(o[i], i < 3 ? h_seg : h_ts, &D->log[i]) < 0) return -1;
+        if (D->log[i].n != D->log[i - i % 3].n) {
+            PyErr_SetString(PyExc_ValueError, "fast_run: a log's lists must be of one length");
             return -1;
         }
     }
     /* seg_match walks the segment ends in order, as np.searchsorted assumes them sorted */
-    const int64_t *en = D->log[1].buf;
-    for (Py_ssize_t i = 1; i < D->log[1].len / 8; i++)
+    const int64_t *en = D->log[1].v;
+    for (Py_ssize_t i = 1; i < D->log[1].n; i++)
         if (en[i] < en[i - 1]) return 1;
     return 0;
 }
@@ -201,9 +235,9 @@ static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s)
 /* Data->ACK samples (BulkPath._seg_ack): the log is the outstanding segments plus this
  * run's; the segment holding byte ack-1, once per segment, sent before the ACK. */
 static int seg_match(dir_t *D) {
-    Py_ssize_t n0 = D->log[0].len / 8;
-    if (vextend(&D->st, D->log[0].buf, n0) < 0 || vextend(&D->en, D->log[1].buf, n0) < 0 ||
-        vextend(&D->t, D->log[2].buf, n0) < 0 || vextend(&D->st, D->new_st.v, D->new_st.n) < 0 ||
+    Py_ssize_t n0 = D->log[0].n;
+    if (vextend(&D->st, D->log[0].v, n0) < 0 || vextend(&D->en, D->log[1].v, n0) < 0 ||
+        vextend(&D->t, D->log[2].v, n0) < 0 || vextend(&D->st, D->new_st.v, D->new_st.n) < 0 ||
         vextend(&D->en, D->new_en.v, D->new_en.n) < 0 || vextend(&D->t, D->new_t.v, D->new_t.n) < 0)
         return -1;
     D->sampled_out = D->sampled_end;
@@ -238,10 +272,10 @@ static int seg_match(dir_t *D) {
 /* TSvals and TSecr samples (BulkPath._tsq_extend): add the run's first-seen TSvals, then
  * match the first occurrence of each echo (when e_on), unwrapped from tsv_ref. */
 static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
-    const int64_t *otv = D->log[3].buf;
-    Py_ssize_t n0 = D->log[3].len / 8;
-    if (vextend(&D->tv, otv, n0) < 0 || vextend(&D->tt, D->log[4].buf, n0) < 0 ||
-        vextend(&D->ts, D->log[5].buf, n0) < 0 || vreserve(&D->tv, n0 + D->new_tv.n) < 0 ||
+    const int64_t *otv = D->log[3].v;
+    Py_ssize_t n0 = D->log[3].n;
+    if (vextend(&D->tv, otv, n0) < 0 || vextend(&D->tt, D->log[4].v, n0) < 0 ||
+        vextend(&D->ts, D->log[5].v, n0) < 0 || vreserve(&D->tv, n0 + D->new_tv.n) < 0 ||
         vreserve(&D->tt, n0 + D->new_tv.n) < 0 || vreserve(&D->ts, n0 + D->new_tv.n) < 0)
         return -1;
     int64_t last_echo = D->last_echo, run = n0 ? otv[n0 - 1] : -1;
@@ -537,9 +571,9 @@ static PyObject *dir_result(dir_t *D, const rec_t *rec) {
         (long long)D->ipid_prev, "any_a32", D->any_a32, "last_a32", (long long)D->last_a32, "last_wd",
         (long long)D->last_wd, "max_edge", (long long)D->max_edge, "wf_pos", vbytes(&D->wf_pos), "wf_s", vbytes(&D->wf_s), "wf_n", vbytes(&D->wf_n),
         "far_rows", D->far_rows, "A", vbytes(&D->A), "TA", vbytes(&D->TA), "far_a_abs", (long long)D->far_a_abs,
-        "st", vbytes(&D->st), "en", vbytes(&D->en), "t", vbytes(&D->t), "sampled_end",
+        "st", vlist(&D->st), "en", vlist(&D->en), "t", vlist(&D->t), "sampled_end",
         (long long)D->sampled_out, "smp_t", vbytes(&D->smp_t), "smp_v", vbytes(&D->smp_v), "tv",
-        vbytes(&D->tv), "tt", vbytes(&D->tt), "ts", vbytes(&D->ts), "last_echo", (long long)D->last_echo_out,
+        vlist(&D->tv), "tt", vlist(&D->tt), "ts", vlist(&D->ts), "last_echo", (long long)D->last_echo_out,
         "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
         "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt,
         "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts);
