@@ -135,9 +135,9 @@ def test_take_rows_reads_what_the_columns_hold():
     reads from the columns (value and type), on a real capture's batches and on edge
     values of the fields only the per-packet path reads (MSS, window scale, IP version)."""
     import numpy as np
+    from tcp_builders import decode_file
 
     from parsers.tcp import TcpAnalyzer, _analysis, _flows
-    from tcp_builders import decode_file
 
     batches = decode_file(ROOT / "samples" / "loss_burst" / "capture.pcap", batch_packets=4096)
     edge = decode_file(ROOT / "samples" / "mixed" / "capture.pcap", batch_packets=600)[0]
