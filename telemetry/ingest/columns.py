@@ -26,22 +26,22 @@ def run_strings(values: list[str], counts: list[int]) -> pa.Array:
 
 
 def coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
-    """String column of ``names[codes[i]]``, built from buffers: one fixed-width row of
-    bytes per name, taken per row and cut to each name's length (no Python str per row;
-    used where runs of one value are short, e.g. samples alternating between two kinds)."""
+    """String column of ``names[codes[i]]``, built from buffers: each row's name taken as
+    one fixed-width item (NUL-padded to the longest name), the padding then cut (no
+    Python str per row; used where runs of one value are short, e.g. samples alternating
+    between two kinds)."""
     raw = [v.encode() for v in names]
     lens = np.array([len(r) for r in raw], dtype=np.int64)
     width = max(int(lens.max(initial=0)), 1)
-    grid = np.zeros((len(raw), width), dtype=np.uint8)
-    for i, r in enumerate(raw):
-        grid[i, : len(r)] = np.frombuffer(r, dtype=np.uint8)
     row_lens = lens[codes]
     offsets = np.zeros(len(codes) + 1, dtype=np.int64)
     np.cumsum(row_lens, out=offsets[1:])
     if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
         return pa.array([names[c] for c in codes.tolist()], pa.string())
-    rows = grid[codes]
-    data = rows.reshape(-1) if (lens == width).all() else rows[np.arange(width) < row_lens[:, None]]
+    data = np.array(raw, dtype=f"S{width}")[codes].view(np.uint8)
+    if not (lens == width).all():
+        kept = np.arange(width) < lens[:, None]  # per name: which of its width bytes are its own
+        data = data[kept[codes].reshape(-1)]
     return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
 
 
