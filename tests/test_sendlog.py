@@ -128,3 +128,33 @@ def test_connection_groups_as_numpy_unique_gives_them():
         got = _Batch([], 0, (cd, cd, cd, cd)).cd_groups()
         want = np.unique(cd, return_inverse=True)
         assert all(np.array_equal(g, w) and g.dtype == w.dtype for g, w in zip(got, want, strict=True))
+
+
+def test_batch_columns_keep_the_chunks_order():
+    """A batch's cd/ts/seq/bytes columns, runs read in one concatenation and put in place,
+    single chunks likewise: row for row what each chunk gives in turn, for any mix."""
+    import numpy as np
+
+    from parsers.records import PayloadChunk
+    from telemetry.ingest.sendlog import _columns, _RunCols
+
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        chunks: list = []
+        want: list[tuple[int, int, int, int]] = []
+        for _ in range(int(rng.integers(0, 12))):
+            key, d = int(rng.integers(1, 5)), int(rng.integers(0, 2))
+            if rng.random() < 0.5:
+                n = int(rng.integers(0, 6))
+                ts, seq = rng.integers(0, 10**9, n), rng.integers(0, 10**6, n)
+                size = rng.integers(1, 1500, n)
+                rows = np.column_stack([np.full(n, d), ts, np.zeros(n), seq, np.zeros(n), size]).astype(np.int64)
+                chunks.append(_RunCols(key, rows.reshape(n, 6)))
+                want += [(key * 2 + d, int(t), int(s), int(z)) for t, s, z in zip(ts, seq, size, strict=True)]
+            else:
+                t, s, z = int(rng.integers(0, 10**9)), int(rng.integers(0, 10**6)), int(rng.integers(1, 50))
+                chunks.append(PayloadChunk(key, d, b"x" * z, t, 0, s))
+                want.append((key * 2 + d, t, s, z))
+        got = _columns(chunks)
+        assert all(c.dtype == np.int64 for c in got)
+        assert list(zip(*(c.tolist() for c in got), strict=True)) == want

@@ -85,20 +85,41 @@ class _Batch:
 
 
 def _columns(chunks: list) -> tuple[np.ndarray, ...]:
-    if any(type(c) is _RunCols for c in chunks):
-        # in order: each run's rows as they are, each stretch of single chunks in one pass
-        parts: list[tuple[np.ndarray, ...]] = []
-        singles: list = []
-        for c in chunks + [None]:
-            if c is not None and type(c) is not _RunCols:
-                singles.append(c)
-                continue
-            if singles:
-                parts.append(_columns(singles))
-                singles = []
-            if c is not None:
-                parts.append(c.columns())
-        return tuple(np.concatenate(col) for col in zip(*parts, strict=True))
+    """cd, ts, seq, bytes of the chunks' rows, in order. The runs (one per bulk run of a
+    connection: thousands a batch, between single chunks) are read in one concatenation
+    and their rows put in place by one scatter, as are the single chunks'."""
+    n = len(chunks)
+    is_run = np.fromiter((type(c) is _RunCols for c in chunks), bool, n)
+    if not is_run.any():
+        return _chunk_columns(chunks)
+    runs = [c for c in chunks if type(c) is _RunCols]
+    if len(runs) == n:
+        return _run_columns(runs)
+    lens = np.ones(n, np.int64)
+    at_runs = np.flatnonzero(is_run)
+    run_lens = np.fromiter((len(c.rows) for c in runs), np.int64, len(runs))
+    lens[at_runs] = run_lens
+    starts = np.cumsum(lens) - lens  # each chunk's first row
+    out = tuple(np.empty(int(lens.sum()), np.int64) for _ in range(4))
+    # a run's rows go from its start on: position in the concatenation + the shift
+    shift = starts[at_runs] - (np.cumsum(run_lens) - run_lens)
+    where = np.repeat(shift, run_lens) + np.arange(int(run_lens.sum()))
+    for col, values in zip(out, _run_columns(runs), strict=True):
+        col[where] = values
+    at_singles = starts[~is_run]
+    for col, values in zip(out, _chunk_columns([c for c in chunks if type(c) is not _RunCols]), strict=True):
+        col[at_singles] = values
+    return out
+
+
+def _run_columns(runs: list[_RunCols]) -> tuple[np.ndarray, ...]:
+    r = np.concatenate([x.rows for x in runs]) if len(runs) > 1 else runs[0].rows
+    keys = np.repeat(np.array([x.conn_key * 2 for x in runs], np.int64), [len(x.rows) for x in runs])
+    return (keys + r[:, RunColumn.DIRECTION], r[:, RunColumn.TS_NS], r[:, RunColumn.STREAM_OFFSET],
+            r[:, RunColumn.END] - r[:, RunColumn.START])  # fmt: skip
+
+
+def _chunk_columns(chunks: list) -> tuple[np.ndarray, ...]:
     n = len(chunks)
     cd = np.fromiter(map(_KEY, chunks), np.int64, n) * 2 + np.fromiter(map(_DIR, chunks), np.int64, n)
     ts = np.fromiter(map(_TS, chunks), np.int64, n)
@@ -118,11 +139,6 @@ class _RunCols:
 
     conn_key: int
     rows: np.ndarray  # ChunkRun.rows: direction, ts_ns, frame_no, stream_offset, start, end
-
-    def columns(self) -> tuple[np.ndarray, ...]:
-        r = self.rows
-        return (self.conn_key * 2 + r[:, RunColumn.DIRECTION], r[:, RunColumn.TS_NS], r[:, RunColumn.STREAM_OFFSET],
-                r[:, RunColumn.END] - r[:, RunColumn.START])
 
 
 @dataclass
@@ -288,9 +304,15 @@ class SendLog:
         sel = np.flatnonzero((ts > lo[inv]) & (ts <= hi[inv]))
         if not len(sel):
             return
+        # grouped by connection direction with one stable sort (each group in batch
+        # order), not a pass over every selected row per connection direction
         cds = cd[sel]
-        for c in np.unique(cds).tolist():
-            part = sel[cds == c]
+        order = np.argsort(cds, kind="stable")
+        sel, cds = sel[order], cds[order]
+        cuts = (np.flatnonzero(cds[1:] != cds[:-1]) + 1).tolist()
+        starts, stops = [0, *cuts], [*cuts, len(sel)]
+        for c, a, z in zip(cds[starts].tolist(), starts, stops, strict=True):
+            part = sel[a:z]
             self._logged_ns[c] = int(ts[part].max())
             n = len(part)
             self._rows_of(c >> 1).add(
