@@ -22,13 +22,16 @@
 -- chunk, a usage chunk, a ping...).
 -- depends_on: messages, h2_events, tcp_events
 -- materialize: session
-WITH responses AS (  -- (joined on numeric keys of the connection and the stream: ids as
-    -- text make the per-message joins several times slower)
-    SELECT conn_id, hash(conn_id) AS ck, hash(conn_id, stream_id) AS sk, stream_id, "index", ts, acked_ts,
+WITH responses AS (  -- numeric keys and times only (ids as text make the per-message joins
+    -- several times slower, and wide rows of millions of messages spill to disk)
+    SELECT hash(conn_id) AS ck, hash(conn_id, stream_id) AS sk, stream_id, "index",
         epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns,
         event IS NULL OR event IN ('content', 'data') AS carries_tokens
     FROM messages
     WHERE direction = 'response'
+),
+conns AS (  -- the connection id behind each key, given back to the rows at the end
+    SELECT DISTINCT conn_id, hash(conn_id) AS ck FROM messages WHERE direction = 'response'
 ),
 non_tokens AS (  -- a stream's events that carry no tokens (an LLM stream's role chunk, usage...)
     SELECT sk, "index" FROM responses WHERE NOT carries_tokens
@@ -75,38 +78,72 @@ arrived AS (
     LEFT JOIN troubled AS x USING (ck, sent_ns, acked_ns)
 ),
 response AS (
-    SELECT conn_id, stream_id, "index", token_index, ts, acked_ts, acked_ns,
-        CASE WHEN acked_ns IS NULL OR troubled THEN acked_ts
-             ELSE CAST(make_timestamp_ns(sent_ns + greatest(acked_ns - last_sent_ns, 0)) AS TIMESTAMPTZ_NS) END AS arrival_ts
+    SELECT ck, stream_id, "index", token_index, sent_ns, acked_ns,
+        CASE WHEN acked_ns IS NULL OR troubled THEN acked_ns
+             ELSE sent_ns + greatest(acked_ns - last_sent_ns, 0) END AS arrival_ns
     FROM arrived
 ),
 client_window_updates AS (
-    SELECT conn_id, epoch_ns(ts) AS wu_ns, ts AS wu_ts
+    SELECT hash(conn_id) AS ck, epoch_ns(ts) AS wu_ns, ts AS wu_ts
     FROM h2_events
     WHERE kind = 'window_update' AND direction = 'to_server'
 ),
 blocked AS (
-    SELECT conn_id, stream_id, epoch_ns(ts) AS blocked_from,
+    SELECT hash(conn_id) AS ck, stream_id, epoch_ns(ts) AS blocked_from,
         epoch_ns(ts) + CAST(round(coalesce(duration_ms, 0) * 1e6) AS BIGINT) AS blocked_until
     FROM h2_events
     WHERE kind = 'flow_control_blocked' AND direction = 'to_client'
 ),
-next_update AS (  -- only where a sender was blocked on the connection: elsewhere no read stalled
-    SELECT r.*, w.wu_ns, w.wu_ts
-    FROM (SELECT * FROM response WHERE conn_id IN (SELECT conn_id FROM blocked)) AS r
-    ASOF LEFT JOIN client_window_updates AS w
-      ON w.conn_id = r.conn_id AND w.wu_ns >= r.acked_ns
+wu_gaps AS (  -- each client WINDOW_UPDATE on a connection where a sender was blocked, and
+    -- the one before it: a message ACKed in between (after the one before, at or before
+    -- this one) was read, at the latest, at this one
+    SELECT ck, wu_ns, wu_ts, lag(wu_ns) OVER (PARTITION BY ck ORDER BY wu_ns) AS prev_ns
+    FROM client_window_updates
+    WHERE ck IN (SELECT ck FROM blocked)
 ),
-stalled AS (
-    SELECT DISTINCT n.conn_id, n.stream_id, n."index", n.wu_ts
+blocked_reach AS (  -- the latest end of a blocked episode that began by each start: a
+    -- blocked episode began by X and still on at Y exists when the latest end of those
+    -- begun by X is Y or later (an as-of lookup, not a join of every pair)
+    SELECT ck, blocked_from, max(blocked_until) OVER (PARTITION BY ck ORDER BY blocked_from) AS until_ns
+    FROM blocked
+),
+stream_reach AS (  -- the same per stream (0: the connection's window)
+    SELECT ck, stream_id, blocked_from,
+        max(blocked_until) OVER (PARTITION BY ck, stream_id ORDER BY blocked_from) AS until_ns
+    FROM blocked
+),
+open_gaps AS (  -- the gaps a blocked episode reaches into (with the test's 1 ms below): only
+    -- a message ACKed in one can have been read late; the first gap from the connection's
+    -- first ACK on
+    SELECT g.ck, g.wu_ns, g.wu_ts,
+        coalesce(g.prev_ns, (SELECT min(acked_ns) - 1 FROM sent AS s WHERE s.ck = g.ck)) AS lo_ns
+    FROM wu_gaps AS g
+    ASOF JOIN blocked_reach AS b ON b.ck = g.ck AND b.blocked_from <= g.wu_ns
+    WHERE g.prev_ns IS NULL OR b.until_ns >= g.prev_ns - 1000000
+),
+next_update AS (  -- the messages ACKed in those gaps, with the WINDOW_UPDATE that ends theirs
+    -- (a hash join by connection and second, not an as-of join of every message)
+    SELECT r.ck, r.stream_id, r."index", r.acked_ns, g.wu_ns, g.wu_ts
+    FROM (SELECT *, acked_ns // 1000000000 AS sec FROM response WHERE acked_ns IS NOT NULL) AS r
+    JOIN (SELECT *, unnest(range(lo_ns // 1000000000, wu_ns // 1000000000 + 1)) AS sec FROM open_gaps) AS g
+      ON g.ck = r.ck AND g.sec = r.sec AND r.acked_ns > g.lo_ns AND r.acked_ns <= g.wu_ns
+),
+stalled AS (  -- read late: a blocked episode of the message's stream or the connection's
+    -- window between its ACK and that WINDOW_UPDATE, or any blocked episode from before its
+    -- ACK to (1 ms before) the WINDOW_UPDATE
+    SELECT DISTINCT n.ck, n.stream_id, n."index", n.wu_ts
     FROM next_update AS n
-    JOIN blocked AS b
-      ON b.conn_id = n.conn_id
-     AND ((b.stream_id IN (0, n.stream_id) AND b.blocked_from <= n.wu_ns AND b.blocked_until >= n.acked_ns)
-          OR (b.blocked_from <= n.acked_ns AND b.blocked_until >= n.wu_ns - 1000000))
+    ASOF LEFT JOIN blocked_reach AS a ON a.ck = n.ck AND a.blocked_from <= n.acked_ns
+    ASOF LEFT JOIN (SELECT * FROM stream_reach WHERE stream_id = 0) AS c
+      ON c.ck = n.ck AND c.blocked_from <= n.wu_ns
+    ASOF LEFT JOIN stream_reach AS s ON s.ck = n.ck AND s.stream_id = n.stream_id AND s.blocked_from <= n.wu_ns
+    WHERE a.until_ns >= n.wu_ns - 1000000 OR c.until_ns >= n.acked_ns OR s.until_ns >= n.acked_ns
 )
-SELECT r.conn_id, r.stream_id, r."index", r.ts, r.acked_ts, r.arrival_ts,
-    CASE WHEN s.conn_id IS NOT NULL THEN s.wu_ts ELSE r.arrival_ts END AS read_ts,
-    s.conn_id IS NOT NULL AS read_stalled, r.token_index
+SELECT c.conn_id, r.stream_id, r."index", CAST(make_timestamp_ns(r.sent_ns) AS TIMESTAMPTZ_NS) AS ts,
+    CAST(make_timestamp_ns(r.acked_ns) AS TIMESTAMPTZ_NS) AS acked_ts,
+    CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) AS arrival_ts,
+    CASE WHEN s.ck IS NOT NULL THEN s.wu_ts ELSE CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) END AS read_ts,
+    s.ck IS NOT NULL AS read_stalled, r.token_index
 FROM response AS r
-LEFT JOIN stalled AS s USING (conn_id, stream_id, "index")
+JOIN conns AS c USING (ck)
+LEFT JOIN stalled AS s USING (ck, stream_id, "index")
