@@ -40,15 +40,15 @@
 -- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
 WITH read_times AS (  -- the token messages, keyed by a number for the self-join below (text
-    -- keys: several times slower)
-    SELECT conn_id, stream_id, hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t
+    -- keys: several times slower, and millions of rows wider than memory)
+    SELECT hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t
     FROM client_read
     WHERE token_index IS NOT NULL  -- gaps between tokens, not to a role or usage chunk
 ),
 read_gaps AS (  -- each token message and the one before it: a join on the next index, not a
-    -- window over every message (which costs ten times more on a long capture)
-    SELECT any_value(b.conn_id) AS conn_id, any_value(b.stream_id) AS stream_id,
-        max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
+    -- window over every message (which costs ten times more on a long capture); per stream
+    -- key, joined to the requests by the same key
+    SELECT b.k, max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
     FROM read_times AS a
     JOIN read_times AS b ON b.k = a.k AND b.token_index = a.token_index + 1
     GROUP BY b.k
@@ -79,17 +79,18 @@ read_wait AS (  -- what a stalled last read added to the client-side latency
     JOIN read_stalls AS s USING (conn_id, stream_id)
 ),
 acks AS (  -- the first and the last response byte: when they passed, when they were ACKed
-    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'first' AS which,
+    SELECT r.conn_id, r.stream_id, hash(r.conn_id, r.stream_id) AS rk, r.client_addr, r.server_addr, 'first' AS which,
         epoch_ns(r.first_message) AS t, epoch_ns(r.first_message_acked) AS a
     FROM requests_in_range AS r WHERE r.first_message_acked > r.first_message
     UNION ALL
-    SELECT r.conn_id, r.stream_id, r.client_addr, r.server_addr, 'end',
+    SELECT r.conn_id, r.stream_id, hash(r.conn_id, r.stream_id), r.client_addr, r.server_addr, 'end',
         epoch_ns(coalesce(r."end", r.last_message)), epoch_ns(r.end_acked)
     FROM requests_in_range AS r WHERE r.end_acked > coalesce(r."end", r.last_message)
 ),
-path_queue AS (  -- the path's RTT inflation toward the client around each (path_rtt buckets)
-    SELECT k.conn_id, k.stream_id, k.which, quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms
-    FROM (SELECT conn_id, stream_id, which, client_addr, server_addr,
+path_queue AS (  -- the path's RTT inflation toward the client around each (path_rtt buckets;
+    -- grouped by a numeric request key: text keys make a long capture's groups spill)
+    SELECT k.rk, k.which, quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms
+    FROM (SELECT rk, which, client_addr, server_addr,
                  unnest(range((t - 250000000) // 100000000, a // 100000000 + 1)) AS bucket
           FROM acks) AS k
     JOIN path_rtt AS p
@@ -117,7 +118,7 @@ ack_held AS (  -- how long the client held each ACK beyond the path delay (0 whe
                  ELSE 0 END AS held_ms
         FROM acks AS k
         JOIN connections AS c USING (conn_id)
-        LEFT JOIN path_queue AS q USING (conn_id, stream_id, which)
+        LEFT JOIN path_queue AS q USING (rk, which)
         LEFT JOIN troubled AS x USING (conn_id, stream_id, which)
     ) AS k
     GROUP BY ALL
@@ -281,7 +282,7 @@ SELECT
     coalesce(r.estimated, false) AS tls_estimated
 FROM requests_in_range AS r
 JOIN connections AS c USING (conn_id)
-LEFT JOIN read_gaps AS g USING (conn_id, stream_id)
+LEFT JOIN read_gaps AS g ON g.k = hash(r.conn_id, r.stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
