@@ -89,11 +89,12 @@ class RowLists:
 
     def __init__(self, b, swap: np.ndarray, order: np.ndarray) -> None:
         self._order = order
+        # in PacketPath._slow_rows' order; None: the row numbers themselves
         self._arrays = (
             b.ts_ns, b.frame_no, b.flags, b.seq, b.ack, b.window, b.payload_len, b.payload_wire_len,
             b.has_ts, b.ts_val, b.ts_ecr, b.ip_id, b.wscale, b.mss, b.payload_off, swap, None,
             b.ip_version,
-        )  # fmt: skip  (None: the row numbers)
+        )  # fmt: skip
 
     def take(self, a: int, z: int) -> tuple[list, ...]:
         rows = self._order[a:z]
