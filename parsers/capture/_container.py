@@ -116,7 +116,7 @@ class CaptureDecoder:
         self._closed = False
 
     # -- public API ---------------------------------------------------------------
-    def feed(self, data: bytes) -> list[PacketBatch]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[PacketBatch]:
         if self._closed:
             raise ValueError("feed() after close()")
         self.bytes_read += len(data)
@@ -160,7 +160,7 @@ class CaptureDecoder:
         """The unconsumed input; ``_data[0]`` is file offset ``_base``."""
         return memoryview(self._store)[self._lo : self._hi]
 
-    def _append(self, data: bytes) -> None:
+    def _append(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
         # the store keeps BUF_PAD spare bytes past the input: see _hand_out
         if self._hi + n + BUF_PAD > self._store.shape[0]:

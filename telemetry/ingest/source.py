@@ -42,19 +42,23 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
     pipeline.compressed = compressed
     decoder = pipeline.decoder
     raw = fh.fileobj if compressed else fh  # on-disk position for progress
+    # one buffer read into again and again (the decoder copies what it keeps): a fresh
+    # 4 MiB object per read costs a page fault per page
+    buf = bytearray(CHUNK_BYTES)
+    view = memoryview(buf)
     try:
         while True:
             try:
-                chunk = fh.read(CHUNK_BYTES)
+                n = fh.readinto(buf)
             except (OSError, EOFError) as exc:  # corrupt or truncated gzip stream
                 pipeline.issues.append(
                     DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
                 )
                 break
-            if not chunk:
+            if not n:
                 break
             try:
-                batches = decoder.feed(chunk)
+                batches = decoder.feed(view[:n])
             except CaptureFormatError as exc:
                 result.error = f"{path}: {exc}"
                 return
