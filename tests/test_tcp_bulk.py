@@ -256,7 +256,7 @@ def _fast_batch(n: int, cols: dict) -> SegmentBatch:
 @pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
 def test_c_records_refuse_bad_input():
     """pack_rows wants a permutation of the rows, room for them and MSS values of 16 bits
-    (or -1); fast_run a record range inside them."""
+    (or -1); fast_run a record range inside them, and the logs as lists of ints."""
     sp = _fast._speedups
     n = 4
     b = _fast_batch(n, {k: [0] * n for k in ("src_hi", "src_lo", "dst_hi", "dst_lo", "sport", "dport")})
@@ -289,6 +289,13 @@ def test_c_records_refuse_bad_input():
     d = _fast.Dir(0)
     d.segs.set_arrays(np.array([0, 10]), np.array([20, 15]), np.array([1, 2]))  # ends out of order
     assert sp.fast_run(packed, 0, 4, True, _fast._c_state(d), state, 16, 0) is None
+    # the logs go as lists of ints, with the index their outstanding part starts at
+    st = list(_fast._c_state(d))
+    for position, value, error in ((15, [0, "x"], TypeError), (29, 3, ValueError), (29, -1, ValueError)):
+        bad = list(st)
+        bad[position] = value
+        with pytest.raises(error):
+            sp.fast_run(packed, 0, 4, True, tuple(bad), state, 16, 0)
 
 
 @pytest.mark.parametrize("ws", [7, 40])

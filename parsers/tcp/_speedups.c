@@ -8,7 +8,8 @@
  *
  * pack_rows / fast_run: one connection's clean run checked and applied in C (see below);
  * group_flows: a batch's rows grouped by connection; take_rows: the per-packet path's
- * rows, read from the same records, as lists. Without this module the numpy code gives the same results.
+ * rows, read from the same records, as lists. Without this module the numpy code gives
+ * the same results.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -151,7 +152,8 @@ typedef struct {
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
-    { &(D)->log[0], &(D)->log[1], &(D)->log[2], &(D)->log[3], &(D)->log[4], &(D)->log[5], &(D)->new_st, &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,       \
+    { &(D)->log[0], &(D)->log[1], &(D)->log[2], &(D)->log[3], &(D)->log[4], &(D)->log[5], &(D)->new_st,      \
+      &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,                      \
       &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
       &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v }
 
@@ -174,7 +176,12 @@ static int list_tail(PyObject *list, Py_ssize_t h, vec_t *out) {
     }
     if (vreserve(out, n - h) < 0) return -1;
     for (Py_ssize_t i = h; i < n; i++) {
-        long long x = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+        PyObject *item = PyList_GET_ITEM(list, i);
+        if (!PyLong_Check(item)) { /* (an int converts without running Python code) */
+            PyErr_SetString(PyExc_TypeError, "fast_run: a log must be a list of ints");
+            return -1;
+        }
+        long long x = PyLong_AsLongLong(item);
         if (x == -1 && PyErr_Occurred()) return -1;
         out->v[out->n++] = x;
     }
