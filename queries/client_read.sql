@@ -142,7 +142,7 @@ stalled AS (  -- read late: a blocked episode of the message's stream or the con
 SELECT c.conn_id, r.stream_id, r."index", CAST(make_timestamp_ns(r.sent_ns) AS TIMESTAMPTZ_NS) AS ts,
     CAST(make_timestamp_ns(r.acked_ns) AS TIMESTAMPTZ_NS) AS acked_ts,
     CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) AS arrival_ts,
-    CASE WHEN s.ck IS NOT NULL THEN s.wu_ts ELSE CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) END AS read_ts,
+    CASE WHEN s.ck IS NOT NULL THEN s.wu_ts ELSE arrival_ts END AS read_ts,
     s.ck IS NOT NULL AS read_stalled, r.token_index
 FROM response AS r
 JOIN conns AS c USING (ck)
