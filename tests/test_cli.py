@@ -139,3 +139,27 @@ def test_bad_sql_and_missing_store(tmp_path):
     assert_no_traceback(proc)
     proc = run("explain", "--store", str(tmp_path / "s"), "--request", "garbage")
     assert proc.returncode == 2
+
+
+def test_report_timeline_whole_in_80_columns(tmp_path):
+    """Piped output is 80 columns wide: each window's time and its spike mark stay whole
+    on the window's line (they were cut to "07:25:…", the mark wrapped onto a line of its
+    own), as the JSON report of the same store gives them."""
+    capture = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    store = tmp_path / "store"
+    assert run("analyze", str(capture), "--out", str(store), "--no-report").returncode == 0
+    env = {**os.environ, "COLUMNS": "80", "NO_COLOR": "1"}
+    text = subprocess.run([TAILTAP, "report", "--store", str(store)], capture_output=True, text=True,
+                          timeout=120, env=env, check=True).stdout
+    data = json.loads(run("report", "--store", str(store), "--format", "json").stdout)
+    spiked = {s["window_start"] for s in data["spikes"]}
+    assert spiked, "the loss_burst sample has spikes"
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80
+    for w in data["timeline"]:
+        hhmmss = w["window_start"][11:19]
+        mark = " *" if w["window_start"] in spiked else ""
+        row = [line for line in lines if line.lstrip().startswith(hhmmss)]
+        assert len(row) == 1, (hhmmss, text)
+        assert row[0].lstrip().startswith(hhmmss + mark + " "), row[0]
+        assert f"{w['requests']}" in row[0].split()

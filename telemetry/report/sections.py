@@ -167,6 +167,11 @@ def _table(*headers: str, title: str | None = None):
     t = Table(*headers, box=box.SIMPLE_HEAD, title=title, title_justify="left", pad_edge=False)
     if headers and headers[0] == "request":
         t.columns[0].no_wrap = True  # ids are copied into `tailtap explain`: never cut them
+    elif headers and headers[0] == "window":
+        # a window's time and its spike mark, whole on one line at any width: the other
+        # columns (numbers) wrap their headers instead
+        t.columns[0].no_wrap = True
+        t.columns[0].min_width = len("00:00:00 *")
     return t
 
 
