@@ -223,3 +223,61 @@ def test_last_times_like_a_dict():
                 model.pop(s * 2, None)
                 model.pop(s * 2 + 1, None)
         assert held.keys.tolist() == sorted(model) and held.ts.tolist() == [model[k] for k in sorted(model)]
+
+
+def test_tables_of_many_connections_are_each_connections_tables_in_order():
+    """A table built of several connections' parts (each with its own direction flip) is
+    the tables of each part alone, one after the other: ids, flips and rows stay with
+    their part."""
+    import random
+
+    from parsers.records import TcpEvent
+    from telemetry.ingest.columns import Part
+    from telemetry.ingest.rates import flow_rates_table
+    from telemetry.ingest.tables import rtt_samples_table, segment_sends_table, tcp_events_table
+
+    rnd = random.Random(11)
+
+    def rtt_rows():
+        items, t = [], 0
+        for _ in range(rnd.randrange(1, 6)):
+            if rnd.random() < 0.5:
+                ts = np.arange(t, t + rnd.randrange(1, 5), dtype=np.int64)
+                items.append(RttRun(1, rnd.randrange(2), ts, ts / 7.0, rnd.choice(RTT_SOURCES)))
+                t += len(ts)
+            else:
+                items.append(RttSample(t, 1, rnd.randrange(2), t / 3.0, rnd.choice(RTT_SOURCES)))
+                t += 1
+        return items, len(expand_rtts(items))
+
+    def columns(k, n_cols, codes_at=(0,), hi=2):
+        return tuple(np.array([rnd.randrange(hi) for _ in range(k)], np.int64) if j in codes_at
+                     else np.arange(k, dtype=np.int64) * (j + 1) for j in range(n_cols))
+
+    for _ in range(30):
+        conns = [(f"C{i:03d}", rnd.randrange(2)) for i in range(rnd.randrange(1, 6))]
+        cases = []
+        for cid, flip in conns:
+            items, n = rtt_rows()
+            events = [TcpEvent(rnd.randrange(10**9), 1, rnd.randrange(2), "dup_ack", rnd.randrange(1000), 0, 1, None, None)
+                      for _ in range(rnd.randrange(1, 4))]
+            k = rnd.randrange(1, 6)
+            sends = columns(k, 5, codes_at=(0, 4))
+            rates = columns(k, 5, codes_at=(1,))
+            cases.append({"rtt_samples": (rtt_samples_table, Part(cid, flip, items, n)),
+                          "tcp_events": (tcp_events_table, Part(cid, flip, events, len(events))),
+                          "segment_sends": (segment_sends_table, Part(cid, flip, sends, k)),
+                          "flow_rates": (flow_rates_table, Part(cid, 0, rates, k))})
+        for table in cases[0]:
+            build = cases[0][table][0]
+            parts = [c[table][1] for c in cases]
+            together = build("K", parts)
+            assert together.equals(pa.concat_tables([build("K", [p]) for p in parts])), table
+            assert together["conn_id"].to_pylist() == [p.conn_id for p in parts for _ in range(p.n)]
+        # a part's flip turns its TCP directions into the session's
+        got = rtt_samples_table("K", [c["rtt_samples"][1] for c in cases])["direction"].to_pylist()
+        flat = [(s, p.flip) for c in cases for p in [c["rtt_samples"][1]] for s in expand_rtts(p.rows)]
+        assert got == [DIRECTION_NAMES[s.direction ^ f] for s, f in flat]
+        sends = [c["segment_sends"][1] for c in cases]
+        got = segment_sends_table("K", sends)["direction"].to_pylist()
+        assert got == [DIRECTION_NAMES[d ^ p.flip] for p in sends for d in p.rows[0].tolist()]

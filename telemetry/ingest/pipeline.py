@@ -31,11 +31,17 @@ from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer, flip_summary
 from parsers.tls import KeyLog
 from telemetry import __version__
-from telemetry.ingest.columns import IdColumns
+from telemetry.ingest.columns import Part
 from telemetry.ingest.joins import resolve_acks, take_messages
 from telemetry.ingest.lockstep import Peer
 from telemetry.ingest.options import IngestOptions, IngestResult
-from telemetry.ingest.rates import RATE_BUCKET_NS, RATE_HOLD_NS, count_sent, flow_rates_table
+from telemetry.ingest.rates import (
+    RATE_BUCKET_NS,
+    RATE_HOLD_NS,
+    count_sent,
+    flow_rates_rows,
+    flow_rates_table,
+)
 from telemetry.ingest.sendlog import SendLog
 from telemetry.ingest.state import Conn, ConnRows, Ready
 from telemetry.ingest.tables import (
@@ -57,6 +63,16 @@ PENDING_ROWS = 2_000_000  # ... and the largest connections' rows once all hold 
 # requests of all connections, and closed connections, are built into one table each once
 # this many wait (their ~35-50 columns cost more per table than per row)
 BATCH_TABLE_ROWS = 4096
+# the other tables' rows of many connections are built into one table once this many wait
+PART_TABLE_ROWS = 65_536
+_PART_TABLES = {
+    "tcp_events": tcp_events_table,
+    "rtt_samples": rtt_samples_table,
+    "h2_events": h2_events_table,
+    "messages": messages_table,
+    "flow_rates": flow_rates_table,
+    "segment_sends": segment_sends_table,
+}
 _CONN_KEY = attrgetter("conn_key")
 
 
@@ -93,6 +109,9 @@ class CapturePipeline:
         self._requests_out_n = 0
         # closed connections' rows not built into a table yet
         self._connections_out: list[dict[str, object]] = []
+        # the other tables' rows handed over by connections, not built into tables yet
+        self._parts: dict[str, list[Part]] = {t: [] for t in _PART_TABLES}
+        self._parts_rows: dict[str, int] = dict.fromkeys(_PART_TABLES, 0)
         self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
         # TLS secrets: the given key logs, then the capture's Decryption Secrets Blocks
         self.keylog = copy.deepcopy(options.keylog) if options.keylog is not None else KeyLog()
@@ -348,22 +367,21 @@ class CapturePipeline:
     ) -> None:
         """Hand a connection's waiting rows to the writer. flow_rates: every bucket when
         ``final``, else those before bucket ``rates_upto`` (none when it is None)."""
-        rows, flip, append = conn.rows, conn.flip, self.writer.append
-        base = IdColumns(self.capture_id, summary.conn_id, max(rows.counts()))
+        rows, flip, conn_id = conn.rows, conn.flip, summary.conn_id
         if rows.tcp_events:
-            append("tcp_events", tcp_events_table(base, rows.tcp_events, flip))
+            self._add_part("tcp_events", Part(conn_id, flip, rows.tcp_events, len(rows.tcp_events)))
         if rows.rtt:
-            append("rtt_samples", rtt_samples_table(base, rows.rtt, flip))
+            self._add_part("rtt_samples", Part(conn_id, flip, rows.rtt, rows.n_rtt))
         if rows.h2:
-            append("h2_events", h2_events_table(base, rows.h2))
+            self._add_part("h2_events", Part(conn_id, 0, rows.h2, len(rows.h2)))
         if rows.messages:
-            append("messages", messages_table(base, rows.messages))
-        rates = flow_rates_table(conn, base, rates_upto, final)
+            self._add_part("messages", Part(conn_id, 0, rows.messages, sum(len(m) for _d, m in rows.messages)))
+        rates = flow_rates_rows(conn, rates_upto, final)
         if rates is not None:
-            append("flow_rates", rates)
+            self._add_part("flow_rates", Part(conn_id, 0, rates, len(rates[0])))
         sends = self.sendlog.take(conn.key)
         if sends is not None:
-            append("segment_sends", segment_sends_table(base, sends, flip))
+            self._add_part("segment_sends", Part(conn_id, flip, sends, len(sends[1])))
         if rows.requests:
             self._requests_out.append((summary, rows.requests))
             self._requests_out_n += rows.n_requests
@@ -372,10 +390,27 @@ class CapturePipeline:
                 self._write_batched()
         conn.rows = ConnRows()
 
+    def _add_part(self, table: str, part: Part) -> None:
+        parts = self._parts[table]
+        parts.append(part)
+        self._parts_rows[table] += part.n
+        if self._parts_rows[table] >= PART_TABLE_ROWS:
+            self._write_parts(table)
+
+    def _write_parts(self, table: str) -> None:
+        """Hand the writer one table of the connections' rows waiting for ``table``."""
+        parts = self._parts[table]
+        if parts:
+            self.writer.append(table, _PART_TABLES[table](self.capture_id, parts))
+            self._parts[table], self._parts_rows[table] = [], 0
+
     def _write_batched(self) -> None:
-        """Hand the writer the requests resolved so far (of every connection) and the
-        connections closed so far, a table each; before the file's commit (end_file,
-        finish) all of them."""
+        """Hand the writer the rows built a table for many connections at a time: the
+        requests resolved so far (of every connection), the connections closed so far,
+        and the other tables' waiting parts; before the file's commit (end_file, finish)
+        all of them."""
+        for table in _PART_TABLES:
+            self._write_parts(table)
         if self._requests_out:
             self.writer.append("requests", requests_table(self.capture_id, self._requests_out))
             self._requests_out, self._requests_out_n = [], 0

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,7 @@ import pyarrow as pa
 
 from parsers._native import speedups
 from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun, RunColumn
-from telemetry.ingest.columns import TS, IdColumns, repeat
+from telemetry.ingest.columns import TS, Part, coded_strings, id_columns
 from telemetry.store.parquet import table_from_columns
 
 if TYPE_CHECKING:
@@ -152,12 +153,13 @@ def chunk_sent(chunks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return keys[:, 0], keys[:, 1], vals[:, 0], vals[:, 1]
 
 
-def flow_rates_table(conn: Conn, base: IdColumns, upto: int | None = None, final: bool = True) -> pa.Table | None:
-    """flow_rates rows of a connection: every bucket when ``final``, else those before
-    bucket ``upto`` (none when it is None); None when there are none."""
+def flow_rates_rows(conn: Conn, upto: int | None = None, final: bool = True) -> tuple[np.ndarray, ...] | None:
+    """A connection's flow_rates rows to write: every bucket when ``final``, else those
+    before bucket ``upto`` (none when it is None), as (ts ns, direction code, bytes sent,
+    segments sent, bytes acked) columns; None when there are none."""
     if not final and upto is None:
         return None
-    parts: list[dict[str, object]] = []
+    parts: list[tuple[np.ndarray, ...]] = []
     for tcp_dir in (TO_SERVER, TO_CLIENT):
         rates = conn.rates[tcp_dir]
         if not len(rates):
@@ -178,22 +180,22 @@ def flow_rates_table(conn: Conn, base: IdColumns, upto: int | None = None, final
             prev[0] = carried if carried is not None else 0
             delta[has] = np.maximum(values - prev, 0)
             conn.prev_acked[tcp_dir] = int(values[-1])
-        parts.append({
-            "ts": done.bucket * RATE_BUCKET_NS,
-            "direction": repeat(DIRECTION_NAMES[tcp_dir ^ conn.flip], n),
-            "bytes_sent": done.sent_bytes,
-            "packets_sent": done.sent_pkts,
-            "bytes_acked": delta,
-        })
-    if parts:
-        cols: dict[str, object] = {
-            "ts": pa.array(np.concatenate([p["ts"] for p in parts]), TS),
-            "direction": pa.concat_arrays([p["direction"] for p in parts]),
-        }
-        for name in ("bytes_sent", "packets_sent", "bytes_acked"):
-            cols[name] = pa.array(np.concatenate([p[name] for p in parts]), pa.int64())
-        n = len(cols["ts"])
-        cols.update(base(n))
-        cols["bucket_ms"] = pa.array(np.full(n, RATE_BUCKET_NS // 1_000_000, dtype=np.int32))
-        return table_from_columns("flow_rates", cols)
-    return None
+        code = np.full(n, tcp_dir ^ conn.flip, dtype=np.int64)
+        parts.append((done.bucket * RATE_BUCKET_NS, code, done.sent_bytes, done.sent_pkts, delta))
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else tuple(np.concatenate(c) for c in zip(*parts, strict=True))
+
+
+def flow_rates_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: :func:`flow_rates_rows` columns (their directions already the session's)."""
+    ts, direction, sent, packets, acked = (np.concatenate(c) for c in zip(*(p.rows for p in parts), strict=True))
+    return table_from_columns("flow_rates", {
+        **id_columns(capture_id, parts),
+        "ts": pa.array(ts, TS),
+        "direction": coded_strings(direction, DIRECTION_NAMES),
+        "bytes_sent": pa.array(sent, pa.int64()),
+        "packets_sent": pa.array(packets, pa.int64()),
+        "bytes_acked": pa.array(acked, pa.int64()),
+        "bucket_ms": pa.array(np.full(len(ts), RATE_BUCKET_NS // 1_000_000, dtype=np.int32)),
+    })

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import attrgetter
 
 import numpy as np
@@ -16,18 +17,17 @@ from parsers.records import (
     TO_CLIENT,
     TO_SERVER,
     ConnectionSummary,
-    H2Event,
     RttRun,
     RttSample,
     RttSource,
-    TcpEvent,
 )
 from telemetry.ingest.columns import (
     NO_TS,
     TS,
-    IdColumns,
+    Part,
     coded_strings,
     float_col,
+    id_columns,
     repeat,
     run_strings,
 )
@@ -51,11 +51,21 @@ REQUEST_PASSTHROUGH = (
 _PASSTHROUGH_OF = attrgetter(*REQUEST_PASSTHROUGH)
 
 
-def tcp_events_table(base: IdColumns, events: list[TcpEvent], flip: int) -> pa.Table:
+def _flipped(codes: np.ndarray, parts: Sequence[Part]) -> np.ndarray:
+    """Direction codes of the parts' rows (in order) with each part's flip applied."""
+    flips = [p.flip for p in parts]
+    if not any(flips):
+        return codes
+    return codes ^ np.repeat(np.array(flips, dtype=codes.dtype), [p.n for p in parts])
+
+
+def tcp_events_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: lists of TcpEvents."""
+    events = [e for p in parts for e in p.rows]
     return table_from_columns("tcp_events", {
-        **base(len(events)),
+        **id_columns(capture_id, parts),
         "ts": [e.ts_ns for e in events],
-        "direction": [DIRECTION_NAMES[e.direction ^ flip] for e in events],
+        "direction": [DIRECTION_NAMES[e.direction ^ p.flip] for p in parts for e in p.rows],
         "kind": [e.kind for e in events],
         "seq": [e.seq for e in events],
         "bytes": [e.bytes for e in events],
@@ -65,20 +75,23 @@ def tcp_events_table(base: IdColumns, events: list[TcpEvent], flip: int) -> pa.T
     })
 
 
-def rtt_samples_table(base: IdColumns, items: list[RttSample | RttRun], flip: int) -> pa.Table:
-    ts, rtt, direction, source = rtt_columns(items)
+def rtt_samples_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: lists of RttSamples and RttRuns (``n``: their samples)."""
+    ts, rtt, direction, source = rtt_columns([it for p in parts for it in p.rows])
     return table_from_columns("rtt_samples", {
-        **base(len(ts)),
+        **id_columns(capture_id, parts),
         "ts": pa.array(ts, TS),
-        "direction": coded_strings(direction ^ flip, DIRECTION_NAMES),
+        "direction": coded_strings(_flipped(direction, parts), DIRECTION_NAMES),
         "rtt_ms": pa.array(rtt, pa.float64()),
         "source": coded_strings(source, RTT_SOURCES),
     })
 
 
-def h2_events_table(base: IdColumns, events: list[H2Event]) -> pa.Table:
+def h2_events_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: lists of H2Events (in session directions: no flip)."""
+    events = [e for p in parts for e in p.rows]
     return table_from_columns("h2_events", {
-        **base(len(events)),
+        **id_columns(capture_id, parts),
         "ts": [e.ts_ns for e in events],
         "stream_id": [e.stream_id for e in events],
         "direction": [DIRECTION_NAMES[e.direction] for e in events],
@@ -89,22 +102,25 @@ def h2_events_table(base: IdColumns, events: list[H2Event]) -> pa.Table:
     })
 
 
-def segment_sends_table(base: IdColumns, sends: tuple[np.ndarray, ...], flip: int) -> pa.Table:
-    dirs, ts, seq, size, kind = sends
+def segment_sends_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: the send log's (direction, ts, seq, bytes, kind) columns."""
+    dirs, ts, seq, size, kind = (np.concatenate(c) for c in zip(*(p.rows for p in parts), strict=True))
     return table_from_columns("segment_sends", {
-        **base(len(ts)),
+        **id_columns(capture_id, parts),
         "ts": pa.array(ts, TS),
-        "direction": coded_strings(dirs ^ flip, DIRECTION_NAMES),
+        "direction": coded_strings(_flipped(dirs, parts), DIRECTION_NAMES),
         "seq": pa.array(seq, pa.int64()),
         "bytes": pa.array(size, pa.int64()),
         "kind": coded_strings(kind, SEND_KINDS),
     })
 
 
-def messages_table(base: IdColumns, blocks: list[tuple[int, Msgs]]) -> pa.Table:
+def messages_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
+    """Parts' rows: lists of (session direction, Msgs) blocks."""
+    blocks = [b for p in parts for b in p.rows]
     ms = Msgs.concat([m for _d, m in blocks])
     return table_from_columns("messages", {
-        **base(len(ms)),
+        **id_columns(capture_id, parts),
         "stream_id": pa.array(ms.sid, pa.int64()),
         "direction": run_strings([MESSAGE_DIRECTION_NAMES[d] for d, _m in blocks], [len(m) for _d, m in blocks]),
         "index": pa.array(ms.idx, pa.int64()),
