@@ -16,8 +16,10 @@ from telemetry.ingest.columns import NO_TS
 from telemetry.ingest.state import Conn, Msgs, Ready
 
 # messages TTFT and token gaps are measured on (the others are LLM stream events that carry
-# no generated content: role, usage, finish, ping...)
-GAP_KINDS = np.array(sorted(TOKEN_KINDS), dtype=np.int64)
+# no generated content: role, usage, finish, ping...), by kind (a message row's 4 kind
+# bits): a lookup, where np.isin sorts
+IS_GAP_KIND = np.zeros(16, dtype=bool)
+IS_GAP_KIND[sorted(TOKEN_KINDS)] = True
 
 
 def take_messages(conn: Conn, rows: list[tuple] | np.ndarray) -> None:
@@ -34,7 +36,7 @@ def take_messages(conn: Conn, rows: list[tuple] | np.ndarray) -> None:
     kinds = (flags >> 8) & 0xF
     if kinds.any():  # LLM stream events: gaps only between those carrying content
         gap = np.full(n, np.nan)
-        sel = np.flatnonzero(np.isin(kinds, GAP_KINDS))
+        sel = np.flatnonzero(IS_GAP_KIND[kinds])
         if len(sel):
             gap[sel] = stream_gaps(conn, a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
     else:
@@ -121,7 +123,7 @@ def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None
             # carrying content (the TTFT point)
             firsts = np.flatnonzero((done.idx == 0) & (done.kind == 0))
             conn.first_acked.update(zip(done.sid[firsts].tolist(), done.acked[firsts].tolist(), strict=True))
-            events = np.flatnonzero((done.kind != 0) & np.isin(done.kind, GAP_KINDS))
+            events = np.flatnonzero((done.kind != 0) & IS_GAP_KIND[done.kind])
             for sid, acked in zip(done.sid[events].tolist(), done.acked[events].tolist(), strict=True):
                 conn.first_acked.setdefault(sid, acked)
         conn.rows.messages.append((session_dir, done))
@@ -154,7 +156,7 @@ def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None
     gaps_of = conn.response_gaps
     gaps = [gaps_of.pop(s, None) for s in sids]
     floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip) or 0.0
-    conn.rows.requests.append(Ready(ready, first_acked, found[:k], floor, gap_stats(gaps)))
+    conn.rows.requests.append(Ready(ready, first_acked, found[:k], floor, gaps))
     conn.rows.n_requests += k
     conn.requests += k
     if not final:

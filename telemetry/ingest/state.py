@@ -103,14 +103,15 @@ class ConnRows:
 
 @dataclass(slots=True)
 class Ready:
-    """Requests resolved together, with their client-side times and the statistics of
-    their response gaps as columns: one object per resolution, not one per request."""
+    """Requests resolved together, with their client-side times as columns and their
+    response gaps (their statistics are taken when the requests table is built, for many
+    resolutions at once): one object per resolution, not one per request."""
 
     records: list[RequestRecord]
     first_acked: np.ndarray  # int64 ns of the ACK of the first response message; NO_TS: none
     end_acked: np.ndarray  # int64 ns of the ACK of the response's last byte; NO_TS: none
     floor_ms: float  # RTT floor toward the client when they were resolved (0.0: none yet)
-    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]  # p50, p99, max gap ms; NaN: < 2 messages
+    gaps: list[list[np.ndarray] | None]  # each request's response gaps (ns, by batch); None: none
 
 
 @dataclass
