@@ -22,10 +22,11 @@
 -- chunk, a usage chunk, a ping...).
 -- depends_on: messages, h2_events, tcp_events
 -- materialize: session
-WITH responses AS (  -- numeric keys and times only (ids as text make the per-message joins
-    -- several times slower, and wide rows of millions of messages spill to disk)
-    SELECT hash(conn_id) AS ck, hash(conn_id, stream_id) AS sk, stream_id, "index",
-        epoch_ns(ts) AS sent_ns, epoch_ns(acked_ts) AS acked_ns,
+WITH responses AS (  -- numeric keys only (ids as text make the per-message joins several
+    -- times slower, and wide rows of millions of messages spill to disk); the times as read,
+    -- numbers where arithmetic needs them (epoch_ns is free; making a TIMESTAMPTZ_NS of a
+    -- number costs ~90 ns a value, as much as the rest of the model)
+    SELECT hash(conn_id) AS ck, hash(conn_id, stream_id) AS sk, stream_id, "index", ts, acked_ts,
         event IS NULL OR event IN ('content', 'data') AS carries_tokens
     FROM messages
     WHERE direction = 'response'
@@ -49,38 +50,38 @@ sent AS (
     LEFT JOIN token_shift AS t USING (sk, "index")
 ),
 ack_groups AS (  -- the messages one ACK covered: the last of them shows the path's delay then
-    SELECT ck, acked_ns, max(sent_ns) AS last_sent_ns
-    FROM sent WHERE acked_ns IS NOT NULL
+    SELECT ck, acked_ts, max(ts) AS last_sent
+    FROM sent WHERE acked_ts IS NOT NULL
     GROUP BY ALL
 ),
 trouble AS (  -- (keyed by connection and second: a hash join below, not a sort of every message)
-    SELECT hash(conn_id) AS ck, epoch_ns(ts) AS trouble_ns, epoch_ns(ts) // 1000000000 AS sec
+    SELECT hash(conn_id) AS ck, ts AS trouble_ts, epoch_ns(ts) // 1000000000 AS sec
     FROM tcp_events
     WHERE direction = 'to_client'
       AND troubled_kind(kind)
 ),
 spans AS (  -- the seconds from each acked message's send to its ACK: the one it was sent in,
     -- then any later ones (the few messages whose ACK came in a later second)
-    SELECT ck, sent_ns, acked_ns, sent_ns // 1000000000 AS sec FROM sent WHERE acked_ns IS NOT NULL
+    SELECT ck, ts, acked_ts, epoch_ns(ts) // 1000000000 AS sec FROM sent WHERE acked_ts IS NOT NULL
     UNION ALL
-    SELECT ck, sent_ns, acked_ns, unnest(range(sent_ns // 1000000000 + 1, acked_ns // 1000000000 + 1))
-    FROM sent WHERE acked_ns // 1000000000 > sent_ns // 1000000000
+    SELECT ck, ts, acked_ts, unnest(range(epoch_ns(ts) // 1000000000 + 1, epoch_ns(acked_ts) // 1000000000 + 1))
+    FROM sent WHERE epoch_ns(acked_ts) // 1000000000 > epoch_ns(ts) // 1000000000
 ),
 troubled AS (  -- something went wrong toward the client between a send and its ACK
-    SELECT DISTINCT s.ck, s.sent_ns, s.acked_ns
+    SELECT DISTINCT s.ck, s.ts, s.acked_ts
     FROM spans AS s
-    JOIN trouble AS t ON t.ck = s.ck AND t.sec = s.sec AND t.trouble_ns BETWEEN s.sent_ns AND s.acked_ns
+    JOIN trouble AS t ON t.ck = s.ck AND t.sec = s.sec AND t.trouble_ts BETWEEN s.ts AND s.acked_ts
 ),
 arrived AS (
-    SELECT s.*, g.last_sent_ns, x.ck IS NOT NULL AS troubled
+    SELECT s.*, g.last_sent, x.ck IS NOT NULL AS troubled
     FROM sent AS s
-    LEFT JOIN ack_groups AS g USING (ck, acked_ns)
-    LEFT JOIN troubled AS x USING (ck, sent_ns, acked_ns)
+    LEFT JOIN ack_groups AS g USING (ck, acked_ts)
+    LEFT JOIN troubled AS x USING (ck, ts, acked_ts)
 ),
 response AS (
-    SELECT ck, stream_id, "index", token_index, sent_ns, acked_ns,
-        CASE WHEN acked_ns IS NULL OR troubled THEN acked_ns
-             ELSE sent_ns + greatest(acked_ns - last_sent_ns, 0) END AS arrival_ns
+    SELECT ck, stream_id, "index", token_index, ts, acked_ts,
+        CASE WHEN acked_ts IS NULL OR troubled THEN epoch_ns(acked_ts)
+             ELSE epoch_ns(ts) + greatest(epoch_ns(acked_ts) - epoch_ns(last_sent), 0) END AS arrival_ns
     FROM arrived
 ),
 client_window_updates AS (
@@ -116,7 +117,7 @@ open_gaps AS (  -- the gaps a blocked episode reaches into (with the test's 1 ms
     -- a message ACKed in one can have been read late; the first gap from the connection's
     -- first ACK on
     SELECT g.ck, g.wu_ns, g.wu_ts,
-        coalesce(g.prev_ns, (SELECT min(acked_ns) - 1 FROM sent AS s WHERE s.ck = g.ck)) AS lo_ns
+        coalesce(g.prev_ns, (SELECT min(epoch_ns(acked_ts)) - 1 FROM sent AS s WHERE s.ck = g.ck)) AS lo_ns
     FROM wu_gaps AS g
     ASOF JOIN blocked_reach AS b ON b.ck = g.ck AND b.blocked_from <= g.wu_ns
     WHERE g.prev_ns IS NULL OR b.until_ns >= g.prev_ns - 1000000
@@ -124,7 +125,8 @@ open_gaps AS (  -- the gaps a blocked episode reaches into (with the test's 1 ms
 next_update AS (  -- the messages ACKed in those gaps, with the WINDOW_UPDATE that ends theirs
     -- (a hash join by connection and second, not an as-of join of every message)
     SELECT r.ck, r.stream_id, r."index", r.acked_ns, g.wu_ns, g.wu_ts
-    FROM (SELECT *, acked_ns // 1000000000 AS sec FROM response WHERE acked_ns IS NOT NULL) AS r
+    FROM (SELECT *, epoch_ns(acked_ts) AS acked_ns, epoch_ns(acked_ts) // 1000000000 AS sec
+          FROM response WHERE acked_ts IS NOT NULL) AS r
     JOIN (SELECT *, unnest(range(lo_ns // 1000000000, wu_ns // 1000000000 + 1)) AS sec FROM open_gaps) AS g
       ON g.ck = r.ck AND g.sec = r.sec AND r.acked_ns > g.lo_ns AND r.acked_ns <= g.wu_ns
 ),
@@ -139,9 +141,9 @@ stalled AS (  -- read late: a blocked episode of the message's stream or the con
     ASOF LEFT JOIN stream_reach AS s ON s.ck = n.ck AND s.stream_id = n.stream_id AND s.blocked_from <= n.wu_ns
     WHERE a.until_ns >= n.wu_ns - 1000000 OR c.until_ns >= n.acked_ns OR s.until_ns >= n.acked_ns
 )
-SELECT c.conn_id, r.stream_id, r."index", CAST(make_timestamp_ns(r.sent_ns) AS TIMESTAMPTZ_NS) AS ts,
-    CAST(make_timestamp_ns(r.acked_ns) AS TIMESTAMPTZ_NS) AS acked_ts,
-    CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) AS arrival_ts,
+SELECT c.conn_id, r.stream_id, r."index", r.ts, r.acked_ts,
+    CASE WHEN r.arrival_ns IS NOT DISTINCT FROM epoch_ns(r.acked_ts) THEN r.acked_ts
+         ELSE CAST(make_timestamp_ns(r.arrival_ns) AS TIMESTAMPTZ_NS) END AS arrival_ts,
     CASE WHEN s.ck IS NOT NULL THEN s.wu_ts ELSE arrival_ts END AS read_ts,
     s.ck IS NOT NULL AS read_stalled, r.token_index
 FROM response AS r
