@@ -163,3 +163,23 @@ def test_report_timeline_whole_in_80_columns(tmp_path):
         assert len(row) == 1, (hhmmss, text)
         assert row[0].lstrip().startswith(hhmmss + mark + " "), row[0]
         assert f"{w['requests']}" in row[0].split()
+
+
+def test_piped_report_cuts_nothing(tmp_path):
+    """Sent to a pipe or a file with no COLUMNS set, the report is not fitted to rich's
+    default 80 columns: the slowest requests' methods and causes were cut there
+    ("/tailt…", "loss_bu…"). Each slowest request's line holds its id, whole method and
+    causes, as the JSON report gives them."""
+    capture = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    store = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"} | {"NO_COLOR": "1"}
+    analyzed = subprocess.run([TAILTAP, "analyze", str(capture), "--out", str(store)], capture_output=True,
+                              text=True, timeout=120, env=env, check=True).stdout
+    text = subprocess.run([TAILTAP, "report", "--store", str(store)], capture_output=True, text=True,
+                          timeout=120, env=env, check=True).stdout
+    assert "…" not in analyzed and "…" not in text
+    slowest = json.loads(run("report", "--store", str(store), "--format", "json").stdout)["slowest_requests"]
+    assert slowest
+    for r in slowest:
+        (line,) = [x for x in text.splitlines() if x.split()[:1] == [f"{r['conn_id']}:{r['stream_id']}"]]
+        assert r["method"] in line.split() and (r["causes"] or "-") in line, line

@@ -176,12 +176,11 @@ def run_analyze(
                 f"in {r.seconds:.2f} s -> {out}"
             )
     if report and failed < len(results):
-        from rich.console import Console
-
+        from telemetry.report.render import output_console
         from telemetry.report.sections import analyze_report
 
         window_s = parse_duration_ms(window) / 1000.0 if window else None
-        analyze_report(store, fmt.value, Console(), capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)
+        analyze_report(store, fmt.value, output_console(), capture_ids=[r.capture_id for r in results if not r.error], window_s=window_s)
     return EXIT_INPUT if failed else EXIT_OK
 
 

@@ -24,6 +24,7 @@ from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
+from telemetry.report.render import output_console
 
 app = typer.Typer(
     name="tailtap",
@@ -37,7 +38,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-console = Console()
+console = output_console()
 err = Console(stderr=True)
 
 T = TypeVar("T")

@@ -50,7 +50,5 @@ def run_sql(query: str, store_dir: Path, fmt: str = "table") -> int:
     except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
         _error(str(exc).splitlines()[0])
         return EXIT_INPUT
-    from rich.console import Console
-
-    render.emit(Console(), fmt, {"result": rows})
+    render.emit(render.output_console(), fmt, {"result": rows})
     return EXIT_OK

@@ -10,6 +10,8 @@ import datetime as dt
 import io
 import json
 import math
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,6 +20,16 @@ from rich.table import Table
 
 Rows = list[dict[str, Any]]
 FORMATS = ("table", "json", "markdown", "csv")
+# the width of tables sent to a file or a pipe with no COLUMNS set: rich's 80 columns cut
+# the slowest requests' methods and causes ("loss_bu…"), and a file has no width to fit
+PIPED_WIDTH = 160
+
+
+def output_console() -> Console:
+    """The console reports go to (standard output): a terminal's own width, COLUMNS when
+    set, else :data:`PIPED_WIDTH`."""
+    piped = not sys.stdout.isatty() and not os.environ.get("COLUMNS")
+    return Console(width=PIPED_WIDTH if piped else None)
 
 
 def rows_of(con, sql: str, params: Sequence[object] | None = None) -> Rows:
