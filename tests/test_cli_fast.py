@@ -154,3 +154,24 @@ def test_fast_and_typer_sql_agree(tmp_path):
     missing = subprocess.run([TAILTAP, "sql", "--store", str(tmp_path / "none"), "SELECT 1"],
                              capture_output=True, text=True, timeout=120, env=env)
     assert missing.returncode == EXIT_STORE and "no store here" in missing.stderr
+
+
+@pytest.mark.parametrize("command", [["sql", "SELECT count(*) FROM requests"], ["report"], ["report", "--format", "json"]])
+def test_reading_a_store_imports_neither_pyarrow_nor_numpy(tmp_path, command):
+    """`sql` and `report` read the store through DuckDB: the schema's column names and
+    types and the store's folders are all they take from tailtap's store, so they start
+    without pyarrow and numpy (~0.1 s, a third of `sql SELECT 1`)."""
+    capture = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    store = tmp_path / "store"
+    subprocess.run([TAILTAP, "analyze", str(capture), "--out", str(store), "--no-report"], check=True,
+                   capture_output=True, timeout=120)
+    probe = (
+        "import sys; from telemetry.cli.main import main; sys.argv = ['tailtap', *sys.argv[1:]]\n"
+        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "print('loaded:', sorted(m for m in ('numpy', 'pyarrow') if m in sys.modules), file=sys.stderr)"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe, *command, "--store", str(store)], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()  # it did answer
+    assert "loaded: []" in proc.stderr, proc.stderr

@@ -172,12 +172,12 @@ def schema(
 
 
 def _open_store(store_dir: Path):
-    from telemetry.store.parquet import Store
+    from telemetry.store.layout import StoreLayout
 
     if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
         err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
         raise typer.Exit(EXIT_STORE)
-    return Store(store_dir)
+    return StoreLayout(store_dir)
 
 
 @contextmanager

@@ -26,13 +26,13 @@ def _error(text: str) -> None:
 def open_analysis(store_dir: Path, materialize: bool = True):
     """The store's Analysis connection, or an exit code and a one-line error."""
     from telemetry.models.db import connect
-    from telemetry.store.parquet import Store
+    from telemetry.store.layout import StoreLayout
 
     if not store_dir.is_dir():
         _error(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
         return EXIT_STORE
     try:
-        return connect(Store(store_dir), materialize=materialize)
+        return connect(StoreLayout(store_dir), materialize=materialize)
     except RuntimeError as exc:  # a queries/ model does not bind on this store
         _error(str(exc).splitlines()[0])
         return EXIT_INPUT

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
 
-from telemetry.store.schema import TABLES
+from telemetry.store.schema import COLUMNS
 
 QUERIES_DIR = Path(__file__).resolve().parents[2] / "queries"
 MACROS_FILE = "_macros.sql"
@@ -91,7 +91,7 @@ def _catalogue(folder: Path) -> tuple[Model, ...]:
     seen: set[str] = set()
 
     def visit(name: str, stack: tuple[str, ...]) -> None:
-        if name in seen or name in TABLES:
+        if name in seen or name in COLUMNS:
             return
         if name in stack:
             raise ValueError(f"queries: dependency cycle {' -> '.join(stack + (name,))}")
@@ -173,8 +173,8 @@ def stored_key(models: dict[str, Model], name: str, defaults: dict[str, object],
     for m in closure(models, name):
         h.update(m.name.encode() + b"\0" + m.sql.encode() + b"\0")
         for dep in m.depends_on:
-            if dep in TABLES:
-                h.update(dep.encode() + b"\0" + ",".join(f.name for f in TABLES[dep]).encode())
+            if dep in COLUMNS:
+                h.update(dep.encode() + b"\0" + ",".join(c.name for c in COLUMNS[dep]).encode())
     for var in sorted(settings_of(models, name)):
         h.update(f"{var}={defaults.get(var)!r}".encode())
     return h.hexdigest()[:16]

@@ -19,8 +19,8 @@ from pathlib import Path
 import duckdb
 
 from telemetry.models.catalogue import Model, load_models, macros_sql, settings_of, stored_key
-from telemetry.store.parquet import Store
-from telemetry.store.schema import TABLES
+from telemetry.store.layout import StoreLayout
+from telemetry.store.schema import COLUMNS
 
 ONE_THREAD_BYTES = 2 << 20  # a store whose tables are smaller is queried on one thread
 
@@ -63,9 +63,11 @@ def _sql_literal(value: object) -> str:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# the schema's column types as DuckDB reads them from the Parquet files: the type of a
+# column an old store lacks (read as NULL) and of an empty table's columns
 _DUCKDB_TYPES = {
     "string": "VARCHAR", "int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN",
-    "double": "DOUBLE", "timestamp[ns, tz=UTC]": "TIMESTAMPTZ",
+    "double": "DOUBLE", "timestamp[ns, tz=UTC]": "TIMESTAMPTZ_NS",
 }
 
 
@@ -83,7 +85,7 @@ class Analysis:
     def __init__(
         self,
         con: duckdb.DuckDBPyConnection,
-        store: Store,
+        store: StoreLayout,
         params: dict[str, object],
         *,
         inline_params: bool = False,
@@ -200,7 +202,7 @@ def _stored_view_sql(files: list[str] | str) -> str:
 
 
 def connect(
-    store: Store,
+    store: StoreLayout,
     params: dict[str, object] | None = None,
     database: str = ":memory:",
     inline_params: bool = False,
@@ -220,7 +222,7 @@ def connect(
     con = duckdb.connect(database)
     con.execute("SET TimeZone = 'UTC'")
     small = 0  # bytes of the tables, counted up to ONE_THREAD_BYTES
-    for table, schema in TABLES.items():
+    for table, columns in COLUMNS.items():
         files = store.table_files(table)
         for p in files:
             if small >= ONE_THREAD_BYTES:
@@ -236,15 +238,15 @@ def connect(
             present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             # columns added after a store was written read as NULL, so old stores keep working
             cols = ", ".join(
-                f'"{f.name}"' if f.name in present else f'CAST(NULL AS {_DUCKDB_TYPES.get(str(f.type), "VARCHAR")}) AS "{f.name}"'
-                for f in schema
+                f'"{c.name}"' if c.name in present else f'CAST(NULL AS {_DUCKDB_TYPES[c.type]}) AS "{c.name}"'
+                for c in columns
             )
             con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM {source}")
         else:  # an empty table of the right types, so every query still runs
-            con.register(f"_empty_{table}", schema.empty_table())
+            cols = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[c.type]}) AS "{c.name}"' for c in columns)
             kind = "TABLE" if inline_params else "VIEW"
             con.execute(f"DROP VIEW IF EXISTS {table}; DROP TABLE IF EXISTS {table}")
-            con.execute(f"CREATE {kind} {table} AS SELECT * FROM _empty_{table}")
+            con.execute(f"CREATE {kind} {table} AS SELECT {cols} WHERE false")
     if small < ONE_THREAD_BYTES and not inline_params:
         # a few thousand rows gain no time from a second thread, only its CPU
         con.execute("SET threads = 1")
@@ -266,7 +268,7 @@ def connect(
     return analysis
 
 
-def export_database(store: Store, path: Path, params: dict[str, object] | None = None) -> Path:
+def export_database(store: StoreLayout, path: Path, params: dict[str, object] | None = None) -> Path:
     """Write a DuckDB file with every table and model as a view over the store (for Grafana).
 
     Written beside the target and renamed into place, so a reader never sees half a file.

@@ -6,11 +6,11 @@ from rich.console import Console
 
 from telemetry.models.db import Analysis, connect
 from telemetry.report import render
-from telemetry.store.parquet import Store
+from telemetry.store.layout import StoreLayout
 
 
 def analyze_sections(
-    store: Store, capture_ids: list[str] | None = None, params: dict | None = None, con: Analysis | None = None
+    store: StoreLayout, capture_ids: list[str] | None = None, params: dict | None = None, con: Analysis | None = None
 ) -> dict[str, render.Rows | str]:
     """The `tailtap analyze` report: captures, connections, per-method percentiles, errors, slowest."""
     con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None})
@@ -24,7 +24,7 @@ def analyze_sections(
 
 
 def analyze_report(
-    store: Store, fmt: str, console: Console, capture_ids: list[str] | None = None, window_s: float | None = None
+    store: StoreLayout, fmt: str, console: Console, capture_ids: list[str] | None = None, window_s: float | None = None
 ) -> None:
     """Per-method summary, then the spike report, for the captures just analyzed. The
     window is the analysis' own (queries/settings.sql) unless ``window_s`` is given."""
@@ -46,7 +46,7 @@ def settings_window_s(con: Analysis) -> float:
     return float(con.execute("SELECT window_s FROM settings").fetchone()[0])
 
 
-def report_sections(store: Store, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows | str]:
+def report_sections(store: StoreLayout, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows | str]:
     """The `tailtap report`: timeline, spikes, their attribution, slowest requests with cause."""
     con = con or connect(store, params)
     spikes = render.rows_of(con, "SELECT * FROM spikes")
@@ -64,7 +64,7 @@ def report_sections(store: Store, params: dict | None = None, con: Analysis | No
     }
 
 
-def plot_sections(store: Store, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows]:
+def plot_sections(store: StoreLayout, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows]:
     """What the HTML report draws beside the report's sections: the network signals and
     the TTFT bands per window (the windows the report uses)."""
     con = con or connect(store, params)
@@ -90,7 +90,7 @@ def _verdict(con, spikes: render.Rows) -> str:
     return f"{len(spikes)} spike(s): " + "; ".join(parts)
 
 
-def compare_sections(store: Store, params: dict) -> dict[str, render.Rows | str]:
+def compare_sections(store: StoreLayout, params: dict) -> dict[str, render.Rows | str]:
     """`tailtap compare`: two periods (``params``: a_/b_ since_ns, until_ns, capture_ids)
     side by side: per method, the cause mix of slow requests, the network."""
     con = connect(store, params)
@@ -120,7 +120,7 @@ class RequestNotFound(LookupError):
     pass
 
 
-def explain_sections(store: Store, conn_id: str, stream_id: int, params: dict | None = None) -> dict[str, render.Rows | str]:
+def explain_sections(store: StoreLayout, conn_id: str, stream_id: int, params: dict | None = None) -> dict[str, render.Rows | str]:
     """One request's story: what it was, its timeline with network events, causes, decomposition."""
     con = connect(store, params)
     key = [conn_id, stream_id]

@@ -1,8 +1,7 @@
 """The Parquet store: Hive-partitioned (date=/hour=), zstd, idempotent, atomic.
 
-Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet`` (a capture
-split between two processes also has ``<capture_id>-p1-<seq>.parquet`` files).
-The store knows tables and their schemas (telemetry.store.schema), nothing of protocols.
+Its folders are telemetry.store.layout's (``StoreLayout``; ``Store`` adds the writer). The store knows
+tables and their schemas (telemetry.store.schema), nothing of protocols.
 
 * Idempotent: every file is named by the capture's content hash; re-ingesting a capture
   first removes that capture's files, so rows are never duplicated.
@@ -26,55 +25,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from telemetry.store.layout import MODELS as MODELS
+from telemetry.store.layout import STAGING, StoreLayout
+from telemetry.store.layout import StoreError as StoreError
 from telemetry.store.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
-STAGING = ".staging"
-MODELS = "models"  # models stored with each capture: MODELS/<key>/<model>/<capture_id>.parquet
 WRITE_THREADS = 2  # threads that encode Parquet (tables spread over them), all busy at the commit
 # while the parsers run, at most this many writes at once: a core is left to the parsers
 STREAMING_WRITES = max(1, min(WRITE_THREADS, (os.cpu_count() or 1) - 1))
 
 
-class StoreError(Exception):
-    """A store problem the user can act on (unwritable folder, not a store...)."""
-
-
-class Store:
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root)
-
-    def table_dir(self, table: str) -> Path:
-        return self.root / table
-
-    def table_glob(self, table: str) -> str:
-        return str(self.root / table / "**" / "*.parquet")
-
-    def table_files(self, table: str) -> list[Path]:
-        return sorted(self.table_dir(table).glob("**/*.parquet"))
-
-    def capture_ids(self) -> list[str]:
-        """Ids of the captures in the store (from the names of their captures files)."""
-        return sorted({p.name.split("-", 1)[0] for p in self.table_dir("captures").glob("**/*.parquet")})
-
-    def model_file(self, key: str, model: str, capture_id: str) -> Path:
-        """Where the rows of a model computed for one capture are kept (telemetry.models.catalogue)."""
-        return self.root / MODELS / key / model / f"{capture_id}.parquet"
-
-    def has_capture(self, capture_id: str) -> bool:
-        return any(self.table_dir("captures").glob(f"**/{capture_id}-*.parquet"))
-
-    def remove_capture(self, capture_id: str) -> int:
-        """Delete every file of a capture in every table; returns how many."""
-        removed = 0
-        for table in TABLES:
-            for path in self.table_dir(table).glob(f"**/{capture_id}-*.parquet"):
-                path.unlink()
-                removed += 1
-        for path in (self.root / MODELS).glob(f"*/*/{capture_id}.parquet"):
-            path.unlink()
-            removed += 1
-        return removed
+class Store(StoreLayout):
+    """A store to read and write: :class:`StoreLayout` and a writer per capture."""
 
     def writer(self, capture_id: str, flush_rows: int = 65_536, part: int = 0) -> CaptureWriter:
         """The capture's writer; ``part`` > 0: another process's share of the same

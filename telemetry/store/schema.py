@@ -18,222 +18,226 @@ Conventions
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
+from parsers.vocabulary import H2EventKind, HistoryLetter, RttSource, TcpEventKind
+from parsers.vocabulary import describe as vocabulary_doc
 
-from parsers.records import H2EventKind, HistoryLetter, RttSource, TcpEventKind
-from parsers.records import describe as vocabulary_doc
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-TS = pa.timestamp("ns", tz="UTC")
+# Column types, named as Arrow prints them. The Arrow schemas (TABLES) are built from them
+# on first use: reading the store (`tailtap sql`, `report`) needs the columns' names and
+# types only, not pyarrow and numpy (a third of `sql`'s start-up).
+STRING, BOOL, INT8, INT32, INT64, FLOAT64 = "string", "bool", "int8", "int32", "int64", "double"
+TS = "timestamp[ns, tz=UTC]"
 
 
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: pa.DataType
+    type: str  # one of the names above
     doc: str
 
 
-def _table(*cols: Column) -> pa.Schema:
-    return pa.schema(
-        [pa.field(c.name, c.type, metadata={"doc": c.doc}) for c in cols]
-    )
+def _table(*cols: Column) -> tuple[Column, ...]:
+    return cols
 
 
 C = Column
-_CAPTURE_ID = C("capture_id", pa.string(), "Content hash (SHA-256, first 128 bits, hex) of the capture file the row came from.")
-_CONN_ID = C("conn_id", pa.string(), "Stable connection id: 'C' + hash of the 4-tuple and first packet time.")
+_CAPTURE_ID = C("capture_id", STRING, "Content hash (SHA-256, first 128 bits, hex) of the capture file the row came from.")
+_CONN_ID = C("conn_id", STRING, "Stable connection id: 'C' + hash of the 4-tuple and first packet time.")
 
 CAPTURES = _table(
     _CAPTURE_ID,
-    C("path", pa.string(), "Path of the capture file as given to `tailtap analyze`."),
-    C("format", pa.string(), "Container format: pcap or pcapng (gzip-compressed files are unwrapped first)."),
-    C("compressed", pa.bool_(), "True when the file was gzip-compressed."),
-    C("link_types", pa.string(), "Link types seen, as 'LINKTYPE:packets' pairs separated by commas."),
-    C("packets", pa.int64(), "Packets read."),
-    C("bytes", pa.int64(), "Captured bytes of those packets."),
-    C("tcp_packets", pa.int64(), "Packets that decoded as TCP."),
-    C("ip_fragments", pa.int64(), "IP fragments seen (counted, not reassembled)."),
-    C("truncated_packets", pa.int64(), "Packets cut by the snaplen inside their headers."),
-    C("undecodable_packets", pa.int64(), "Packets of unknown link types or malformed headers."),
+    C("path", STRING, "Path of the capture file as given to `tailtap analyze`."),
+    C("format", STRING, "Container format: pcap or pcapng (gzip-compressed files are unwrapped first)."),
+    C("compressed", BOOL, "True when the file was gzip-compressed."),
+    C("link_types", STRING, "Link types seen, as 'LINKTYPE:packets' pairs separated by commas."),
+    C("packets", INT64, "Packets read."),
+    C("bytes", INT64, "Captured bytes of those packets."),
+    C("tcp_packets", INT64, "Packets that decoded as TCP."),
+    C("ip_fragments", INT64, "IP fragments seen (counted, not reassembled)."),
+    C("truncated_packets", INT64, "Packets cut by the snaplen inside their headers."),
+    C("undecodable_packets", INT64, "Packets of unknown link types or malformed headers."),
     C("first_ts", TS, "Time of the first packet."),
     C("last_ts", TS, "Time of the last packet."),
-    C("kernel_drops", pa.int64(), "Packets the capturing kernel reported dropped (pcapng ISB), null when unknown."),
-    C("issues", pa.int64(), "Problems found in the file (truncated record, bad block, resyncs...); see the warnings printed."),
-    C("connections", pa.int64(), "TCP connections found."),
-    C("requests", pa.int64(), "HTTP requests (HTTP/2 streams and HTTP/1.1 exchanges) found."),
-    C("parser_version", pa.string(), "tailtap version that wrote the rows."),
+    C("kernel_drops", INT64, "Packets the capturing kernel reported dropped (pcapng ISB), null when unknown."),
+    C("issues", INT64, "Problems found in the file (truncated record, bad block, resyncs...); see the warnings printed."),
+    C("connections", INT64, "TCP connections found."),
+    C("requests", INT64, "HTTP requests (HTTP/2 streams and HTTP/1.1 exchanges) found."),
+    C("parser_version", STRING, "tailtap version that wrote the rows."),
     C("ingest_time", TS, "When the capture was ingested."),
 )
 
 CONNECTIONS = _table(
     _CAPTURE_ID,
     _CONN_ID,
-    C("client_addr", pa.string(), "Client IP address (opened the connection or sent the HTTP/2 preface)."),
-    C("client_port", pa.int32(), "Client TCP port."),
-    C("server_addr", pa.string(), "Server IP address."),
-    C("server_port", pa.int32(), "Server TCP port."),
-    C("client_known", pa.bool_(), "True when the SYN or the HTTP/2 preface showed who the client is; false when guessed from ports."),
-    C("ip_version", pa.int8(), "IP version of the connection: 4 or 6."),
+    C("client_addr", STRING, "Client IP address (opened the connection or sent the HTTP/2 preface)."),
+    C("client_port", INT32, "Client TCP port."),
+    C("server_addr", STRING, "Server IP address."),
+    C("server_port", INT32, "Server TCP port."),
+    C("client_known", BOOL, "True when the SYN or the HTTP/2 preface showed who the client is; false when guessed from ports."),
+    C("ip_version", INT8, "IP version of the connection: 4 or 6."),
     C("start", TS, "First packet of the connection in the capture."),
     C("end", TS, "Last packet of the connection in the capture."),
-    C("duration_ms", pa.float64(), "end - start in ms."),
-    C("packets_to_server", pa.int64(), "Packets client -> server."),
-    C("packets_to_client", pa.int64(), "Packets server -> client."),
-    C("bytes_to_server", pa.int64(), "TCP payload bytes client -> server (each byte once)."),
-    C("bytes_to_client", pa.int64(), "TCP payload bytes server -> client (each byte once)."),
-    C("syn_seen", pa.bool_(), "The three-way handshake was captured."),
-    C("handshake_rtt_ms", pa.float64(), "SYN -> ACK of the handshake, ms (null without handshake)."),
-    C("rtt_min_ms_to_server", pa.float64(), "Min RTT of samples on client->server data (capture point <-> server path), ms."),
-    C("rtt_p50_ms_to_server", pa.float64(), "Median of those samples, ms."),
-    C("rtt_p99_ms_to_server", pa.float64(), "99th percentile of those samples, ms."),
-    C("rtt_min_ms_to_client", pa.float64(), "Min RTT of samples on server->client data (capture point <-> client path), ms."),
-    C("rtt_p50_ms_to_client", pa.float64(), "Median of those samples, ms."),
-    C("rtt_p99_ms_to_client", pa.float64(), "99th percentile of those samples, ms."),
-    C("capture_side", pa.string(), "Which end the capture point is near: 'server', 'client' or 'middle'/'unknown' (from the two RTT floors; --capture-side sets it). path_rtt measures the path on the far side of it."),
-    C("retransmissions_to_server", pa.int64(), "Retransmitted segments client -> server."),
-    C("retransmissions_to_client", pa.int64(), "Retransmitted segments server -> client."),
-    C("loss_bursts_to_server", pa.int64(), "Loss bursts (runs of consecutive lost segments) client -> server."),
-    C("loss_bursts_to_client", pa.int64(), "Loss bursts server -> client."),
-    C("longest_loss_burst", pa.int64(), "Segments in the longest loss burst, either direction."),
-    C("out_of_order_to_server", pa.int64(), "Segments that arrived late without being retransmissions, client -> server."),
-    C("out_of_order_to_client", pa.int64(), "Same, server -> client."),
-    C("zero_windows_to_server", pa.int64(), "Zero-window advertisements by the server (client -> server data blocked)."),
-    C("zero_windows_to_client", pa.int64(), "Zero-window advertisements by the client (server -> client data blocked)."),
-    C("capture_loss_bytes", pa.int64(), "Bytes the peers acknowledged that the capture never saw (capture loss, not network loss)."),
-    C("protocol", pa.string(), "Application protocol: h2c, http1, h2-tls / http1-tls (TLS, decrypted with keys), tls (TLS read without keys: requests estimated from its records) or unknown."),
-    C("tls_version", pa.string(), "TLS version negotiated (TLS 1.2, TLS 1.3...), from the ServerHello; null when not TLS or the handshake was not seen."),
-    C("tls_sni", pa.string(), "Server name the client asked for (ClientHello SNI)."),
-    C("tls_alpn", pa.string(), "Application protocol negotiated by ALPN (h2, http/1.1...): the ServerHello's (TLS 1.2), the EncryptedExtensions' when decrypted (TLS 1.3), else the client's only offer."),
-    C("tls_cipher", pa.string(), "Cipher suite chosen by the server."),
-    C("tls_resumed", pa.bool_(), "The session was resumed (TLS 1.3: a pre-shared key accepted; TLS 1.2: the server echoed the client's session id)."),
-    C("tls_decrypted", pa.bool_(), "The connection's records were decrypted with keys (a key log or the capture's Decryption Secrets Blocks)."),
-    C("tls_note", pa.string(), "Why a TLS connection was not (or not wholly) decrypted: no key log, no keys for this session, an unsupported cipher suite, a record that did not decrypt, lost bytes."),
-    C("requests", pa.int64(), "Requests (HTTP/2 streams / HTTP/1.1 exchanges) on the connection."),
-    C("history", pa.string(), "Compact history of what happened, Zeek-like: upper case = the client's packets or data, lower case = the server's; T, O, L, W, G, X and K repeat at the 10th, 100th... time. " + vocabulary_doc(HistoryLetter) + "."),
+    C("duration_ms", FLOAT64, "end - start in ms."),
+    C("packets_to_server", INT64, "Packets client -> server."),
+    C("packets_to_client", INT64, "Packets server -> client."),
+    C("bytes_to_server", INT64, "TCP payload bytes client -> server (each byte once)."),
+    C("bytes_to_client", INT64, "TCP payload bytes server -> client (each byte once)."),
+    C("syn_seen", BOOL, "The three-way handshake was captured."),
+    C("handshake_rtt_ms", FLOAT64, "SYN -> ACK of the handshake, ms (null without handshake)."),
+    C("rtt_min_ms_to_server", FLOAT64, "Min RTT of samples on client->server data (capture point <-> server path), ms."),
+    C("rtt_p50_ms_to_server", FLOAT64, "Median of those samples, ms."),
+    C("rtt_p99_ms_to_server", FLOAT64, "99th percentile of those samples, ms."),
+    C("rtt_min_ms_to_client", FLOAT64, "Min RTT of samples on server->client data (capture point <-> client path), ms."),
+    C("rtt_p50_ms_to_client", FLOAT64, "Median of those samples, ms."),
+    C("rtt_p99_ms_to_client", FLOAT64, "99th percentile of those samples, ms."),
+    C("capture_side", STRING, "Which end the capture point is near: 'server', 'client' or 'middle'/'unknown' (from the two RTT floors; --capture-side sets it). path_rtt measures the path on the far side of it."),
+    C("retransmissions_to_server", INT64, "Retransmitted segments client -> server."),
+    C("retransmissions_to_client", INT64, "Retransmitted segments server -> client."),
+    C("loss_bursts_to_server", INT64, "Loss bursts (runs of consecutive lost segments) client -> server."),
+    C("loss_bursts_to_client", INT64, "Loss bursts server -> client."),
+    C("longest_loss_burst", INT64, "Segments in the longest loss burst, either direction."),
+    C("out_of_order_to_server", INT64, "Segments that arrived late without being retransmissions, client -> server."),
+    C("out_of_order_to_client", INT64, "Same, server -> client."),
+    C("zero_windows_to_server", INT64, "Zero-window advertisements by the server (client -> server data blocked)."),
+    C("zero_windows_to_client", INT64, "Zero-window advertisements by the client (server -> client data blocked)."),
+    C("capture_loss_bytes", INT64, "Bytes the peers acknowledged that the capture never saw (capture loss, not network loss)."),
+    C("protocol", STRING, "Application protocol: h2c, http1, h2-tls / http1-tls (TLS, decrypted with keys), tls (TLS read without keys: requests estimated from its records) or unknown."),
+    C("tls_version", STRING, "TLS version negotiated (TLS 1.2, TLS 1.3...), from the ServerHello; null when not TLS or the handshake was not seen."),
+    C("tls_sni", STRING, "Server name the client asked for (ClientHello SNI)."),
+    C("tls_alpn", STRING, "Application protocol negotiated by ALPN (h2, http/1.1...): the ServerHello's (TLS 1.2), the EncryptedExtensions' when decrypted (TLS 1.3), else the client's only offer."),
+    C("tls_cipher", STRING, "Cipher suite chosen by the server."),
+    C("tls_resumed", BOOL, "The session was resumed (TLS 1.3: a pre-shared key accepted; TLS 1.2: the server echoed the client's session id)."),
+    C("tls_decrypted", BOOL, "The connection's records were decrypted with keys (a key log or the capture's Decryption Secrets Blocks)."),
+    C("tls_note", STRING, "Why a TLS connection was not (or not wholly) decrypted: no key log, no keys for this session, an unsupported cipher suite, a record that did not decrypt, lost bytes."),
+    C("requests", INT64, "Requests (HTTP/2 streams / HTTP/1.1 exchanges) on the connection."),
+    C("history", STRING, "Compact history of what happened, Zeek-like: upper case = the client's packets or data, lower case = the server's; T, O, L, W, G, X and K repeat at the 10th, 100th... time. " + vocabulary_doc(HistoryLetter) + "."),
 )
 
 REQUESTS = _table(
     _CAPTURE_ID,
     _CONN_ID,
-    C("stream_id", pa.int64(), "HTTP/2 stream id (HTTP/1.1, and TLS estimated without keys: exchange index on the connection, from 0)."),
-    C("client_addr", pa.string(), "Client IP address."),
-    C("client_port", pa.int32(), "Client TCP port."),
-    C("server_addr", pa.string(), "Server IP address."),
-    C("server_port", pa.int32(), "Server TCP port."),
-    C("protocol", pa.string(), "h2 or http1; h2-tls or http1-tls when decrypted from TLS; tls when estimated from TLS records without keys."),
-    C("encrypted", pa.bool_(), "The request travelled inside TLS (decrypted or estimated)."),
-    C("estimated", pa.bool_(), "The request was estimated from TLS record times and sizes, without keys: no path, status or message boundaries; method = the ALPN, authority = the SNI; kind tls_exchange (one exchange at a time: HTTP/1.1) or tls_burst (HTTP/2: what the connection did between two requests, a per-connection figure); its timings are estimates."),
-    C("method", pa.string(), ":method (null when HPACK context was missing)."),
-    C("path", pa.string(), ":path; for gRPC /package.Service/Method."),
-    C("authority", pa.string(), ":authority (or Host)."),
-    C("content_type", pa.string(), "Request content-type."),
-    C("user_agent", pa.string(), "Request user-agent."),
-    C("kind", pa.string(), "unary, server_stream, client_stream, bidi (gRPC, from what was observed), sse (text/event-stream response), ndjson (JSON-lines response, e.g. Ollama), http, or unknown."),
+    C("stream_id", INT64, "HTTP/2 stream id (HTTP/1.1, and TLS estimated without keys: exchange index on the connection, from 0)."),
+    C("client_addr", STRING, "Client IP address."),
+    C("client_port", INT32, "Client TCP port."),
+    C("server_addr", STRING, "Server IP address."),
+    C("server_port", INT32, "Server TCP port."),
+    C("protocol", STRING, "h2 or http1; h2-tls or http1-tls when decrypted from TLS; tls when estimated from TLS records without keys."),
+    C("encrypted", BOOL, "The request travelled inside TLS (decrypted or estimated)."),
+    C("estimated", BOOL, "The request was estimated from TLS record times and sizes, without keys: no path, status or message boundaries; method = the ALPN, authority = the SNI; kind tls_exchange (one exchange at a time: HTTP/1.1) or tls_burst (HTTP/2: what the connection did between two requests, a per-connection figure); its timings are estimates."),
+    C("method", STRING, ":method (null when HPACK context was missing)."),
+    C("path", STRING, ":path; for gRPC /package.Service/Method."),
+    C("authority", STRING, ":authority (or Host)."),
+    C("content_type", STRING, "Request content-type."),
+    C("user_agent", STRING, "Request user-agent."),
+    C("kind", STRING, "unary, server_stream, client_stream, bidi (gRPC, from what was observed), sse (text/event-stream response), ndjson (JSON-lines response, e.g. Ollama), http, or unknown."),
     C("request_start", TS, "First client HEADERS frame (HTTP/1.1: request head)."),
     C("request_end", TS, "Client END_STREAM (last request byte)."),
     C("response_headers", TS, "Server response HEADERS."),
     C("first_message", TS, "First response message (gRPC message / SSE event / DATA frame): time-to-first-token point. For SSE and JSON-lines streams, the first event carrying generated content (text, reasoning, tool-call name or arguments; an event of an unknown format counts): a role-only chunk or a ping is not a token."),
     C("last_message", TS, "Last response message."),
     C("end", TS, "Server END_STREAM (trailers) or RST_STREAM."),
-    C("http_status", pa.int32(), "HTTP response status (:status, or the HTTP/1.1 status line)."),
-    C("grpc_status", pa.int32(), "grpc-status from trailers (or Trailers-Only)."),
-    C("grpc_message", pa.string(), "grpc-message."),
-    C("grpc_encoding", pa.string(), "grpc-encoding of the response."),
-    C("request_messages", pa.int64(), "Request messages (gRPC) / DATA frames."),
-    C("response_messages", pa.int64(), "Response messages: gRPC messages, SSE / JSON-lines events (a 'data: [DONE]' sentinel is none), or DATA frames for plain HTTP."),
-    C("request_bytes", pa.int64(), "Request body bytes (DATA payload, padding excluded)."),
-    C("response_bytes", pa.int64(), "Response body bytes."),
-    C("reset_code", pa.int64(), "RST_STREAM error code when the stream was reset."),
-    C("trailers_only", pa.bool_(), "The response was a gRPC Trailers-Only response."),
-    C("headers_known", pa.bool_(), "False when HPACK context was missing (capture started mid-connection): some header values are unknown, timings are intact."),
-    C("app_throttled", pa.bool_(), "HTTP 429/503 or grpc-status RESOURCE_EXHAUSTED (8) / UNAVAILABLE (14)."),
-    C("ttft_ms", pa.float64(), "Time to first token: request_end (or request_start) -> first_message, ms, at the capture point."),
-    C("latency_ms", pa.float64(), "request_start -> end (or last seen response byte when end is missing), ms."),
-    C("gap_p50_ms", pa.float64(), "Median gap between consecutive response messages, ms (of an LLM stream, between the events carrying generated content)."),
-    C("gap_p99_ms", pa.float64(), "99th percentile of those gaps, ms."),
-    C("max_gap_ms", pa.float64(), "Largest gap between consecutive response messages, ms."),
+    C("http_status", INT32, "HTTP response status (:status, or the HTTP/1.1 status line)."),
+    C("grpc_status", INT32, "grpc-status from trailers (or Trailers-Only)."),
+    C("grpc_message", STRING, "grpc-message."),
+    C("grpc_encoding", STRING, "grpc-encoding of the response."),
+    C("request_messages", INT64, "Request messages (gRPC) / DATA frames."),
+    C("response_messages", INT64, "Response messages: gRPC messages, SSE / JSON-lines events (a 'data: [DONE]' sentinel is none), or DATA frames for plain HTTP."),
+    C("request_bytes", INT64, "Request body bytes (DATA payload, padding excluded)."),
+    C("response_bytes", INT64, "Response body bytes."),
+    C("reset_code", INT64, "RST_STREAM error code when the stream was reset."),
+    C("trailers_only", BOOL, "The response was a gRPC Trailers-Only response."),
+    C("headers_known", BOOL, "False when HPACK context was missing (capture started mid-connection): some header values are unknown, timings are intact."),
+    C("app_throttled", BOOL, "HTTP 429/503 or grpc-status RESOURCE_EXHAUSTED (8) / UNAVAILABLE (14)."),
+    C("ttft_ms", FLOAT64, "Time to first token: request_end (or request_start) -> first_message, ms, at the capture point."),
+    C("latency_ms", FLOAT64, "request_start -> end (or last seen response byte when end is missing), ms."),
+    C("gap_p50_ms", FLOAT64, "Median gap between consecutive response messages, ms (of an LLM stream, between the events carrying generated content)."),
+    C("gap_p99_ms", FLOAT64, "99th percentile of those gaps, ms."),
+    C("max_gap_ms", FLOAT64, "Largest gap between consecutive response messages, ms."),
     C("first_message_acked", TS, "When the client's ACK covering the first response message's last byte was seen."),
     C("end_acked", TS, "When the client's ACK covering the response's last byte was seen."),
-    C("ttft_client_est_ms", pa.float64(), "Client-side TTFT estimate: from ACK times, corrected by the capture-point-to-client half RTT floor, ms."),
-    C("latency_client_est_ms", pa.float64(), "Client-side latency estimate (same method), ms."),
+    C("ttft_client_est_ms", FLOAT64, "Client-side TTFT estimate: from ACK times, corrected by the capture-point-to-client half RTT floor, ms."),
+    C("latency_client_est_ms", FLOAT64, "Client-side latency estimate (same method), ms."),
     C("first_byte", TS, "First response body byte (DATA frame payload / HTTP/1.1 body byte)."),
-    C("ttfb_ms", pa.float64(), "Time to first byte: request_end (or request_start) -> first_byte, ms. For an LLM stream it ends at the first event whatever it carries (a role chunk), ttft_ms at the first generated content."),
-    C("model", pa.string(), "LLM model, as the traffic names it: the response's (OpenAI / Anthropic / Ollama / TGI chunks, a JSON response), else the JSON request body's top-level 'model', else a KServe v2 path /v2/models/NAME/... or the KServe / Triton gRPC ModelInferRequest.model_name; null when nothing says."),
-    C("finish_reason", pa.string(), "Why generation stopped, as the response says: OpenAI finish_reason, Anthropic stop_reason, Ollama done_reason, TGI details.finish_reason, Responses API incomplete reason or status."),
-    C("prompt_tokens", pa.int64(), "Prompt tokens as the response's usage says (usage.prompt_tokens / input_tokens, Ollama prompt_eval_count); null when not sent."),
-    C("completion_tokens", pa.int64(), "Generated tokens as the response says (usage.completion_tokens / output_tokens, Ollama eval_count, TGI generated_tokens, or the sum of per-event counts when every content event states its own); null when not sent."),
-    C("tokens_per_s", pa.float64(), "Decode rate: (completion_tokens - 1) / (last_message - first_message) in seconds, the inverse of vLLM's time per output token; null without completion_tokens (or fewer than 2)."),
+    C("ttfb_ms", FLOAT64, "Time to first byte: request_end (or request_start) -> first_byte, ms. For an LLM stream it ends at the first event whatever it carries (a role chunk), ttft_ms at the first generated content."),
+    C("model", STRING, "LLM model, as the traffic names it: the response's (OpenAI / Anthropic / Ollama / TGI chunks, a JSON response), else the JSON request body's top-level 'model', else a KServe v2 path /v2/models/NAME/... or the KServe / Triton gRPC ModelInferRequest.model_name; null when nothing says."),
+    C("finish_reason", STRING, "Why generation stopped, as the response says: OpenAI finish_reason, Anthropic stop_reason, Ollama done_reason, TGI details.finish_reason, Responses API incomplete reason or status."),
+    C("prompt_tokens", INT64, "Prompt tokens as the response's usage says (usage.prompt_tokens / input_tokens, Ollama prompt_eval_count); null when not sent."),
+    C("completion_tokens", INT64, "Generated tokens as the response says (usage.completion_tokens / output_tokens, Ollama eval_count, TGI generated_tokens, or the sum of per-event counts when every content event states its own); null when not sent."),
+    C("tokens_per_s", FLOAT64, "Decode rate: (completion_tokens - 1) / (last_message - first_message) in seconds, the inverse of vLLM's time per output token; null without completion_tokens (or fewer than 2)."),
 )
 
 MESSAGES = _table(
     _CAPTURE_ID,
     _CONN_ID,
-    C("stream_id", pa.int64(), "HTTP/2 stream id."),
-    C("direction", pa.string(), "request (client -> server) or response."),
-    C("index", pa.int64(), "0-based message index within the stream and direction."),
+    C("stream_id", INT64, "HTTP/2 stream id."),
+    C("direction", STRING, "request (client -> server) or response."),
+    C("index", INT64, "0-based message index within the stream and direction."),
     C("ts", TS, "Capture time of the packet that completed the message (its last byte)."),
     C("acked_ts", TS, "When the receiver's ACK covering its last byte was seen (null if never)."),
-    C("size", pa.int64(), "Message payload bytes (without the 5-byte gRPC prefix)."),
-    C("compressed", pa.bool_(), "gRPC compressed flag."),
-    C("gap_ms", pa.float64(), "Time since the previous message of the same stream and direction, ms (null for the first). Of an LLM stream, only between events carrying generated content (null on the others)."),
-    C("event", pa.string(), "What an SSE / JSON-lines event carries: content (generated text, reasoning, tool-call name or arguments), start (role chunk, message_start, response.created...), final (finish reason / usage without content), other (ping, content_block_stop...), error, or data (an event of a format not known); null for gRPC messages."),
-    C("tokens", pa.int64(), "Tokens the event carries when the stream says (OpenAI logprobs entries or the growth of per-chunk usage, TGI: one per token event); null when not said (a chunk is not always one token)."),
+    C("size", INT64, "Message payload bytes (without the 5-byte gRPC prefix)."),
+    C("compressed", BOOL, "gRPC compressed flag."),
+    C("gap_ms", FLOAT64, "Time since the previous message of the same stream and direction, ms (null for the first). Of an LLM stream, only between events carrying generated content (null on the others)."),
+    C("event", STRING, "What an SSE / JSON-lines event carries: content (generated text, reasoning, tool-call name or arguments), start (role chunk, message_start, response.created...), final (finish reason / usage without content), other (ping, content_block_stop...), error, or data (an event of a format not known); null for gRPC messages."),
+    C("tokens", INT64, "Tokens the event carries when the stream says (OpenAI logprobs entries or the growth of per-chunk usage, TGI: one per token event); null when not said (a chunk is not always one token)."),
 )
 
 TCP_EVENTS = _table(
     _CAPTURE_ID,
     _CONN_ID,
     C("ts", TS, "Capture time of the packet that showed the event."),
-    C("direction", pa.string(), "to_server or to_client: direction of the data concerned (for ACK-side events such as dup_ack, the data being acknowledged)."),
-    C("kind", pa.string(), vocabulary_doc(TcpEventKind) + "."),
-    C("seq", pa.int64(), "Relative sequence number (0 = first payload byte of that direction)."),
-    C("bytes", pa.int64(), "Payload bytes concerned."),
-    C("frame_no", pa.int64(), "Packet number in the capture file (1-based), to find it in Wireshark."),
-    C("recovery_ms", pa.float64(), "For loss events: time from the hole first seen (or original send) to the segment that filled it, ms."),
-    C("burst_id", pa.int64(), "Loss burst the event belongs to (consecutive lost segments of one direction), numbered 1, 2, ... within the connection: (conn_id, burst_id) names a burst."),
+    C("direction", STRING, "to_server or to_client: direction of the data concerned (for ACK-side events such as dup_ack, the data being acknowledged)."),
+    C("kind", STRING, vocabulary_doc(TcpEventKind) + "."),
+    C("seq", INT64, "Relative sequence number (0 = first payload byte of that direction)."),
+    C("bytes", INT64, "Payload bytes concerned."),
+    C("frame_no", INT64, "Packet number in the capture file (1-based), to find it in Wireshark."),
+    C("recovery_ms", FLOAT64, "For loss events: time from the hole first seen (or original send) to the segment that filled it, ms."),
+    C("burst_id", INT64, "Loss burst the event belongs to (consecutive lost segments of one direction), numbered 1, 2, ... within the connection: (conn_id, burst_id) names a burst."),
 )
 
 RTT_SAMPLES = _table(
     _CAPTURE_ID,
     _CONN_ID,
     C("ts", TS, "Time of the packet that completed the sample (the ACK / echo)."),
-    C("direction", pa.string(), "Direction of the data whose acknowledgement gave the sample: to_server samples measure capture point <-> server, to_client capture point <-> client."),
-    C("rtt_ms", pa.float64(), "Round-trip time, ms."),
-    C("source", pa.string(), vocabulary_doc(RttSource) + "."),
+    C("direction", STRING, "Direction of the data whose acknowledgement gave the sample: to_server samples measure capture point <-> server, to_client capture point <-> client."),
+    C("rtt_ms", FLOAT64, "Round-trip time, ms."),
+    C("source", STRING, vocabulary_doc(RttSource) + "."),
 )
 
 H2_EVENTS = _table(
     _CAPTURE_ID,
     _CONN_ID,
     C("ts", TS, "Capture time of the frame."),
-    C("stream_id", pa.int64(), "Stream id (0 for the connection)."),
-    C("direction", pa.string(), "to_server or to_client: who sent the frame."),
-    C("kind", pa.string(), vocabulary_doc(H2EventKind) + "."),
-    C("value", pa.int64(), "Kind-specific value: increment, error code, stream id, bytes skipped..."),
-    C("detail", pa.string(), "Kind-specific text (settings values, GOAWAY last stream id...)."),
-    C("duration_ms", pa.float64(), "For flow_control_blocked: how long the sender stayed blocked, ms."),
+    C("stream_id", INT64, "Stream id (0 for the connection)."),
+    C("direction", STRING, "to_server or to_client: who sent the frame."),
+    C("kind", STRING, vocabulary_doc(H2EventKind) + "."),
+    C("value", INT64, "Kind-specific value: increment, error code, stream id, bytes skipped..."),
+    C("detail", STRING, "Kind-specific text (settings values, GOAWAY last stream id...)."),
+    C("duration_ms", FLOAT64, "For flow_control_blocked: how long the sender stayed blocked, ms."),
 )
 
 FLOW_RATES = _table(
     _CAPTURE_ID,
     _CONN_ID,
     C("ts", TS, "Start of the bucket (buckets of bucket_ms, aligned on the epoch)."),
-    C("bucket_ms", pa.int32(), "Bucket length, ms."),
-    C("direction", pa.string(), "to_server or to_client: direction of the data."),
-    C("bytes_sent", pa.int64(), "New payload bytes first seen at the capture point in the bucket (retransmissions excluded)."),
-    C("packets_sent", pa.int64(), "Segments that carried those new bytes (wire overhead: a shaper or policer meters headers too)."),
-    C("bytes_acked", pa.int64(), "Payload bytes of that direction newly acknowledged by the receiver in the bucket: the delivery rate."),
+    C("bucket_ms", INT32, "Bucket length, ms."),
+    C("direction", STRING, "to_server or to_client: direction of the data."),
+    C("bytes_sent", INT64, "New payload bytes first seen at the capture point in the bucket (retransmissions excluded)."),
+    C("packets_sent", INT64, "Segments that carried those new bytes (wire overhead: a shaper or policer meters headers too)."),
+    C("bytes_acked", INT64, "Payload bytes of that direction newly acknowledged by the receiver in the bucket: the delivery rate."),
 )
 
 SEGMENT_SENDS = _table(
     _CAPTURE_ID,
     _CONN_ID,
     C("ts", TS, "Capture time of the data segment."),
-    C("direction", pa.string(), "to_server or to_client: direction of the data."),
-    C("seq", pa.int64(), "Relative sequence number of its first payload byte (0 = first payload byte of that direction, as in tcp_events)."),
-    C("bytes", pa.int64(), "Payload bytes (for kind 'new', the bytes first seen in it; TCP/IP headers not counted)."),
-    C("kind", pa.string(), "new (bytes sent for the first time), retransmission (bytes sent before: that earlier send was lost), spurious_retransmission (bytes the receiver already had)."),
+    C("direction", STRING, "to_server or to_client: direction of the data."),
+    C("seq", INT64, "Relative sequence number of its first payload byte (0 = first payload byte of that direction, as in tcp_events)."),
+    C("bytes", INT64, "Payload bytes (for kind 'new', the bytes first seen in it; TCP/IP headers not counted)."),
+    C("kind", STRING, "new (bytes sent for the first time), retransmission (bytes sent before: that earlier send was lost), spurious_retransmission (bytes the receiver already had)."),
 )
 # segment_sends is loss-gated: only the data segments a sender put on a path (sender
 # address -> receiver address, all connections between the two) while that path direction
@@ -242,7 +246,7 @@ SEGMENT_SENDS = _table(
 # rows. It is what the per-segment token-bucket simulation of the policer test reads
 # (queries/policer_bucket.sql); see telemetry/ingest/sendlog.py.
 
-TABLES: dict[str, pa.Schema] = {
+COLUMNS: dict[str, tuple[Column, ...]] = {
     "captures": CAPTURES,
     "connections": CONNECTIONS,
     "requests": REQUESTS,
@@ -278,5 +282,29 @@ PARTITION_FALLBACK: dict[str, tuple[str, ...]] = {
 
 def describe(table: str) -> list[tuple[str, str, str]]:
     """(column, type, doc) rows of a table, for `tailtap schema` and the README."""
-    schema = TABLES[table]
-    return [(f.name, str(f.type), (f.metadata or {}).get(b"doc", b"").decode()) for f in schema]
+    return [(c.name, c.type, c.doc) for c in COLUMNS[table]]
+
+
+def _arrow_type(name: str) -> pa.DataType:
+    import pyarrow as pa
+
+    if name == TS:
+        return pa.timestamp("ns", tz="UTC")
+    return {STRING: pa.string, BOOL: pa.bool_, INT8: pa.int8, INT32: pa.int32, INT64: pa.int64,
+            FLOAT64: pa.float64}[name]()
+
+
+_arrow: dict[str, pa.Schema] = {}
+
+
+def __getattr__(name: str) -> object:
+    """``TABLES``: the Arrow schema of every table (each field's doc in its metadata),
+    built from COLUMNS at the first use."""
+    if name != "TABLES":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _arrow:
+        import pyarrow as pa
+
+        for table, cols in COLUMNS.items():
+            _arrow[table] = pa.schema([pa.field(c.name, _arrow_type(c.type), metadata={"doc": c.doc}) for c in cols])
+    return _arrow
