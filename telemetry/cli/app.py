@@ -218,15 +218,30 @@ def report(
     }
     with _user_errors(html_out):
         store = _open_store(store_dir)
-        sections = report_sections(store, params)
+        con = _connect(store, params)
+        sections = report_sections(store, params, con)
         if html_out is not None:
             write_report_html(store, params, sections, html_out)
+    _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_report
 
         print_report(console, sections)
     else:
         render.emit(console, fmt.value, sections, title="tailtap report")
+
+
+def _connect(store, params: dict):
+    from telemetry.models.db import connect
+
+    return connect(store, params)
+
+
+def _note_recomputed(con) -> None:
+    """Say why a query over captures whose kept models another version computed was slow."""
+    if con.stale_captures:
+        err.print(f"note: {len(con.stale_captures)} capture(s) keep models computed by another tailtap version: "
+                  "they were computed again for this query, more slowly; `tailtap analyze --force FILE` stores them anew")
 
 
 def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
@@ -259,12 +274,15 @@ def explain(
         raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     with _user_errors(html_out, RequestNotFound):
-        sections = explain_sections(_open_store(store_dir), conn_id, int(stream), params)
+        store = _open_store(store_dir)
+        con = _connect(store, params)
+        sections = explain_sections(store, conn_id, int(stream), params, con)
         if html_out is not None:
             from telemetry.report.html import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
+    _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_explain
 
@@ -300,12 +318,14 @@ def compare(
             raise typer.BadParameter(f"no capture {capture!r} in {store_dir} (tailtap sql \"SELECT capture_id FROM captures\")", param_hint=f"--{name}")
         params.update({f"{name}_since_ns": since, f"{name}_until_ns": until, f"{name}_capture_ids": ids})
     with _user_errors(html_out):
-        sections = compare_sections(store, params)
+        con = _connect(store, params)
+        sections = compare_sections(store, params, con)
         if html_out is not None:
             from telemetry.report.html import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
             err.print(f"wrote {html_out}")
+    _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_compare
 

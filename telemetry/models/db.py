@@ -101,6 +101,9 @@ class Analysis:
         self._use_stored = use_stored
         self._defined: set[str] = set()
         self._scope_captures: list[str] | None = None
+        # captures in scope whose kept models were computed by another version of the SQL
+        # (another key): the models were computed again here, more slowly
+        self.stale_captures: set[str] = set()
 
     def __getattr__(self, name: str) -> object:
         return getattr(self.con, name)
@@ -176,6 +179,8 @@ class Analysis:
         for capture_id in self._captures_in_scope():
             path = self.store.model_file(key, model.name, capture_id)
             if not path.exists():
+                if any(path.parent.parent.parent.glob(f"*/{model.name}/{capture_id}.parquet")):
+                    self.stale_captures.add(capture_id)
                 return None
             files.append(str(path))
         if not files:  # nothing in scope: computing it over the empty tables is as quick

@@ -90,10 +90,10 @@ def _verdict(con, spikes: render.Rows) -> str:
     return f"{len(spikes)} spike(s): " + "; ".join(parts)
 
 
-def compare_sections(store: StoreLayout, params: dict) -> dict[str, render.Rows | str]:
+def compare_sections(store: StoreLayout, params: dict, con: Analysis | None = None) -> dict[str, render.Rows | str]:
     """`tailtap compare`: two periods (``params``: a_/b_ since_ns, until_ns, capture_ids)
     side by side: per method, the cause mix of slow requests, the network."""
-    con = connect(store, params)
+    con = con or connect(store, params)
     methods = render.rows_of(con, "SELECT * FROM compare_periods")
     causes = render.rows_of(con, "SELECT * FROM compare_causes")
     network = render.rows_of(con, "SELECT * FROM compare_network")
@@ -120,9 +120,11 @@ class RequestNotFound(LookupError):
     pass
 
 
-def explain_sections(store: StoreLayout, conn_id: str, stream_id: int, params: dict | None = None) -> dict[str, render.Rows | str]:
+def explain_sections(
+    store: StoreLayout, conn_id: str, stream_id: int, params: dict | None = None, con: Analysis | None = None
+) -> dict[str, render.Rows | str]:
     """One request's story: what it was, its timeline with network events, causes, decomposition."""
-    con = connect(store, params)
+    con = con or connect(store, params)
     key = [conn_id, stream_id]
     request = render.rows_of(
         con,
