@@ -186,12 +186,14 @@ def test_piped_report_cuts_nothing(tmp_path):
 
 
 def test_report_says_when_kept_models_are_another_versions(tmp_path):
-    """Models kept with a capture by another tailtap version (another key: their SQL
+    """Models kept with the captures by another tailtap version (another key: their SQL
     changed) are not used: the report computes them again, gives the same answer, and
-    says on stderr why it was slower and how to store them anew."""
-    capture = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    says on stderr how many captures that was, why it was slower and how to store them
+    anew."""
+    samples = Path(__file__).resolve().parents[1] / "samples"
     store = tmp_path / "store"
-    assert run("analyze", str(capture), "--out", str(store), "--no-report").returncode == 0
+    for name in ("loss_burst", "throttle_shaper"):
+        assert run("analyze", str(samples / name / "capture.pcap"), "--out", str(store), "--no-report").returncode == 0
     fresh = run("report", "--store", str(store), "--format", "json")
     assert fresh.returncode == 0 and "another tailtap version" not in fresh.stderr
     keys = [p for p in (store / "models").iterdir() if p.is_dir()]
@@ -200,7 +202,7 @@ def test_report_says_when_kept_models_are_another_versions(tmp_path):
         key.rename(key.with_name(f"older{i}"))
     stale = run("report", "--store", str(store), "--format", "json")
     assert stale.returncode == 0, stale.stderr
-    assert "1 capture(s) keep models computed by another tailtap version" in stale.stderr
+    assert "2 capture(s) keep models computed by another tailtap version" in stale.stderr
     assert json.loads(stale.stdout) == json.loads(fresh.stdout)
     request = json.loads(fresh.stdout)["slowest_requests"][0]
     story = run("explain", "--store", str(store), "--request", f"{request['conn_id']}:{request['stream_id']}")

@@ -175,14 +175,14 @@ class Analysis:
         if any(self.params.get(v) != DEFAULT_PARAMS.get(v) for v in settings_of(self.models, model.name)):
             return None
         key = stored_key(self.models, model.name, DEFAULT_PARAMS)
-        files = []
-        for capture_id in self._captures_in_scope():
-            path = self.store.model_file(key, model.name, capture_id)
-            if not path.exists():
-                if any(path.parent.parent.parent.glob(f"*/{model.name}/{capture_id}.parquet")):
-                    self.stale_captures.add(capture_id)
-                return None
-            files.append(str(path))
+        captures = self._captures_in_scope()
+        paths = [self.store.model_file(key, model.name, c) for c in captures]
+        missing = [c for c, path in zip(captures, paths, strict=True) if not path.exists()]
+        if missing:
+            # kept under another key (another version's SQL): recomputed here, and said so
+            self.stale_captures.update(c for c in missing if any(self.store.kept_model_files(c, model.name)))
+            return None
+        files = [str(path) for path in paths]
         if not files:  # nothing in scope: computing it over the empty tables is as quick
             return None
         if self._inline:  # a database file read later: captures stored since count too

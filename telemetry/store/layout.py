@@ -12,6 +12,7 @@ written: ``ROOT/.staging/<capture_id>/``.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from telemetry.store.schema import COLUMNS
@@ -47,6 +48,10 @@ class StoreLayout:
         """Where the rows of a model computed for one capture are kept (telemetry.models.catalogue)."""
         return self.root / MODELS / key / model / f"{capture_id}.parquet"
 
+    def kept_model_files(self, capture_id: str, model: str = "*") -> Iterator[Path]:
+        """The files of the models kept with a capture (one model's, or all), under any key."""
+        return (self.root / MODELS).glob(f"*/{model}/{capture_id}.parquet")
+
     def has_capture(self, capture_id: str) -> bool:
         return any(self.table_dir("captures").glob(f"**/{capture_id}-*.parquet"))
 
@@ -57,7 +62,7 @@ class StoreLayout:
             for path in self.table_dir(table).glob(f"**/{capture_id}-*.parquet"):
                 path.unlink()
                 removed += 1
-        for path in (self.root / MODELS).glob(f"*/*/{capture_id}.parquet"):
+        for path in list(self.kept_model_files(capture_id)):
             path.unlink()
             removed += 1
         return removed
