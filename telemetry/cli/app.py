@@ -102,7 +102,8 @@ def analyze(
         params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
         try:
             store = _open_store(out)
-            write_report_html(store, params, report_sections(store, params), html_out)
+            con = _connect(store, params)
+            write_report_html(store, params, report_sections(store, params, con), html_out, con)
         except (RuntimeError, OSError) as exc:
             err.print(f"[red]error:[/red] cannot write {html_out}: {exc}".splitlines()[0])
             code = code or EXIT_INPUT
@@ -221,7 +222,7 @@ def report(
         con = _connect(store, params)
         sections = report_sections(store, params, con)
         if html_out is not None:
-            write_report_html(store, params, sections, html_out)
+            write_report_html(store, params, sections, html_out, con)
     _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_report
@@ -244,13 +245,12 @@ def _note_recomputed(con) -> None:
                   "they were computed again for this query, more slowly; `tailtap analyze --force FILE` stores them anew")
 
 
-def write_report_html(store, params: dict, sections: dict, out: Path) -> None:
-    """The report (``sections``, from report_sections) as one HTML file at ``out``."""
-    from telemetry.models.db import connect
+def write_report_html(store, params: dict, sections: dict, out: Path, con) -> None:
+    """The report (``sections``, from report_sections on ``con``) as one HTML file at
+    ``out``: its plots read the same connection's models."""
     from telemetry.report.html import report_html
     from telemetry.report.sections import plot_sections, settings_window_s
 
-    con = connect(store, params)
     page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
     out.write_text(page, encoding="utf-8")
     err.print(f"wrote {out}")
