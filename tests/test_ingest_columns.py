@@ -264,10 +264,12 @@ def test_tables_of_many_connections_are_each_connections_tables_in_order():
             k = rnd.randrange(1, 6)
             sends = columns(k, 5, codes_at=(0, 4))
             rates = columns(k, 5, codes_at=(1,))
+            cut = rnd.randrange(1, k + 1)  # a connection's rates come as one or two directions' sets
+            rate_sets = [tuple(c[:cut] for c in rates)] + ([tuple(c[cut:] for c in rates)] if cut < k else [])
             cases.append({"rtt_samples": (rtt_samples_table, Part(cid, flip, items, n)),
                           "tcp_events": (tcp_events_table, Part(cid, flip, events, len(events))),
                           "segment_sends": (segment_sends_table, Part(cid, flip, sends, k)),
-                          "flow_rates": (flow_rates_table, Part(cid, 0, rates, k))})
+                          "flow_rates": (flow_rates_table, Part(cid, 0, rate_sets, k))})
         for table in cases[0]:
             build = cases[0][table][0]
             parts = [c[table][1] for c in cases]

@@ -56,6 +56,11 @@ class Part(NamedTuple):
     n: int  # the table rows they make
 
 
+def concat_columns(sets: Sequence[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """Column by column, the concatenation of row sets given as tuples of columns."""
+    return tuple(np.concatenate(c) for c in zip(*sets, strict=True))
+
+
 def id_columns(capture_id: str, parts: Sequence[Part]) -> dict[str, pa.Array]:
     """capture_id and conn_id columns of the parts' rows, in order."""
     counts = [p.n for p in parts]

@@ -377,8 +377,8 @@ class CapturePipeline:
         if rows.messages:
             self._add_part("messages", Part(conn_id, 0, rows.messages, sum(len(m) for _d, m in rows.messages)))
         rates = flow_rates_rows(conn, rates_upto, final)
-        if rates is not None:
-            self._add_part("flow_rates", Part(conn_id, 0, rates, len(rates[0])))
+        if rates:
+            self._add_part("flow_rates", Part(conn_id, 0, rates, sum(len(cols[0]) for cols in rates)))
         sends = self.sendlog.take(conn.key)
         if sends is not None:
             self._add_part("segment_sends", Part(conn_id, flip, sends, len(sends[1])))

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from parsers._native import speedups
 from parsers.records import DIRECTION_NAMES, TO_CLIENT, TO_SERVER, ChunkRun, RunColumn
-from telemetry.ingest.columns import TS, Part, coded_strings, id_columns
+from telemetry.ingest.columns import TS, Part, coded_strings, concat_columns, id_columns
 from telemetry.store.parquet import table_from_columns
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ def count_sent(chunks: list) -> dict[int, tuple[np.ndarray, ...]]:
     parts = [run_sent(runs)] if runs else []
     if singles:
         parts.append(chunk_sent(singles))
-    cd, buckets, nbytes, npkts = (np.concatenate(c) for c in zip(*parts, strict=True))
+    cd, buckets, nbytes, npkts = concat_columns(parts)
     if not len(cd):
         return {}
     order = np.argsort(cd, kind="stable")
@@ -153,13 +153,13 @@ def chunk_sent(chunks: list) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return keys[:, 0], keys[:, 1], vals[:, 0], vals[:, 1]
 
 
-def flow_rates_rows(conn: Conn, upto: int | None = None, final: bool = True) -> tuple[np.ndarray, ...] | None:
+def flow_rates_rows(conn: Conn, upto: int | None = None, final: bool = True) -> list[tuple[np.ndarray, ...]]:
     """A connection's flow_rates rows to write: every bucket when ``final``, else those
-    before bucket ``upto`` (none when it is None), as (ts ns, direction code, bytes sent,
-    segments sent, bytes acked) columns; None when there are none."""
-    if not final and upto is None:
-        return None
+    before bucket ``upto`` (none when it is None), per TCP direction with rows, as (ts ns,
+    direction code, bytes sent, segments sent, bytes acked) columns."""
     parts: list[tuple[np.ndarray, ...]] = []
+    if not final and upto is None:
+        return parts
     for tcp_dir in (TO_SERVER, TO_CLIENT):
         rates = conn.rates[tcp_dir]
         if not len(rates):
@@ -182,14 +182,13 @@ def flow_rates_rows(conn: Conn, upto: int | None = None, final: bool = True) -> 
             conn.prev_acked[tcp_dir] = int(values[-1])
         code = np.full(n, tcp_dir ^ conn.flip, dtype=np.int64)
         parts.append((done.bucket * RATE_BUCKET_NS, code, done.sent_bytes, done.sent_pkts, delta))
-    if not parts:
-        return None
-    return parts[0] if len(parts) == 1 else tuple(np.concatenate(c) for c in zip(*parts, strict=True))
+    return parts
 
 
 def flow_rates_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
-    """Parts' rows: :func:`flow_rates_rows` columns (their directions already the session's)."""
-    ts, direction, sent, packets, acked = (np.concatenate(c) for c in zip(*(p.rows for p in parts), strict=True))
+    """Parts' rows: :func:`flow_rates_rows` lists of columns (their directions already the
+    session's), concatenated once for all the parts."""
+    ts, direction, sent, packets, acked = concat_columns([cols for p in parts for cols in p.rows])
     return table_from_columns("flow_rates", {
         **id_columns(capture_id, parts),
         "ts": pa.array(ts, TS),

@@ -11,6 +11,7 @@ import numpy as np
 
 from parsers.records import H2Event, RequestRecord, RttRun, RttSample, TcpEvent
 from parsers.session import AppSession
+from telemetry.ingest.columns import concat_columns
 from telemetry.ingest.rates import RATE_BUCKET_NS, Rates
 
 _MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked", "kind", "tokens")
@@ -156,7 +157,7 @@ class Conn:
             rows.append((buckets[last], zeros, zeros, new_off[last].astype(np.int64)))
             self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
         if len(rows) == 2:  # both in bucket order (what Rates.add folds fastest)
-            cols = [np.concatenate(c) for c in zip(*rows, strict=True)]
+            cols = concat_columns(rows)
             order = np.argsort(cols[0], kind="stable")
             rows = [tuple(c[order] for c in cols)]
         if rows:

@@ -26,6 +26,7 @@ from telemetry.ingest.columns import (
     TS,
     Part,
     coded_strings,
+    concat_columns,
     float_col,
     id_columns,
     repeat,
@@ -105,7 +106,7 @@ def h2_events_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
 
 def segment_sends_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
     """Parts' rows: the send log's (direction, ts, seq, bytes, kind) columns."""
-    dirs, ts, seq, size, kind = (np.concatenate(c) for c in zip(*(p.rows for p in parts), strict=True))
+    dirs, ts, seq, size, kind = concat_columns([p.rows for p in parts])
     return table_from_columns("segment_sends", {
         **id_columns(capture_id, parts),
         "ts": pa.array(ts, TS),
