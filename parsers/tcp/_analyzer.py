@@ -15,7 +15,7 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from parsers.tcp._analysis import PacketPath, RowLists
+from parsers.tcp._analysis import PacketPath
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
 from parsers.tcp._limits import FIN_LINGER_NS
@@ -70,7 +70,6 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         self._pack_args: tuple = ()
         self._packed: bytearray | None = None
         self._pack_buf = bytearray()
-        self._rows: RowLists | None = None  # the batch's columns for the per-packet path
         self._next_key = 1
         self._now = 0
         self.stats: dict[str, int] = {
@@ -109,7 +108,6 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         first = np.argsort(order[g.starts], kind="stable")
         starts, stops = g.starts[first], g.stops[first]
         small = (stops - starts) < 2 * FAST_MIN_ROWS
-        self._rows = RowLists(b, g.swap, order)
         cols = None
         if int((stops - starts)[small].sum()) * 4 >= n:
             # many short flows: one conversion to lists for the whole batch is cheaper
@@ -129,7 +127,7 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
             else:
                 self._group(key6, idx, b, g.swap, sackm, mv, out, a)
         # the batch is done: do not keep it alive
-        self._pack_args, self._packed, self._rows = (), None, None
+        self._pack_args, self._packed = (), None
         if len(self._tomb) > 4096:
             horizon = self._now - 60_000_000_000
             self._tomb = {k: v for k, v in self._tomb.items() if v[0] >= horizon}

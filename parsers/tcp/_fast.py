@@ -103,7 +103,6 @@ class BulkPath:
     _pack_args: tuple
     _packed: bytearray | None
     _pack_buf: bytearray
-    _rows: RowLists | None
 
     def _bulk(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int, min_rows: int) -> tuple[int, int]:  # fmt: skip
@@ -483,8 +482,8 @@ class BulkPath:
         columns, a cache miss per column and row)."""
         if _speedups is not None:
             return _speedups.take_rows(self._records(), a, z)
-        assert self._rows is not None
-        return self._rows.take(a, z)
+        b, _sackm, swap, order = self._pack_args
+        return RowLists(b, swap, order).take(a, z)
 
     def _records(self) -> bytearray:
         """The batch's rows as records (packed at the first use in the batch)."""
