@@ -51,6 +51,8 @@ when the capture saw them: one retransmission may carry several).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from parsers.records import (
@@ -76,7 +78,6 @@ from parsers.tcp._limits import (
     TOMBSTONE_NS,
     WINDOW_SLACK,
 )
-from parsers.tcp._losses import verdict_due
 from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequential
 
 _SFR = SYN | FIN | RST
@@ -122,6 +123,7 @@ class PacketPath:
     _next_key: int
     _now: int
     stats: dict
+    _run_may_start: Callable[[Conn, int], bool]  # BulkPath's: may a bulk run start here?
 
     # ------------------------------------------------------------------ connections
 
@@ -190,8 +192,7 @@ class PacketPath:
                 ws_l[k], mss_l[k], off_l[k], sk, ipv, out, mv,
             )  # fmt: skip
             if ready_after and k + 1 >= ready_after and conn is not None and conn.fast_ready():
-                due = verdict_due(conn)
-                if due is None or ts_l[k] <= due:
+                if self._run_may_start(conn, ts_l[k]):
                     done = k + 1
                     break
         self.stats["slow_rows"] += done

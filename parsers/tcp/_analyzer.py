@@ -19,7 +19,7 @@ from parsers.tcp._analysis import PacketPath
 from parsers.tcp._fast import BulkPath
 from parsers.tcp._flows import group_flows
 from parsers.tcp._limits import FIN_LINGER_NS
-from parsers.tcp._losses import LossPath, verdict_due
+from parsers.tcp._losses import LossPath
 from parsers.tcp._state import CLOSING, DONE, Conn
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -29,17 +29,6 @@ FAST_WINDOW = 16384  # rows checked per bulk attempt (bounds re-checking after a
 SLOW_BLOCK = 32  # at most this many rows per packet after a bulk stop before trying bulk again
 SLOW_MIN = 8  # ... and at least this many, then until the connection is ready for bulk again
 MAX_CLOSED_INFO = 200_000
-
-
-def _before_verdict(conn: Conn, window: np.ndarray, b) -> int:
-    """How many rows of ``window`` come before the first on which a verdict on a pending
-    retransmission can fall (all of them when none can)."""
-    due = verdict_due(conn)
-    if due is not None:
-        late = np.flatnonzero(b.ts_ns[window] > due)
-        if len(late):
-            return int(late[0])
-    return len(window)
 
 
 class TcpAnalyzer(PacketPath, LossPath, BulkPath):
@@ -145,19 +134,17 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
             ready_after, block = SLOW_MIN, SLOW_BLOCK
             if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
                 window = idx[pos : pos + min(n - pos, FAST_WINDOW)]
-                limit = _before_verdict(conn, window, b)
-                if limit >= FAST_MIN_ROWS:
-                    k, w = self._bulk(conn, window[:limit], b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
-                    if w < FAST_MIN_ROWS:  # an IP id gap too close for a run: past it per packet
-                        ready_after = max(SLOW_MIN, w + 1)
-                    else:
-                        pos += k
-                        if k == w and (k < limit or limit == len(window)):
-                            continue  # up to an IP id gap or the window's end: a run from there
-                        if k == limit:  # up to the verdict's packet: that one per packet
-                            ready_after = block = 1
-                else:  # the verdict's packet comes too soon for a run: up to it per packet
-                    ready_after = block = limit + 1
+                k, w, limit = self._bulk(conn, window, b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
+                if k == 0 and w == limit < FAST_MIN_ROWS:
+                    ready_after = block = limit + 1  # the verdict's packet too close for a run: up to it per packet
+                elif k == 0 and w < FAST_MIN_ROWS:  # an IP id gap too close for a run: past it per packet
+                    ready_after = max(SLOW_MIN, w + 1)
+                else:
+                    pos += k
+                    if k == w and (k < limit or limit == len(window)):
+                        continue  # up to an IP id gap or the window's end: a run from there
+                    if k == limit:  # up to the verdict's packet: that one per packet
+                        ready_after = block = 1
             if n - pos < FAST_MIN_ROWS * 2:
                 self._slow_rows(key6, self._take_rows(at + pos, at + n), b, out, mv)
                 return

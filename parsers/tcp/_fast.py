@@ -5,7 +5,7 @@ snaplen, no SACK option, window non-zero; data of each direction is exactly
 contiguous (each segment starts where the previous one ended, pure ACKs sit at the
 next sequence number); cumulative ACKs never go backwards, never cover bytes the
 capture has not seen, and no pure ACK repeats the previous ACK and window (dup ACK).
-The connection state must be clean too (no holes, buffer, pending verdicts, zero
+The connection state must be clean too (no holes, buffer, unACKed retransmission, zero
 window, FIN). For such rows the per-packet rules reduce to array operations:
 delivery in order, ACK progress where the running ACK advances, data->ACK RTT samples
 (the segment holding byte ack-1, once per segment) and TSecr samples (first echo of
@@ -20,8 +20,14 @@ is not made when such a packet comes within ``min_rows`` rows (:meth:`BulkPath._
 With the C extension, ``_speedups.fast_run`` does the checks (the IP id one included)
 and computes the same results in one loop over the run's rows (read as records laid out
 in flow order by ``_speedups.pack_rows``); :meth:`BulkPath._fast_c` applies them to the
-connection in the numpy code's order. The numpy code stays the fallback (pure-Python mode, and
-window scales above 14).
+connection in the numpy code's order. The C run also takes what a loss past the capture
+point brings: ACKs with SACK blocks (not a D-SACK, which may decide a verdict) and
+duplicate ACKs (not a possible capture duplicate), keeping the SACK and dup-ACK state
+the per-packet path keeps. And where the numpy run stops at the earliest time a verdict
+on an ACKed retransmission can fall (the 200 ms D-SACK grace), the C run follows the
+smoothed RTTs its own samples move and ends at the very packet on which the per-packet
+path gives the verdict (4 RTTs when that is longer). The numpy code stays the fallback
+(pure-Python mode, and window scales above 14).
 """
 
 from __future__ import annotations
@@ -42,7 +48,14 @@ from parsers.records import (
     TcpEventKind,
 )
 from parsers.tcp._analysis import RowLists
-from parsers.tcp._limits import SIG_KEEP
+from parsers.tcp._limits import (
+    DSACK_GRACE_NS,
+    DUP_WINDOW_IPID_NS,
+    DUP_WINDOW_NOID_NS,
+    PENDING_RETX_NS,
+    SIG_KEEP,
+)
+from parsers.tcp._losses import verdict_due
 from parsers.tcp._state import Conn, Dir
 
 # Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
@@ -88,7 +101,7 @@ def _c_state(D: Dir) -> tuple:
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, segs.st, segs.en, segs.ts, segs.sampled_end, tsq.tv,
         tsq.t, tsq.s, tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
-        segs.h, tsq.h,
+        segs.h, tsq.h, D.sack_hi, D.sack_ts, D.dupacks, D.dupack_ts,
     )  # fmt: skip
 
 
@@ -104,25 +117,44 @@ class BulkPath:
     _packed: bytearray | None
     _pack_buf: bytearray
 
-    def _bulk(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
-              mv, out: list, at: int, min_rows: int) -> tuple[int, int]:  # fmt: skip
-        """A bulk run over the longest clean prefix of rows ``idx`` (``order[at:]`` of the
-        batch's flow grouping) that stops before the first packet with an IP id gap (see
-        _before_ipid_gap): (rows taken, rows before that gap). No run (0 rows)
-        when that gap comes before ``min_rows``."""
+    def _bulk(self, conn: Conn, window: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
+              mv, out: list, at: int, min_rows: int) -> tuple[int, int, int]:  # fmt: skip
+        """A bulk run over the longest clean prefix of rows ``window`` (``order[at:]`` of
+        the batch's flow grouping) that ends before the first packet on which a verdict on
+        a pending retransmission falls and before the first packet with an IP id gap (see
+        _before_ipid_gap): (rows taken, rows before that gap, rows before that verdict),
+        the gap looked for up to the verdict. No run (0 rows) when the gap comes before
+        ``min_rows``. The C run finds the verdict's packet as the per-packet path gives
+        it, and runs up to it however close; the numpy run stops at the earliest time a
+        verdict can fall (_before_verdict), and makes no run when that is closer than
+        ``min_rows``."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
-            kw = self._fast_c(conn, idx, b, swap, out, at, min_rows)
+            kw = self._fast_c(conn, window, b, swap, out, at, min_rows)
             if kw is not None:
                 return kw
+        limit = _before_verdict(conn, window, b)
+        if limit < min_rows:
+            return 0, limit, limit
+        idx = window[:limit]
         w = _before_ipid_gap(conn, idx, b, swap)
         if w < min_rows:
-            return 0, w
+            return 0, w, limit
         for D in conn.dirs:
             D.ipid_prev_run = D.ipid_last
         k = self._fast(conn, idx[:w], b, swap, sackm, mv, out, at)
         _note_run_ipids(conn, idx[:k], b, swap)
-        return k, w
+        return k, w, limit
+
+    @staticmethod
+    def _run_may_start(conn: Conn, ts: int) -> bool:
+        """May a bulk run start at a packet at ``ts`` of this (ready) connection? The C run
+        ends by itself before a verdict; the numpy one only can before the earliest time one
+        can fall."""
+        if _speedups is not None:
+            return True
+        due = verdict_due(conn)
+        return due is None or ts <= due
 
     def _fast(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int) -> int:  # fmt: skip
@@ -374,20 +406,23 @@ class BulkPath:
         return self._ran(conn, int(ts[k - 1]), k)
 
     def _fast_c(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, out: list, at: int,
-                min_rows: int) -> tuple[int, int] | None:  # fmt: skip
-        """:meth:`_bulk` through ``_speedups.fast_run``: the same checks (IP id gap
-        included) and results, computed in one C pass; this applies them in the numpy
+                min_rows: int) -> tuple[int, int, int] | None:  # fmt: skip
+        """:meth:`_bulk` through ``_speedups.fast_run``: the numpy run's checks (IP id gap
+        included) and results, computed in one C pass, which also takes SACK blocks and
+        duplicate ACKs and ends exactly before a verdict; this applies them in the numpy
         code's order. None when the C pass declines (a segment log out of end order)."""
         assert _speedups is not None
+        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts) for D in conn.dirs for p in D.pending_retx]
         ran = _speedups.fast_run(
             self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
-            _c_state(conn.dirs[1]), SIG_KEEP, min_rows,
+            _c_state(conn.dirs[1]), SIG_KEEP, min_rows, b.sack or None,
+            (DUP_WINDOW_IPID_NS, DUP_WINDOW_NOID_NS), (pending, conn.hs_rtt, PENDING_RETX_NS, DSACK_GRACE_NS),
         )  # fmt: skip
         if ran is None:
             return None
-        k, chunks, *res, w = ran
+        k, chunks, *res, w, limit = ran
         if k == 0:
-            return 0, w
+            return 0, w, limit
         key = conn.key
         for d in (0, 1):  # sender side: sequence space, header memory
             x = res[d]
@@ -462,9 +497,22 @@ class BulkPath:
                     X.min_rtt = x["min_rtt"]
             if X.burst_id is not None and X.acked >= X.burst_end:
                 self._close_burst(X)
+        for d in (0, 1):  # SACK blocks and duplicate ACKs (after _ack_progress: as the rows left them)
+            x = res[d]
+            X = conn.dirs[d]
+            if x["sacks"] is not None:
+                X.sacks = x["sacks"]
+            X.sack_hi, X.sack_ts = x["sack_hi"], x["sack_ts"]
+            X.dupacks, X.dupack_ts = x["dupacks"], x["dupack_ts"]
+            if x["dup_pos"]:
+                rows = idx[_i64(x["dup_pos"])]
+                X.n_dupacks += len(rows)
+                for t, arel, fr in zip(b.ts_ns[rows].tolist(), _i64(x["dup_arel"]).tolist(),
+                                       b.frame_no[rows].tolist(), strict=True):  # fmt: skip
+                    self._events.append(TcpEvent(t, key, d, TcpEventKind.DUP_ACK, arel, 0, fr))
         if len(chunks):
             out.append(ChunkRun(key, _i64(chunks).reshape(-1, len(RunColumn)), b.buf))
-        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w
+        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w, limit
 
     def _ran(self, conn: Conn, last: int, k: int) -> int:
         """A bulk run of ``k`` rows ending at time ``last`` was applied: the connection's
@@ -634,6 +682,17 @@ def _ipid_steps(D, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     delta = (mine - prev) & 0xFFFF
     good = valid & (delta > 0) & (delta <= 64)
     return valid, good, good & (delta >= 2)
+
+
+def _before_verdict(conn: Conn, window: np.ndarray, b) -> int:
+    """How many rows of ``window`` come before the first on which a verdict on a pending
+    retransmission can fall (all of them when none can)."""
+    due = verdict_due(conn)
+    if due is not None:
+        late = np.flatnonzero(b.ts_ns[window] > due)
+        if len(late):
+            return int(late[0])
+    return len(window)
 
 
 def _before_ipid_gap(conn, rows: np.ndarray, b, swap: np.ndarray) -> int:

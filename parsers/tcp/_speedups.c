@@ -72,6 +72,7 @@ static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 #define M32 0xFFFFFFFFLL
 #define H31 0x80000000LL
+#define MAX_SACK_BLOCKS 4 /* what a TCP option fits; a row with more goes per packet */
 
 typedef struct {
     int64_t *v;
@@ -149,13 +150,25 @@ typedef struct {
     PyObject *sigd, *sigq; /* Dir.sigd (dict) and Dir.sigq (deque): recent packet signatures */
     int64_t ipid_gaps_run, ipid_ts, cut_prev, cut_good, cut_bad, cut_gaps;
     int cut_on; /* -1: not known before this side's first row */
+    /* the far end's SACK blocks and duplicate ACKs about this direction's data (Dir.sack_hi,
+     * sack_ts, dupacks, dupack_ts on the way in), as the run's rows leave them: sacks_state
+     * 0 keeps Dir.sacks, 1 empties it, 2 replaces it by the n_blocks blocks */
+    long long sack_hi, sack_ts, dupacks, dupack_ts;
+    int sacks_state, n_blocks;
+    int64_t blocks[2 * MAX_SACK_BLOCKS];
+    vec_t dup_pos, dup_arel; /* the run's duplicate ACKs: row, ACK offset */
+    /* the row of each advancing ACK, ACK with a TSecr and RTT sample (verdict_row) */
+    vec_t A_row, E_row, smp_row, tsmp_row;
+    double srtt0; /* Dir.srtt before the run (when have_srtt0) */
+    int have_srtt0;
 } dir_t;
 
 #define DIR_VECS(D)                                                                                           \
     { &(D)->log[0], &(D)->log[1], &(D)->log[2], &(D)->log[3], &(D)->log[4], &(D)->log[5], &(D)->new_st,      \
       &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,                      \
       &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
-      &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v }
+      &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v,          \
+      &(D)->dup_pos, &(D)->dup_arel, &(D)->A_row, &(D)->E_row, &(D)->smp_row, &(D)->tsmp_row }
 
 static void dir_free(dir_t *D) {
     vec_t *vs[] = DIR_VECS(D);
@@ -208,17 +221,20 @@ static PyObject *vlist(const vec_t *a) {
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6];
     Py_ssize_t h_seg, h_ts;
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!Onn", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
-                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts))
+                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts, &D->sack_hi,
+                          &D->sack_ts, &D->dupacks, &D->dupack_ts))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
         D->srtt = PyFloat_AsDouble(D->srtt_in);
         if (D->srtt == -1.0 && PyErr_Occurred()) return -1;
     }
+    D->srtt0 = D->srtt;
+    D->have_srtt0 = D->have_srtt;
     if (D->ws < 0 || D->ws > 14) {
         PyErr_SetString(PyExc_ValueError, "fast_run: window scale out of range");
         return -1;
@@ -259,7 +275,8 @@ static int seg_match(dir_t *D) {
         int ok = j < n && st[jj] < a && t[jj] <= ta && en[jj] > D->sampled_end && (i == 0 || jj != prev_jj);
         prev_jj = jj;
         if (ok) {
-            if (vpush(&D->smp_t, ta) < 0 || vpush(&D->smp_v, ta - t[jj]) < 0) return -1;
+            if (vpush(&D->smp_t, ta) < 0 || vpush(&D->smp_v, ta - t[jj]) < 0 || vpush(&D->smp_row, D->A_row.v[i]) < 0)
+                return -1;
             D->sampled_out = en[jj];
         }
     }
@@ -309,7 +326,9 @@ static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
             /* nothing first sent with a newer TSval below the ACK (see TsLog) */
             int later_ok = kc + 1 >= n || ts[nx] >= D->EA.v[i];
             if (lo < n && tv[kc] == e && tt[kc] <= et && later_ok)
-                if (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0) return -1;
+                if (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0 ||
+                    vpush(&D->tsmp_row, D->E_row.v[i]) < 0)
+                    return -1;
         }
         if (erun > last_echo) last_echo = erun;
     }
@@ -363,10 +382,176 @@ typedef struct {
 _Static_assert(sizeof(rec_t) == 64, "one cache line per row");
 enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
 
+/* Retransmissions waiting for their verdict (LossPath._timeouts): when each was sent and
+ * when the cumulative ACK covered it (-1: not yet); the connection's handshake RTT (-1:
+ * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
+typedef struct {
+    Py_ssize_t n;
+    int64_t *ts, *covered;
+    long long hs_rtt, pending_ns, grace_ns;
+} pend_t;
+
+static int parse_pending(PyObject *o, pend_t *P) {
+    PyObject *list, *hs;
+    if (!PyArg_ParseTuple(o, "O!OLL", &PyList_Type, &list, &hs, &P->pending_ns, &P->grace_ns)) return -1;
+    P->hs_rtt = -1;
+    if (hs != Py_None && ((P->hs_rtt = PyLong_AsLongLong(hs)) == -1 && PyErr_Occurred())) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    P->ts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    P->covered = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
+    if (P->ts == NULL || P->covered == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long t, c;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "LL", &t, &c)) return -1;
+        P->ts[i] = t;
+        P->covered[i] = c;
+    }
+    P->n = n;
+    return 0;
+}
+
+static inline void fold_one(double *s, int *have, int64_t r) {
+    double x = (double)r;
+    if (!*have) {
+        *s = x;
+        *have = 1;
+    } else {
+        double a = *s * 0.875;
+        double b = x * 0.125;
+        *s = a + b;
+    }
+}
+
+/* The first row of [0, k) after which the per-packet path gives a verdict on a pending
+ * retransmission (LossPath._timeouts: sent more than pending_ns ago, or covered by the
+ * ACK more than max(grace_ns, 4 full RTTs) ago, the smoothed RTTs as the rows up to this
+ * one leave them); also the first row earlier than the row before it (the RTT folds go
+ * by time: the run ends there, to be safe); k when none. The run must end before it. */
+static Py_ssize_t verdict_row(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, const pend_t *P) {
+    if (P->n == 0) return k;
+    double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
+    int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
+    Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
+    for (Py_ssize_t r = 0; r < k; r++) {
+        int64_t ts = rec[r].ts;
+        if (r && ts < rec[r - 1].ts) return r;
+        for (int d = 0; d < 2; d++) { /* this row's samples: data->ACK, then TSecr (PacketPath._advance) */
+            const dir_t *D = &dirs[d];
+            for (; i[d] < D->smp_row.n && D->smp_row.v[i[d]] == r; i[d]++) fold_one(&s[d], &have[d], D->smp_v.v[i[d]]);
+            for (; j[d] < D->tsmp_row.n && D->tsmp_row.v[j[d]] == r; j[d]++)
+                fold_one(&s[d], &have[d], D->tsmp_v.v[j[d]]);
+        }
+        int known = have[0] || have[1] || P->hs_rtt >= 0; /* Conn.full_rtt() */
+        double full = have[0] || have[1] ? (have[0] ? s[0] : 0.0) + (have[1] ? s[1] : 0.0) : (double)P->hs_rtt;
+        double grace = (double)P->grace_ns;
+        if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
+        for (Py_ssize_t q = 0; q < P->n; q++)
+            if (ts - P->ts[q] > P->pending_ns || (P->covered[q] >= 0 && (double)(ts - P->covered[q]) > grace)) return r;
+    }
+    return k;
+}
+
 /* Columns of the SegmentBatch, in pack_rows' argument order: item size each. */
 enum { F_FLAGS, F_WL, F_PL, F_WIN, F_SACK, F_SWAP, F_SEQ, F_ACK, F_TS, F_FRAME, F_HAS_TS, F_TSV, F_TSE, F_IPID,
        F_POFF, F_ORDER, F_WSCALE, F_MSS, F_IPVER, F_COUNT };
 static const Py_ssize_t col_size[F_COUNT] = {1, 4, 4, 2, 1, 1, 4, 4, 8, 8, 1, 4, 4, 4, 8, 8, 1, 4, 1};
+
+/* What scan and the signature helpers read besides the rows and the state. */
+typedef struct {
+    int client_is_lo, keep;
+    PyObject *sacks;          /* SegmentBatch.sack: row -> [(left, right), ...] (raw numbers), or None */
+    int64_t dw_ipid, dw_noid; /* capture-duplicate windows (_limits.DUP_WINDOW_IPID_NS, _NOID_NS) */
+} run_ctx_t;
+
+static inline int side(const run_ctx_t *c, const rec_t *x) {
+    return (x->bits & ROW_SWAP) != 0 ? c->client_is_lo : !c->client_is_lo;
+}
+
+/* The SACK blocks of row x as raw numbers (left, right, left, ...): their count, 0 when it
+ * has none; *list: the batch's list of them (borrowed), NULL when none. -1 on error, -2
+ * when more than MAX_SACK_BLOCKS (that row goes per packet). */
+static int row_blocks(const run_ctx_t *c, const rec_t *x, int64_t *out, PyObject **list) {
+    *list = NULL;
+    if (!(x->bits & ROW_SACK) || c->sacks == Py_None) return 0;
+    PyObject *key = PyLong_FromLong(x->row);
+    if (key == NULL) return -1;
+    PyObject *l = PyDict_GetItemWithError(c->sacks, key);
+    Py_DECREF(key);
+    if (l == NULL) return PyErr_Occurred() ? -1 : 0;
+    if (!PyList_Check(l)) goto bad;
+    Py_ssize_t n = PyList_GET_SIZE(l);
+    if (n > MAX_SACK_BLOCKS) return -2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyList_GET_ITEM(l, i);
+        if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) != 2 || !PyLong_Check(PyTuple_GET_ITEM(b, 0)) ||
+            !PyLong_Check(PyTuple_GET_ITEM(b, 1)))
+            goto bad;
+        for (int j = 0; j < 2; j++) {
+            out[2 * i + j] = PyLong_AsLongLong(PyTuple_GET_ITEM(b, j));
+            if (out[2 * i + j] == -1 && PyErr_Occurred()) return -1;
+        }
+    }
+    *list = n ? l : NULL;
+    return (int)n;
+bad:
+    PyErr_SetString(PyExc_TypeError, "fast_run: a row's SACK blocks must be a list of (int, int)");
+    return -1;
+}
+
+/* A packet's signature as the per-packet path keys capture duplicates: (IP ID, seq, ack,
+ * flags, wire payload length, window, TSval or -1, SACK blocks as a tuple, or ()). */
+static PyObject *row_sig(const rec_t *x, PyObject *blocks) {
+    PyObject *sk = blocks != NULL ? PyList_AsTuple(blocks) : PyTuple_New(0);
+    if (sk == NULL) return NULL;
+    return Py_BuildValue("(ikkiiiLN)", (int)x->ipid, (unsigned long)x->seq, (unsigned long)x->ack, (int)x->flags,
+                         (int)x->wl, (int)x->win, (x->bits & ROW_HAS_TS) ? (long long)x->tsv : -1LL, sk);
+}
+
+/* How long after a packet its capture duplicate is taken for one (0: never looked for). */
+static inline int64_t dup_window(const run_ctx_t *c, const rec_t *x) {
+    if (x->ipid > 0) return c->dw_ipid;
+    return (x->wl || (x->bits & ROW_HAS_TS)) ? c->dw_noid : 0;
+}
+
+/* Might the per-packet path drop row r as a capture duplicate: the same signature on one
+ * of its side's last `keep` packets that have one (in this run, or before it: D->sigd),
+ * within the duplicate window? Asked for the pure ACKs that repeat their side's last ACK
+ * number, the only rows of a clean run that can repeat a signature. Also yes when the
+ * match is older than the per-packet path still remembers: the run then ends early, which
+ * changes nothing. 1 yes, 0 no, -1 error. */
+static int maybe_capture_dup(const run_ctx_t *c, const dir_t *D, const rec_t *rec, Py_ssize_t r, const int64_t *blk,
+                             int nb, PyObject *blocks) {
+    const rec_t *x = &rec[r];
+    int64_t dw = dup_window(c, x);
+    if (dw == 0) return 0;
+    int xd = side(c, x), xts = (x->bits & ROW_HAS_TS) != 0;
+    int seen = 0;
+    for (Py_ssize_t q = r - 1; q >= 0 && seen < c->keep; q--) {
+        const rec_t *y = &rec[q];
+        if (side(c, y) != xd || dup_window(c, y) == 0) continue;
+        seen++;
+        int yts = (y->bits & ROW_HAS_TS) != 0;
+        if (y->ipid != x->ipid || y->seq != x->seq || y->ack != x->ack || y->flags != x->flags || y->wl != x->wl ||
+            y->win != x->win || yts != xts || (xts && y->tsv != x->tsv) || x->ts - y->ts < 0 || x->ts - y->ts > dw)
+            continue;
+        int64_t yb[2 * MAX_SACK_BLOCKS];
+        PyObject *yl;
+        int ny = row_blocks(c, y, yb, &yl);
+        if (ny == -1) return -1;
+        if (ny == nb && (nb == 0 || memcmp(yb, blk, (size_t)(2 * nb) * sizeof(int64_t)) == 0)) return 1;
+    }
+    PyObject *sig = row_sig(x, blocks);
+    if (sig == NULL) return -1;
+    PyObject *t0 = PyDict_GetItemWithError(D->sigd, sig);
+    Py_DECREF(sig);
+    if (t0 == NULL) return PyErr_Occurred() ? -1 : 0;
+    long long t = PyLong_AsLongLong(t0);
+    if (t == -1 && PyErr_Occurred()) return -1;
+    return x->ts - t >= 0 && x->ts - t <= dw;
+}
 
 /* Does the row's IP id skip 2-64 numbers while its side numbers packets one by one
  * (_analyzer._before_ipid_gap, with the counters as they stand before the row)? That
@@ -392,7 +577,7 @@ static int ipid_cut(dir_t *D, const rec_t *x) {
  * gap (ipid_cut); returns k. *w: the row of the first IP id gap (the run may take the
  * rows before it), n when there is none; it is only looked for up to row min_rows when
  * the run stops before that (below min_rows rows before a gap, no run is made). */
-static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_is_lo, vec_t *chunks,
+static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ctx_t *c, vec_t *chunks,
                        Py_ssize_t min_rows, Py_ssize_t *w_out) {
     Py_ssize_t r;
     *w_out = n;
@@ -416,26 +601,44 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
     }
     for (r = 0; r < n; r++) {
         const rec_t *x = &rec[r];
-        if (ipid_cut(&dirs[(x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], x)) {
+        if (ipid_cut(&dirs[side(c, x)], x)) {
             *w_out = r;
             return r;
         }
         uint8_t fl = x->flags;
         int64_t w = x->wl, wd = x->win;
-        if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0 || (x->bits & ROW_SACK)) break;
-        int d = (x->bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
+        if ((fl & 0x07) || !(fl & 0x10) || w != x->pl || wd == 0) break;
+        int d = side(c, x);
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         if (!D->base_known) break; /* first packet of this direction: per-packet path */
         int64_t s_abs = unwrap_step(D->s_run, x->seq), rel = s_abs - D->base;
         if (rel != D->hi_run) break;
+        int64_t blk[2 * MAX_SACK_BLOCKS], sack_rel[2 * MAX_SACK_BLOCKS];
+        PyObject *blocks;
+        int nb = row_blocks(c, x, blk, &blocks);
+        if (nb == -1) return -1;
+        if (nb == -2) break;
         int64_t a32 = x->ack, a_rel = 0;
+        int dup = 0;
         if (R->base_known) {
             int64_t a_abs = unwrap_step(D->a_run, a32);
             a_rel = a_abs - R->base;
             if (a_rel < D->arel_prev) break;
-            if (w == 0 && a32 == D->a32_prev && wd == D->wd_prev) break; /* dup ACK */
             if (a_rel > R->hi_run) break; /* ACKs bytes the capture has not seen */
+            if (w == 0 && a32 == D->a32_prev) {
+                int cd = maybe_capture_dup(c, D, rec, r, blk, nb, blocks);
+                if (cd < 0) return -1;
+                if (cd) break;
+                dup = wd == D->wd_prev; /* a duplicate ACK (tshark's rule; see _analysis) */
+            }
+            if (nb) { /* blocks relative to the ACK reference before this row */
+                for (int i = 0; i < 2 * nb; i++) sack_rel[i] = unwrap_step(D->a_run, blk[i]) - R->base;
+                if (sack_rel[1] <= a_rel || (nb > 1 && sack_rel[2] <= sack_rel[0] && sack_rel[1] <= sack_rel[3]))
+                    break; /* a D-SACK may decide a retransmission's verdict: per packet */
+            }
             D->a_run = a_abs;
+        } else if (nb) {
+            break;
         }
         /* the row is clean: apply it */
         D->s_run = s_abs;
@@ -497,17 +700,36 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
             /* far end (R's data): ACK progress, and what the window-full check uses */
             R->far_rows = 1;
             R->far_a_abs = D->a_run;
+            if (dup) { /* (_analysis.PacketPath._ack's order: duplicate ACK, SACK blocks, progress) */
+                R->dupacks++;
+                R->dupack_ts = t;
+                if (vpush(&R->dup_pos, r) < 0 || vpush(&R->dup_arel, a_rel) < 0) return -1;
+            }
+            if (nb) {
+                memcpy(R->blocks, sack_rel, (size_t)(2 * nb) * sizeof(int64_t));
+                R->n_blocks = nb;
+                R->sacks_state = 2;
+                for (int i = 1; i < 2 * nb; i += 2)
+                    if (sack_rel[i] > R->sack_hi) R->sack_hi = sack_rel[i];
+                R->sack_ts = t;
+            }
             if (a_rel > R->far_acked) {
-                if (vpush(&R->A, a_rel) < 0 || vpush(&R->TA, t) < 0) return -1;
-                if (row_ts && (vpush(&R->E, x->tse) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0))
+                if (vpush(&R->A, a_rel) < 0 || vpush(&R->TA, t) < 0 || vpush(&R->A_row, r) < 0) return -1;
+                if (row_ts && (vpush(&R->E, x->tse) < 0 || vpush(&R->EA, a_rel) < 0 || vpush(&R->ET, t) < 0 ||
+                               vpush(&R->E_row, r) < 0))
                     return -1;
+                R->dupacks = 0;
+                if (R->sack_hi && a_rel >= R->sack_hi) {
+                    R->sack_hi = 0;
+                    R->sacks_state = 1;
+                }
             }
             R->far_acked = a_rel;
             R->far_rw = shl(wd, D->ws);
         }
     }
     for (Py_ssize_t q = r + 1; q < min_rows && q < n; q++) /* a gap close after the stop: no run */
-        if (ipid_cut(&dirs[(rec[q].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo], &rec[q])) {
+        if (ipid_cut(&dirs[side(c, &rec[q])], &rec[q])) {
             *w_out = q;
             break;
         }
@@ -516,9 +738,9 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, int client_i
 
 /* The last `keep` records of each direction in [0, k), oldest first (their packet
  * signatures are remembered for capture-duplicate detection). */
-static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, int keep) {
+static int tails(dir_t *dirs, const rec_t *rec, const run_ctx_t *c, Py_ssize_t k, int keep) {
     for (Py_ssize_t r = k - 1; r >= 0 && (dirs[0].tail.n < keep || dirs[1].tail.n < keep); r--) {
-        int d = (rec[r].bits & ROW_SWAP) != 0 ? client_is_lo : !client_is_lo;
+        int d = side(c, &rec[r]);
         if (dirs[d].tail.n < keep && vpush(&dirs[d].tail, r) < 0) return -1;
     }
     for (int d = 0; d < 2; d++) {
@@ -532,11 +754,11 @@ static int tails(dir_t *dirs, const rec_t *rec, int client_is_lo, Py_ssize_t k, 
     return 0;
 }
 
-/* The signatures of the tail records, remembered as BulkPath._sigs does (capture-duplicate
- * detection): (IP ID, seq, ack, flags, wire payload length, window, TSval or -1, ()) ->
- * ts_ns in Dir.sigd and, in order, in Dir.sigq, which keeps the last `keep` (the oldest
- * leaves both), for the packets that have an IP ID, payload or a TSval. 0, or -1 on error. */
-static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
+/* The signatures of the tail records (row_sig), remembered as the per-packet path does
+ * (capture-duplicate detection): signature -> ts_ns in Dir.sigd and, in order, in
+ * Dir.sigq, which keeps the last `keep` (the oldest leaves both), for the packets that have
+ * an IP ID, payload or a TSval. 0, or -1 on error. */
+static int remember_sigs(const run_ctx_t *c, const dir_t *D, const rec_t *rec, int keep) {
     static PyObject *s_append, *s_popleft;
     if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) return -1;
     if (s_popleft == NULL && (s_popleft = PyUnicode_InternFromString("popleft")) == NULL) return -1;
@@ -544,8 +766,10 @@ static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
         const rec_t *x = &rec[D->tail.v[i]];
         int has_ts = (x->bits & ROW_HAS_TS) != 0;
         if (!(x->ipid > 0 || x->wl || has_ts)) continue;
-        PyObject *sig = Py_BuildValue("(ikkiiiL())", (int)x->ipid, (unsigned long)x->seq, (unsigned long)x->ack,
-                                      (int)x->flags, (int)x->wl, (int)x->win, has_ts ? (long long)x->tsv : -1LL);
+        int64_t blk[2 * MAX_SACK_BLOCKS];
+        PyObject *blocks;
+        if (row_blocks(c, x, blk, &blocks) == -1) return -1; /* (-2: more blocks than a run takes, not here) */
+        PyObject *sig = row_sig(x, blocks);
         PyObject *t = sig ? PyLong_FromLongLong((long long)x->ts) : NULL;
         int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0;
         Py_XDECREF(t);
@@ -567,10 +791,23 @@ static int remember_sigs(const dir_t *D, const rec_t *rec, int keep) {
     return 0;
 }
 
+/* Dir.sacks after the run: None (as before it), [] or the last blocks, (left, right) offsets. */
+static PyObject *sacks_after(const dir_t *D) {
+    if (D->sacks_state == 0) return Py_NewRef(Py_None);
+    int n = D->sacks_state == 2 ? D->n_blocks : 0;
+    PyObject *l = PyList_New(n);
+    for (int i = 0; l != NULL && i < n; i++) {
+        PyObject *b = Py_BuildValue("(LL)", (long long)D->blocks[2 * i], (long long)D->blocks[2 * i + 1]);
+        if (b == NULL) Py_CLEAR(l);
+        else PyList_SET_ITEM(l, i, b);
+    }
+    return l;
+}
+
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
         "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL sN sN sN si sN sN sL sN sN sN sL sN sN "
-        "sN sN sN sL sN sN sn si sN sL sL sL}",
+        "sN sN sN sL sN sN sn si sN sL sL sL sL sL sL sL sN sN sN}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
@@ -583,7 +820,9 @@ static PyObject *dir_result(dir_t *D, const rec_t *rec) {
         vlist(&D->tv), "tt", vlist(&D->tt), "ts", vlist(&D->ts), "last_echo", (long long)D->last_echo_out,
         "tsmp_t", vbytes(&D->tsmp_t), "tsmp_v", vbytes(&D->tsmp_v), "new_tv", D->new_tv.n, "e_on", D->e_on,
         "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt,
-        "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts);
+        "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts, "sack_hi", D->sack_hi, "sack_ts",
+        D->sack_ts, "dupacks", D->dupacks, "dupack_ts", D->dupack_ts, "sacks", sacks_after(D), "dup_pos",
+        vbytes(&D->dup_pos), "dup_arel", vbytes(&D->dup_arel));
 }
 
 /* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
@@ -670,73 +909,100 @@ done:
     Py_RETURN_NONE;
 }
 
-/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows)
- *   -> (k, chunk rows, res0, res1, w)
- * records: pack_rows output; the run is records [at, at + count); dirN: the state tuple
+/* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows, sacks,
+ *          (dup_window_ipid, dup_window_noid), (pending, hs_rtt, pending_ns, grace_ns))
+ *   -> (k, chunk rows, res0, res1, w, limit)
+ * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
  * parse_dir reads (its signature dict and deque take the run's last signatures: the
- * only state written here). w: the first row with an IP id gap (count when none; see scan); when
- * it is below min_rows, k is 0 (no run). None when a segment log is out of end order (the
- * numpy path runs). */
+ * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
+ * None; pending: (sent, covered or -1) of the retransmissions waiting for a verdict.
+ * limit: the first row after which a verdict falls (verdict_row; count when none): the
+ * run ends before it, however short. w: the first row with an IP id gap before limit
+ * (limit when none; see scan); when it is below min_rows, k is 0 (no run). None when a
+ * segment log is out of end order (the numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
-    PyObject *t0, *t1;
-    int client_is_lo, keep;
+    PyObject *t0, *t1, *pend_obj;
+    run_ctx_t c;
     Py_ssize_t min_rows, w = 0;
-    if (!PyArg_ParseTuple(args, "y*nnpO!O!in", &pk, &at, &count, &client_is_lo, &PyTuple_Type, &t0, &PyTuple_Type,
-                          &t1, &keep, &min_rows))
+    long long dw_ipid, dw_noid;
+    if (!PyArg_ParseTuple(args, "y*nnpO!O!inO(LL)O!", &pk, &at, &count, &c.client_is_lo, &PyTuple_Type, &t0,
+                          &PyTuple_Type, &t1, &c.keep, &min_rows, &c.sacks, &dw_ipid, &dw_noid, &PyTuple_Type,
+                          &pend_obj))
         return NULL;
+    c.dw_ipid = dw_ipid;
+    c.dw_noid = dw_noid;
     dir_t dirs[2];
     memset(dirs, 0, sizeof(dirs));
     vec_t chunks = {NULL, 0, 0};
+    pend_t P;
+    memset(&P, 0, sizeof(P));
     PyObject *res = NULL;
+    if (c.sacks != Py_None && !PyDict_Check(c.sacks)) {
+        PyErr_SetString(PyExc_TypeError, "fast_run: sacks must be a dict or None");
+        goto done;
+    }
     if (pk.len % (Py_ssize_t)sizeof(rec_t) || at < 0 || count < 0 || at + count > pk.len / (Py_ssize_t)sizeof(rec_t)) {
         PyErr_SetString(PyExc_ValueError, "fast_run: records out of range");
         goto done;
     }
+    if (parse_pending(pend_obj, &P) < 0) goto done;
     const rec_t *rec = (const rec_t *)pk.buf + at;
-    int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
-    if (p0 < 0 || p1 < 0) goto done;
-    if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
-        res = Py_NewRef(Py_None);
-        goto done;
+    Py_ssize_t k, limit = count;
+    for (;;) { /* at most twice: once more up to the row of a verdict when the run reaches it */
+        int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
+        if (p0 < 0 || p1 < 0) goto done;
+        if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
+            res = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (vreserve(&chunks, RUN_NCOLS * limit) < 0) goto done;
+        for (int d = 0; d < 2; d++) {
+            dir_t *D = &dirs[d];
+            vec_t *per_row[] = {&D->new_st, &D->new_en, &D->new_t, &D->new_tv, &D->new_tt, &D->new_ts,
+                                &D->A, &D->TA, &D->E, &D->EA, &D->ET, &D->A_row, &D->E_row};
+            for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
+                if (vreserve(per_row[i], limit) < 0) goto done;
+        }
+        k = scan(dirs, rec, limit, &c, &chunks, min_rows, &w);
+        if (k < 0) goto done;
+        if (w < min_rows && w < limit) { /* an IP id gap too close: no run (a verdict's row ends one, however short) */
+            res = Py_BuildValue("(ny{}{}nn)", (Py_ssize_t)0, "", w, limit);
+            goto done;
+        }
+        for (int d = 0; d < 2; d++) {
+            dir_t *D = &dirs[d];
+            /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
+            int tsv_known = D->tsv_known || D->any_ts;
+            int64_t tsv_ref = D->tsv_known ? D->tsv_u : D->tsv_max;
+            if (D->any_ts && D->tsv_known && D->tsv_max > D->tsv_u) tsv_ref = D->tsv_max;
+            D->e_on = tsv_known && D->E.n > 0;
+            if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
+            fold_srtt(D);
+        }
+        Py_ssize_t v = verdict_row(dirs, rec, k, &P);
+        if (v == k) break;
+        limit = v; /* the same rows again, up to that one */
+        for (int d = 0; d < 2; d++) dir_free(&dirs[d]);
+        memset(dirs, 0, sizeof(dirs));
+        chunks.n = 0;
     }
-    if (vreserve(&chunks, RUN_NCOLS * count) < 0) goto done;
-    for (int d = 0; d < 2; d++) {
-        dir_t *D = &dirs[d];
-        vec_t *per_row[] = {&D->new_st, &D->new_en, &D->new_t, &D->new_tv, &D->new_tt, &D->new_ts,
-                            &D->A, &D->TA, &D->E, &D->EA, &D->ET};
-        for (size_t i = 0; i < sizeof(per_row) / sizeof(per_row[0]); i++)
-            if (vreserve(per_row[i], count) < 0) goto done;
-    }
-    Py_ssize_t k = scan(dirs, rec, count, client_is_lo, &chunks, min_rows, &w);
-    if (k >= 0 && w < min_rows) { /* no run: nothing of it is returned */
-        res = Py_BuildValue("(ny{}{}n)", (Py_ssize_t)0, "", w);
-        goto done;
-    }
-    if (k < 0 || tails(dirs, rec, client_is_lo, k, keep) < 0) goto done;
-    if (remember_sigs(&dirs[0], rec, keep) < 0 || remember_sigs(&dirs[1], rec, keep) < 0) goto done;
-    for (int d = 0; d < 2; d++) {
-        dir_t *D = &dirs[d];
-        /* the TSval reference after this run's own rows (X.tsv_u when the echoes are read) */
-        int tsv_known = D->tsv_known || D->any_ts;
-        int64_t tsv_ref = D->tsv_known ? D->tsv_u : D->tsv_max;
-        if (D->any_ts && D->tsv_known && D->tsv_max > D->tsv_u) tsv_ref = D->tsv_max;
-        D->e_on = tsv_known && D->E.n > 0;
-        if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
-        fold_srtt(D);
-    }
+    if (tails(dirs, rec, &c, k, c.keep) < 0) goto done;
+    if (remember_sigs(&c, &dirs[0], rec, c.keep) < 0 || remember_sigs(&c, &dirs[1], rec, c.keep) < 0) goto done;
     PyObject *r0 = dir_result(&dirs[0], rec), *r1 = r0 ? dir_result(&dirs[1], rec) : NULL;
     if (r0 == NULL || r1 == NULL) {
         Py_XDECREF(r0);
         goto done;
     }
-    res = Py_BuildValue("(nNNNn)", k, vbytes(&chunks), r0, r1, w);
+    res = Py_BuildValue("(nNNNnn)", k, vbytes(&chunks), r0, r1, w, limit);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
     dir_free(&dirs[1]);
     PyMem_Free(chunks.v);
+    PyMem_Free(P.ts);
+    PyMem_Free(P.covered);
     return res;
 }
 
@@ -939,7 +1205,8 @@ static PyMethodDef methods[] = {
      "ewma(srtt, values): smoothed RTT after the int64 samples, in order."},
     {"pack_rows", pack_rows, METH_VARARGS, "pack_rows(columns, out): the rows in flow order as fast_run records."},
     {"fast_run", fast_run, METH_VARARGS,
-     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows): one bulk run (see _fast.py)."},
+     "fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows, sacks, dup_windows, pending): "
+     "one bulk run (see _fast.py)."},
     {"group_flows", group_flows, METH_VARARGS,
      "group_flows(src_hi, src_lo, dst_hi, dst_lo, sport, dport): (order, starts, stops, swap) bytes."},
     {"take_rows", take_rows, METH_VARARGS,
