@@ -486,10 +486,8 @@ static int row_blocks(const run_ctx_t *c, const rec_t *x, int64_t *out, PyObject
     if (n > MAX_SACK_BLOCKS) return -2;
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *b = PyList_GET_ITEM(l, i);
-        if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) != 2 || !PyLong_Check(PyTuple_GET_ITEM(b, 0)) ||
-            !PyLong_Check(PyTuple_GET_ITEM(b, 1)))
-            goto bad;
-        for (int j = 0; j < 2; j++) {
+        if (!PyTuple_Check(b) || PyTuple_GET_SIZE(b) != 2) goto bad;
+        for (int j = 0; j < 2; j++) { /* (ints, or what has __index__: numpy's) */
             out[2 * i + j] = PyLong_AsLongLong(PyTuple_GET_ITEM(b, j));
             if (out[2 * i + j] == -1 && PyErr_Occurred()) return -1;
         }
@@ -497,7 +495,7 @@ static int row_blocks(const run_ctx_t *c, const rec_t *x, int64_t *out, PyObject
     *list = n ? l : NULL;
     return (int)n;
 bad:
-    PyErr_SetString(PyExc_TypeError, "fast_run: a row's SACK blocks must be a list of (int, int)");
+    PyErr_SetString(PyExc_TypeError, "fast_run: a row's SACK blocks must be a list of (left, right)");
     return -1;
 }
 
