@@ -467,11 +467,11 @@ def _verdicts_by_batch(b, size, pure: bool, monkeypatch, per_packet: bool = Fals
 
 
 @pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
-def test_c_runs_take_sack_blocks_and_end_at_each_verdict(monkeypatch):
+def test_c_runs_take_sack_blocks_and_give_each_verdict_on_its_packet(monkeypatch):
     """The C run takes ACKs with SACK blocks and duplicate ACKs, ends at a D-SACK, and
-    runs while an ACKed retransmission waits for its verdict, up to the very packet on
-    which the per-packet path gives it (the grace depends on the smoothed RTTs the run's
-    own samples move): the verdicts fall in the same batches as packet by packet."""
+    runs while an ACKed retransmission waits for its verdict, which it gives on the very
+    packet the per-packet path gives it on (the grace depends on the smoothed RTTs the
+    run's own samples move): the verdicts fall in the same batches as packet by packet."""
     b = _lossy_long_rtt_flow()
     bulk, per_packet = _both_ways(monkeypatch, [b])
     assert _norm(bulk) == _norm(per_packet)

@@ -124,9 +124,10 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
 
     def _group(self, key6: tuple, idx: np.ndarray, b, swap, sackm, mv, out: list, at: int) -> None:
         """Rows ``idx`` (``order[at:]`` of the flow grouping) of one connection: bulk
-        runs while they are clean, the per-packet path in between. A run ends before the
-        packet on which a verdict on a retransmission falls: that packet goes per packet,
-        as it would without bulk runs (the verdict opens the send log's gate)."""
+        runs while they are clean, the per-packet path in between. A numpy run ends before
+        the packet on which a verdict on a retransmission can fall: that packet goes per
+        packet, as it would without bulk runs (the verdict opens the send log's gate); the
+        C run gives such verdicts itself."""
         n = len(idx)
         pos = 0
         while pos < n:

@@ -25,12 +25,16 @@ point brings: ACKs with SACK blocks (not a D-SACK, which may decide a verdict) a
 duplicate ACKs (not a possible capture duplicate), keeping the SACK and dup-ACK state
 the per-packet path keeps. And where the numpy run stops at the earliest time a verdict
 on an ACKed retransmission can fall (the 200 ms D-SACK grace), the C run follows the
-smoothed RTTs its own samples move and ends at the very packet on which the per-packet
-path gives the verdict (4 RTTs when that is longer). The numpy code stays the fallback
-(pure-Python mode, and window scales above 14).
+smoothed RTTs its own samples move, finds the very packet on which the per-packet path
+gives the verdict (4 RTTs when that is longer) and hands out the retransmission's event
+as of that packet, running on (a D-SACK or an Eifel check, which could make it spurious,
+never happens inside a run). The numpy code stays the fallback (pure-Python mode, and
+window scales above 14).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -116,6 +120,7 @@ class BulkPath:
     _pack_args: tuple
     _packed: bytearray | None
     _pack_buf: bytearray
+    _verdict: Callable[..., None]  # LossPath's
 
     def _bulk(self, conn: Conn, window: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int, min_rows: int) -> tuple[int, int, int]:  # fmt: skip
@@ -124,9 +129,9 @@ class BulkPath:
         a pending retransmission falls and before the first packet with an IP id gap (see
         _before_ipid_gap): (rows taken, rows before that gap, rows before that verdict),
         the gap looked for up to the verdict. No run (0 rows) when the gap comes before
-        ``min_rows``. The C run finds the verdict's packet as the per-packet path gives
-        it, and runs up to it however close; the numpy run stops at the earliest time a
-        verdict can fall (_before_verdict), and makes no run when that is closer than
+        ``min_rows``. The C run gives the verdicts itself, on the packets the per-packet
+        path gives them, and runs on; the numpy run stops at the earliest time a verdict
+        can fall (_before_verdict), and makes no run when that is closer than
         ``min_rows``."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
@@ -412,7 +417,8 @@ class BulkPath:
         duplicate ACKs and ends exactly before a verdict; this applies them in the numpy
         code's order. None when the C pass declines (a segment log out of end order)."""
         assert _speedups is not None
-        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts) for D in conn.dirs for p in D.pending_retx]
+        waiting = [(D, p) for D in conn.dirs for p in D.pending_retx]
+        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts) for _, p in waiting]
         ran = _speedups.fast_run(
             self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP, min_rows, b.sack or None,
@@ -420,7 +426,7 @@ class BulkPath:
         )  # fmt: skip
         if ran is None:
             return None
-        k, chunks, *res, w, limit = ran
+        k, chunks, *res, w, limit, verdicts = ran
         if k == 0:
             return 0, w, limit
         key = conn.key
@@ -510,6 +516,10 @@ class BulkPath:
                 for t, arel, fr in zip(b.ts_ns[rows].tolist(), _i64(x["dup_arel"]).tolist(),
                                        b.frame_no[rows].tolist(), strict=True):  # fmt: skip
                     self._events.append(TcpEvent(t, key, d, TcpEventKind.DUP_ACK, arel, 0, fr))
+        for q, _row in verdicts:  # genuine losses: the retransmission's event is handed out
+            D, p = waiting[q]
+            D.pending_retx.remove(p)
+            self._verdict(conn, D, p, False)
         if len(chunks):
             out.append(ChunkRun(key, _i64(chunks).reshape(-1, len(RunColumn)), b.buf))
         return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w, limit

@@ -22,9 +22,9 @@ from parsers.tcp._state import Conn, Dir, Hole, PendingRetx
 def verdict_due(conn: Conn) -> int | None:
     """The earliest time a verdict on a pending retransmission can fall (the pending limit,
     or the D-SACK grace after its ACK at its shortest): the per-packet path gives it at
-    the first packet after that time, so a bulk run must end before that packet for the
-    verdict, and the send log's gate it opens, to fall where they would packet by packet.
-    None: no retransmission pending."""
+    the first packet after that time, so the numpy bulk run ends before that packet for the
+    verdict, and the send log's gate it opens, to fall where they would packet by packet
+    (the C run gives it on that packet itself). None: no retransmission pending."""
     due = None
     for D in conn.dirs:
         for p in D.pending_retx:

@@ -157,7 +157,7 @@ typedef struct {
     int sacks_state, n_blocks;
     int64_t blocks[2 * MAX_SACK_BLOCKS];
     vec_t dup_pos, dup_arel; /* the run's duplicate ACKs: row, ACK offset */
-    /* the row of each advancing ACK, ACK with a TSecr and RTT sample (verdict_row) */
+    /* the row of each advancing ACK, ACK with a TSecr and RTT sample (verdict_rows) */
     vec_t A_row, E_row, smp_row, tsmp_row;
     double srtt0; /* Dir.srtt before the run (when have_srtt0) */
     int have_srtt0;
@@ -425,17 +425,22 @@ static inline void fold_one(double *s, int *have, int64_t r) {
     }
 }
 
-/* The first row of [0, k) after which the per-packet path gives a verdict on a pending
- * retransmission (LossPath._timeouts: sent more than pending_ns ago, or covered by the
+/* The verdicts the per-packet path gives on pending retransmissions over rows [0, k)
+ * (LossPath._timeouts, after each row: sent more than pending_ns ago, or covered by the
  * ACK more than max(grace_ns, 4 full RTTs) ago, the smoothed RTTs as the rows up to this
- * one leave them); also the first row earlier than the row before it (the RTT folds go
- * by time: the run ends there, to be safe); k when none. The run must end before it. */
-static Py_ssize_t verdict_row(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, const pend_t *P) {
-    if (P->n == 0) return k;
+ * one leave them): verdict[q], the row after which pending q's falls (-1: none). Such a
+ * verdict only hands out the retransmission's event (no D-SACK, no Eifel: those rows go
+ * per packet), so the run goes on past it. Returns the first row earlier than the row
+ * before it while a retransmission still waits (the RTT folds go by time: the run ends
+ * there, to be safe), or k. */
+static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, const pend_t *P,
+                               Py_ssize_t *verdict) {
+    Py_ssize_t waiting = P->n;
+    for (Py_ssize_t q = 0; q < P->n; q++) verdict[q] = -1;
     double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
     int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
     Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
-    for (Py_ssize_t r = 0; r < k; r++) {
+    for (Py_ssize_t r = 0; r < k && waiting; r++) {
         int64_t ts = rec[r].ts;
         if (r && ts < rec[r - 1].ts) return r;
         for (int d = 0; d < 2; d++) { /* this row's samples: data->ACK, then TSecr (PacketPath._advance) */
@@ -449,7 +454,11 @@ static Py_ssize_t verdict_row(const dir_t *dirs, const rec_t *rec, Py_ssize_t k,
         double grace = (double)P->grace_ns;
         if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
         for (Py_ssize_t q = 0; q < P->n; q++)
-            if (ts - P->ts[q] > P->pending_ns || (P->covered[q] >= 0 && (double)(ts - P->covered[q]) > grace)) return r;
+            if (verdict[q] < 0 &&
+                (ts - P->ts[q] > P->pending_ns || (P->covered[q] >= 0 && (double)(ts - P->covered[q]) > grace))) {
+                verdict[q] = r;
+                waiting--;
+            }
     }
     return k;
 }
@@ -909,15 +918,16 @@ done:
 
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows, sacks,
  *          (dup_window_ipid, dup_window_noid), (pending, hs_rtt, pending_ns, grace_ns))
- *   -> (k, chunk rows, res0, res1, w, limit)
+ *   -> (k, chunk rows, res0, res1, w, limit, verdicts)
  * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
  * parse_dir reads (its signature dict and deque take the run's last signatures: the
  * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
  * None; pending: (sent, covered or -1) of the retransmissions waiting for a verdict.
- * limit: the first row after which a verdict falls (verdict_row; count when none): the
- * run ends before it, however short. w: the first row with an IP id gap before limit
- * (limit when none; see scan); when it is below min_rows, k is 0 (no run). None when a
- * segment log is out of end order (the numpy path runs). */
+ * limit: count, or the row the run must end before (verdict_rows: time going back while
+ * a retransmission waits for its verdict). w: the first row with an IP id gap before
+ * limit (limit when none; see scan); when it is below min_rows, k is 0 (no run).
+ * verdicts: (pending index, row) of the verdicts that fell in the run, in row order. None
+ * when a segment log is out of end order (the numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
@@ -936,6 +946,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     vec_t chunks = {NULL, 0, 0};
     pend_t P;
     memset(&P, 0, sizeof(P));
+    Py_ssize_t *verdict = NULL;
     PyObject *res = NULL;
     if (c.sacks != Py_None && !PyDict_Check(c.sacks)) {
         PyErr_SetString(PyExc_TypeError, "fast_run: sacks must be a dict or None");
@@ -946,9 +957,14 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         goto done;
     }
     if (parse_pending(pend_obj, &P) < 0) goto done;
+    verdict = PyMem_Malloc((size_t)(P.n ? P.n : 1) * sizeof(Py_ssize_t));
+    if (verdict == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
     const rec_t *rec = (const rec_t *)pk.buf + at;
     Py_ssize_t k, limit = count;
-    for (;;) { /* at most twice: once more up to the row of a verdict when the run reaches it */
+    for (;;) { /* at most twice: once more up to a row earlier than the one before it (verdict_rows) */
         int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
         if (p0 < 0 || p1 < 0) goto done;
         if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
@@ -965,8 +981,8 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         }
         k = scan(dirs, rec, limit, &c, &chunks, min_rows, &w);
         if (k < 0) goto done;
-        if (w < min_rows && w < limit) { /* an IP id gap too close: no run (a verdict's row ends one, however short) */
-            res = Py_BuildValue("(ny{}{}nn)", (Py_ssize_t)0, "", w, limit);
+        if (w < min_rows && w < limit) { /* an IP id gap too close: no run (a cut at `limit` ends one, however short) */
+            res = Py_BuildValue("(ny{}{}nn())", (Py_ssize_t)0, "", w, limit);
             goto done;
         }
         for (int d = 0; d < 2; d++) {
@@ -979,7 +995,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
             if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
             fold_srtt(D);
         }
-        Py_ssize_t v = verdict_row(dirs, rec, k, &P);
+        Py_ssize_t v = verdict_rows(dirs, rec, k, &P, verdict);
         if (v == k) break;
         limit = v; /* the same rows again, up to that one */
         for (int d = 0; d < 2; d++) dir_free(&dirs[d]);
@@ -993,7 +1009,21 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         Py_XDECREF(r0);
         goto done;
     }
-    res = Py_BuildValue("(nNNNnn)", k, vbytes(&chunks), r0, r1, w, limit);
+    PyObject *fell = PyList_New(0);
+    for (Py_ssize_t r = 0; fell != NULL && r < k; r++) /* in row order, pending order within a row */
+        for (Py_ssize_t q = 0; q < P.n; q++)
+            if (verdict[q] == r) {
+                PyObject *x = Py_BuildValue("(nn)", q, r);
+                if (x == NULL || PyList_Append(fell, x) < 0) Py_CLEAR(fell);
+                Py_XDECREF(x);
+                if (fell == NULL) break;
+            }
+    if (fell == NULL) {
+        Py_DECREF(r0);
+        Py_DECREF(r1);
+        goto done;
+    }
+    res = Py_BuildValue("(nNNNnnN)", k, vbytes(&chunks), r0, r1, w, limit, fell);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
@@ -1001,6 +1031,7 @@ done:
     PyMem_Free(chunks.v);
     PyMem_Free(P.ts);
     PyMem_Free(P.covered);
+    PyMem_Free(verdict);
     return res;
 }
 

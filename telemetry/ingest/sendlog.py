@@ -15,10 +15,11 @@ path direction (sender address -> receiver address) is logged only while it lose
   retransmission events), once.
 
 A gate opens when the TCP layer hands out the retransmission's event, i.e. once its verdict
-(genuine or spurious) is settled. A bulk run (parsers/tcp/_fast.py) ends before the packet
-on which a verdict can fall due (parsers/tcp/_losses.py: verdict_due), so the verdict falls
-on the packet it falls on when every packet is taken one by one, and the rows are the same
-either way (samples/loss_burst: 5,487). What the lookback still holds when a gate opens,
+(genuine or spurious) is settled. A bulk run (parsers/tcp/_fast.py) gives a verdict on the
+packet the per-packet path gives it (the C run), or ends before the earliest packet one can
+fall on (the numpy run; parsers/tcp/_losses.py: verdict_due), so it is handed out with the
+same batch as when every packet is taken one by one, and the rows are the same either way
+(samples/loss_burst: 5,487). What the lookback still holds when a gate opens,
 and so the rows at a gate's edges, follow the batches.
 
 A capture without losses logs nothing and pays for nothing but keeping a reference to
