@@ -27,7 +27,7 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 FAST_MIN_ROWS = 24  # shorter runs are cheaper per packet than in bulk
 FAST_WINDOW = 16384  # rows checked per bulk attempt (bounds re-checking after a stop)
 SLOW_BLOCK = 32  # at most this many rows per packet after a bulk stop before trying bulk again
-SLOW_MIN = 8  # ... and at least this many, then until the connection is ready for bulk again
+SLOW_MIN = 2  # ... and at least this many, then until the connection is ready for bulk again
 MAX_CLOSED_INFO = 200_000
 
 
