@@ -537,6 +537,7 @@ static int maybe_capture_dup(const run_ctx_t *c, const dir_t *D, const rec_t *re
     int xd = side(c, x), xts = (x->bits & ROW_HAS_TS) != 0;
     int seen = 0;
     for (Py_ssize_t q = r - 1; q >= 0 && seen < c->keep; q--) {
+        if (r - q > 8 * (Py_ssize_t)c->keep) return 1; /* that far back unsure: end the run (bounded cost) */
         const rec_t *y = &rec[q];
         if (side(c, y) != xd || dup_window(c, y) == 0) continue;
         seen++;
