@@ -125,14 +125,15 @@ class BulkPath:
     def _bulk(self, conn: Conn, window: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int, min_rows: int) -> tuple[int, int, int]:  # fmt: skip
         """A bulk run over the longest clean prefix of rows ``window`` (``order[at:]`` of
-        the batch's flow grouping) that ends before the first packet on which a verdict on
-        a pending retransmission falls and before the first packet with an IP id gap (see
-        _before_ipid_gap): (rows taken, rows before that gap, rows before that verdict),
-        the gap looked for up to the verdict. No run (0 rows) when the gap comes before
-        ``min_rows``. The C run gives the verdicts itself, on the packets the per-packet
-        path gives them, and runs on; the numpy run stops at the earliest time a verdict
-        can fall (_before_verdict), and makes no run when that is closer than
-        ``min_rows``."""
+        the batch's flow grouping) that ends before the first packet with an IP id gap
+        (see _before_ipid_gap) and before ``limit``: (rows taken, rows before that gap,
+        limit), the gap looked for up to the limit. No run (0 rows) when the gap comes
+        before ``min_rows``. The numpy run's limit is the earliest packet on which a
+        verdict on a pending retransmission can fall (_before_verdict), and it makes no
+        run when that is closer than ``min_rows``. The C run gives such verdicts itself,
+        on the packets the per-packet path gives them, and runs on: its limit is the
+        window's end, or a packet earlier in time than the one before it while a
+        retransmission waits (however close)."""
         c, s = conn.dirs
         if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
             kw = self._fast_c(conn, window, b, swap, out, at, min_rows)
@@ -154,8 +155,8 @@ class BulkPath:
     @staticmethod
     def _run_may_start(conn: Conn, ts: int) -> bool:
         """May a bulk run start at a packet at ``ts`` of this (ready) connection? The C run
-        ends by itself before a verdict; the numpy one only can before the earliest time one
-        can fall."""
+        gives the verdicts on retransmissions itself; the numpy one can only start before
+        the earliest time one can fall."""
         if _speedups is not None:
             return True
         due = verdict_due(conn)
@@ -414,8 +415,9 @@ class BulkPath:
                 min_rows: int) -> tuple[int, int, int] | None:  # fmt: skip
         """:meth:`_bulk` through ``_speedups.fast_run``: the numpy run's checks (IP id gap
         included) and results, computed in one C pass, which also takes SACK blocks and
-        duplicate ACKs and ends exactly before a verdict; this applies them in the numpy
-        code's order. None when the C pass declines (a segment log out of end order)."""
+        duplicate ACKs and gives the verdicts on ACKed retransmissions that fall in the
+        run; this applies them in the numpy code's order. None when the C pass declines (a
+        segment log out of end order)."""
         assert _speedups is not None
         waiting = [(D, p) for D in conn.dirs for p in D.pending_retx]
         pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts) for _, p in waiting]

@@ -18,6 +18,20 @@
 
 #include "../records.h" /* RUN_*: the ChunkRun row layout of parsers/records.py */
 
+/* One step of the smoothed-RTT fold (srtt = srtt * 0.875 + r * 0.125, the first sample
+ * when there is none yet): ewma, fold_srtt and verdict_rows all fold with it. */
+static inline void fold_one(double *s, int *have, int64_t r) {
+    double x = (double)r;
+    if (!*have) {
+        *s = x;
+        *have = 1;
+    } else {
+        double a = *s * 0.875;
+        double b = x * 0.125;
+        *s = a + b;
+    }
+}
+
 static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "ewma(srtt, values)");
@@ -40,17 +54,7 @@ static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     const long long *r = (const long long *)v.buf;
     Py_ssize_t n = v.len / 8;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        double x = (double)r[i];
-        if (!have) {
-            s = x;
-            have = 1;
-        } else {
-            double a = s * 0.875;
-            double b = x * 0.125;
-            s = a + b;
-        }
-    }
+    for (Py_ssize_t i = 0; i < n; i++) fold_one(&s, &have, r[i]);
     PyBuffer_Release(&v);
     if (!have) Py_RETURN_NONE;
     return PyFloat_FromDouble(s);
@@ -353,15 +357,7 @@ static void fold_srtt(dir_t *D) {
         int64_t r;
         if (j >= n2 || (i < n1 && D->smp_t.v[i] <= D->tsmp_t.v[j])) r = D->smp_v.v[i++];
         else r = D->tsmp_v.v[j++];
-        double x = (double)r;
-        if (!D->have_srtt) {
-            D->srtt = x;
-            D->have_srtt = 1;
-        } else {
-            double a = D->srtt * 0.875;
-            double b = x * 0.125;
-            D->srtt = a + b;
-        }
+        fold_one(&D->srtt, &D->have_srtt, r);
         if ((i + j == 1) || r < D->min_rtt) D->min_rtt = r;
     }
 }
@@ -411,18 +407,6 @@ static int parse_pending(PyObject *o, pend_t *P) {
     }
     P->n = n;
     return 0;
-}
-
-static inline void fold_one(double *s, int *have, int64_t r) {
-    double x = (double)r;
-    if (!*have) {
-        *s = x;
-        *have = 1;
-    } else {
-        double a = *s * 0.875;
-        double b = x * 0.125;
-        *s = a + b;
-    }
 }
 
 /* The verdicts the per-packet path gives on pending retransmissions over rows [0, k)
@@ -772,8 +756,7 @@ static int remember_sigs(const run_ctx_t *c, const dir_t *D, const rec_t *rec, i
     if (s_popleft == NULL && (s_popleft = PyUnicode_InternFromString("popleft")) == NULL) return -1;
     for (Py_ssize_t i = 0; i < D->tail.n; i++) {
         const rec_t *x = &rec[D->tail.v[i]];
-        int has_ts = (x->bits & ROW_HAS_TS) != 0;
-        if (!(x->ipid > 0 || x->wl || has_ts)) continue;
+        if (dup_window(c, x) == 0) continue; /* no signature kept (PacketPath._packet's rule) */
         int64_t blk[2 * MAX_SACK_BLOCKS];
         PyObject *blocks;
         if (row_blocks(c, x, blk, &blocks) == -1) return -1; /* (-2: more blocks than a run takes, not here) */
