@@ -20,7 +20,7 @@ from parsers.records import (
 from telemetry.ingest.columns import coded_strings as _coded_strings
 from telemetry.ingest.columns import run_strings as _run_strings
 from telemetry.ingest.rates import run_sent as _run_sent
-from telemetry.ingest.tables import RTT_SOURCES
+from telemetry.ingest.tables import RTT_SOURCES, rtt_stats
 from telemetry.ingest.tables import rtt_columns as _rtt_columns
 
 
@@ -67,6 +67,22 @@ def test_rtt_columns_random_mixes_match_the_samples():
         assert rtt.tolist() == [s.rtt_ms for s in flat]
         assert direction.tolist() == [s.direction for s in flat]
         assert [RTT_SOURCES[c] for c in source.tolist()] == [s.source for s in flat]
+
+
+def test_rtt_stats_are_numpys_percentiles_bit_for_bit():
+    """The connections' RTT min/p50/p99 are np.percentile's (linear method), exactly:
+    few and many samples, ties, tiny and wide values, one sample."""
+    rng = np.random.default_rng(5)
+    for trial in range(3000):
+        n = int(rng.integers(1, 12)) if trial % 3 == 0 else int(rng.integers(1, 5000))
+        values = (
+            rng.exponential(5.0, n),
+            np.round(rng.normal(20.0, 3.0, n), 3),
+            rng.integers(0, 4, n).astype(np.float64),
+            rng.random(n) * 1e-3 + 1e4 * (rng.random(n) < 0.01),
+        )[trial % 4]
+        want = np.percentile(values, (0, 50, 99)).tolist()
+        assert rtt_stats(values.copy()) == want, (n, trial)
 
 
 def test_coded_strings():
