@@ -35,13 +35,16 @@ conns AS (  -- the connection id behind each key, given back to the rows at the 
     SELECT DISTINCT conn_id, hash(conn_id) AS ck FROM messages WHERE direction = 'response'
 ),
 non_tokens AS (  -- a stream's events that carry no tokens (an LLM stream's role chunk, usage...)
-    SELECT sk, "index" FROM responses WHERE NOT carries_tokens
+    -- (read from messages here and below, not from responses: a CTE read more than once
+    -- is held whole, millions of rows that spill on a long capture; these reads are filtered)
+    SELECT hash(conn_id, stream_id) AS sk, "index" FROM messages
+    WHERE direction = 'response' AND NOT (event IS NULL OR event IN ('content', 'data'))
 ),
 token_shift AS (  -- how many of those come before each token message of the same stream
     SELECT r.sk, r."index", count(*) AS before
-    FROM responses AS r
+    FROM (SELECT hash(conn_id, stream_id) AS sk, "index" FROM messages
+          WHERE direction = 'response' AND (event IS NULL OR event IN ('content', 'data'))) AS r
     JOIN non_tokens AS n ON n.sk = r.sk AND n."index" < r."index"
-    WHERE r.carries_tokens
     GROUP BY ALL
 ),
 sent AS (
@@ -123,10 +126,11 @@ open_gaps AS (  -- the gaps a blocked episode reaches into (with the test's 1 ms
     WHERE g.prev_ns IS NULL OR b.until_ns >= g.prev_ns - 1000000
 ),
 next_update AS (  -- the messages ACKed in those gaps, with the WINDOW_UPDATE that ends theirs
-    -- (a hash join by connection and second, not an as-of join of every message)
+    -- (a hash join by connection and second, not an as-of join of every message; from
+    -- sent, the same messages, so that response is read once and never held whole)
     SELECT r.ck, r.stream_id, r."index", r.acked_ns, g.wu_ns, g.wu_ts
     FROM (SELECT *, epoch_ns(acked_ts) AS acked_ns, epoch_ns(acked_ts) // 1000000000 AS sec
-          FROM response WHERE acked_ts IS NOT NULL) AS r
+          FROM sent WHERE acked_ts IS NOT NULL) AS r
     JOIN (SELECT *, unnest(range(lo_ns // 1000000000, wu_ns // 1000000000 + 1)) AS sec FROM open_gaps) AS g
       ON g.ck = r.ck AND g.sec = r.sec AND r.acked_ns > g.lo_ns AND r.acked_ns <= g.wu_ns
 ),
