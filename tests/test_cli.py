@@ -185,6 +185,70 @@ def test_piped_report_cuts_nothing(tmp_path):
         assert r["method"] in line.split() and (r["causes"] or "-") in line, line
 
 
+def _grpc_capture(paths: list[str]) -> bytes:
+    """An h2c connection to port 50051 with one unary gRPC call per path (frames and
+    HPACK blocks as a peer writes them), each answered with a message and grpc-status 0."""
+    from h2_builders import (
+        GRPC_RESPONSE,
+        PREFACE,
+        Hpack,
+        data,
+        grpc_msg,
+        grpc_request_headers,
+        headers,
+        settings,
+    )
+
+    c, s = ("10.0.0.2", 40000), ("10.0.0.1", 50051)
+    seq = {c: 101, s: 901}
+    t = [T0]
+    pkts = [
+        (T0, ether(ipv4(c[0], s[0], tcp(c[1], s[1], seq=100, flags=0x02)))),
+        (T0 + 1000, ether(ipv4(s[0], c[0], tcp(s[1], c[1], seq=900, ack=101, flags=0x12)))),
+        (T0 + 2000, ether(ipv4(c[0], s[0], tcp(c[1], s[1], seq=101, ack=901, flags=0x10)))),
+    ]
+
+    def send(src, dst, payload: bytes) -> None:
+        t[0] += 2_000_000
+        pkts.append((t[0], ether(ipv4(src[0], dst[0], tcp(src[1], dst[1], seq=seq[src], ack=seq[dst],
+                                                          flags=0x18, payload=payload)))))
+        seq[src] += len(payload)
+        t[0] += 100_000
+        pkts.append((t[0], ether(ipv4(dst[0], src[0], tcp(dst[1], src[1], seq=seq[dst], ack=seq[src], flags=0x10)))))
+
+    up, down = Hpack(), Hpack()
+    send(c, s, PREFACE + settings())
+    send(s, c, settings() + settings(ack=True))
+    for i, path in enumerate(paths):
+        sid = 1 + 2 * i
+        send(c, s, headers(sid, up.block(grpc_request_headers(path))) + data(sid, grpc_msg(b"question"), end=True))
+        send(s, c, headers(sid, down.block(GRPC_RESPONSE)) + data(sid, grpc_msg(b"answer"))
+             + headers(sid, down.block([("grpc-status", "0")]), end_stream=True))
+    return pcap(pkts)
+
+
+def test_bracketed_paths_print_as_they_are(tmp_path):
+    """Request paths come from the traffic: the terminal report prints them as they are.
+    Square brackets in them were read as rich markup: "[/v2]" raised a MarkupError (a
+    traceback instead of the report), "[b]" turned the rest bold and vanished."""
+    paths = ["/api[/v2]/Svc/Call", "/shop.Items[b]/Get"]
+    capture = tmp_path / "brackets.pcap"
+    capture.write_bytes(_grpc_capture(paths))
+    store = tmp_path / "store"
+    proc = run("analyze", str(capture), "--out", str(store), "--h2-port", "50051")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_traceback(proc)
+    sql = run("sql", "--store", str(store), "--format", "json", "SELECT DISTINCT method FROM request_metrics")
+    assert {r["method"] for r in json.loads(sql.stdout)["result"]} == set(paths), sql.stdout
+    for path in paths:
+        assert path in proc.stdout, proc.stdout
+    report = run("report", "--store", str(store))
+    assert report.returncode == 0, report.stderr
+    assert_no_traceback(report)
+    for path in paths:
+        assert path in report.stdout, report.stdout
+
+
 def test_report_says_when_kept_models_are_another_versions(tmp_path):
     """Models kept with the captures by another tailtap version (another key: their SQL
     changed) are not used: the report computes them again, gives the same answer, and

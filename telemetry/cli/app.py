@@ -16,6 +16,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from telemetry import __version__
 from telemetry.cli.analyze import run_analyze
@@ -169,7 +170,7 @@ def schema(
             raise typer.Exit(EXIT_USAGE)
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
-            console.print(f"  [bold]{col}[/bold] ({typ}): {doc}")
+            console.print(f"  [bold]{col}[/bold] ({escape(str(typ))}): {escape(doc)}")
 
 
 def _open_store(store_dir: Path):

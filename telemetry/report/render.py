@@ -16,7 +16,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 Rows = list[dict[str, Any]]
 FORMATS = ("table", "json", "markdown", "csv")
@@ -48,6 +50,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value
+
+
+def as_is(text: str) -> Text:
+    """Text shown as it is. Paths, model names and other strings from the traffic are
+    never read as rich markup: a "[/x]" in a request path raised MarkupError (a traceback
+    instead of the report) and a "[b]" vanished, turning the rest bold."""
+    return Text(text)
 
 
 def _cell(value: Any) -> str:
@@ -101,7 +110,7 @@ def print_tables(console: Console, sections: dict[str, Rows | str], title: str |
         console.rule(f"[bold]{title}")
     for name, rows in sections.items():
         if isinstance(rows, str):
-            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {rows}")
+            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {escape(rows)}")
             continue
         table = Table(title=name.replace("_", " "), title_justify="left", show_lines=False)
         if not rows:
@@ -110,7 +119,7 @@ def print_tables(console: Console, sections: dict[str, Rows | str], title: str |
         for col in rows[0]:
             table.add_column(col, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(v) for v in row.values()))
+            table.add_row(*(as_is(_cell(v)) for v in row.values()))
         console.print(table)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from telemetry.models.db import Analysis, connect
 from telemetry.report import render
@@ -162,6 +163,11 @@ def _num(v) -> str:
     return str(v)
 
 
+def _add(t, *cells) -> None:
+    """A table row whose text cells are shown as they are (render.as_is)."""
+    t.add_row(*(render.as_is(c) if isinstance(c, str) else c for c in cells))
+
+
 def _table(*headers: str, title: str | None = None):
     from rich import box
     from rich.table import Table
@@ -190,24 +196,24 @@ def print_analyze(console: Console, s: dict) -> None:
             f"{c['out_of_order']} out-of-order, {c['zero_windows']} zero windows"
         )
     for m in s["methods"]:
-        console.print(f"\n[bold]{m['method']}[/bold]  {m['requests']} requests, {m['errors']} errors"
+        console.print(f"\n[bold]{escape(m['method'])}[/bold]  {m['requests']} requests, {m['errors']} errors"
                       + (f", {m['headers_unknown']} with HPACK context missing" if m["headers_unknown"] else "")
                       + (f", {m['estimated']} estimated from TLS records (no keys)" if m.get("estimated") else ""))
         t = _table("", "p50", "p90", "p99", "max")
         for label, key in (("latency ms", "latency"), ("TTFT ms", "ttft"), ("token gap ms", "gap")):
-            t.add_row(label, *(_num(m.get(f"{key}_{q}_ms")) for q in ("p50", "p90", "p99", "max")))
+            _add(t, label, *(_num(m.get(f"{key}_{q}_ms")) for q in ("p50", "p90", "p99", "max")))
         console.print(t)
     if s["errors"]:
         t = _table("method", "grpc-status", "http", "reset", "requests", title="\n[bold]errors[/bold]")
         for e in s["errors"]:
-            t.add_row(e["method"], f"{_num(e['grpc_status'])} {e['grpc_status_name'] or ''}".strip(), _num(e["http_status"]), _num(e["reset_code"]), str(e["requests"]))
+            _add(t, e["method"], f"{_num(e['grpc_status'])} {e['grpc_status_name'] or ''}".strip(), _num(e["http_status"]), _num(e["reset_code"]), str(e["requests"]))
         console.print(t)
     if s["slowest_requests"]:
         t = _table("request", "method", "latency ms", "TTFT ms", "max gap ms", "msgs", "status",
                    title="\n[bold]slowest requests[/bold] (tailtap explain --request ...)")
         for r in s["slowest_requests"]:
             status = f"grpc {r['grpc_status']}" if r["grpc_status"] is not None else f"http {_num(r['http_status'])}"
-            t.add_row(f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
+            _add(t, f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
                       _num(r["max_gap_ms"]), _num(r["response_messages"]), status)
         console.print(t)
 
@@ -218,17 +224,17 @@ def print_report(console: Console, s: dict) -> None:
     spiked = {str(sp["window_start"]) for sp in s["spikes"]}
     for w in s["timeline"]:
         mark = " *" if str(w["window_start"]) in spiked else ""
-        t.add_row(f"{w['window_start']:%H:%M:%S}{mark}", str(w["requests"]), *(_num(w[k]) for k in (
+        _add(t, f"{w['window_start']:%H:%M:%S}{mark}", str(w["requests"]), *(_num(w[k]) for k in (
             "latency_p50_ms", "latency_p99_ms", "latency_p999_ms", "ttft_p50_ms", "ttft_p99_ms", "gap_p50_ms", "gap_p99_ms")))
     console.print(t)
     for b in s.get("baselines", []):
         if not b["judged"]:
-            console.print(f"[yellow]{b['method']}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
+            console.print(f"[yellow]{escape(b['method'])}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
                           "to judge it by its own p99 (SLOs and throttling still apply)")
-    console.print(f"[bold]verdict[/bold]: {s['verdict']}")
+    console.print(f"[bold]verdict[/bold]: {escape(s['verdict'])}")
     for sp in s["spikes"]:
-        console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {', '.join(sp['spiked_metrics'])} "
-                      f"of {', '.join(sp['spiked_methods'])} ({sp['method']}: latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
+        console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {escape(', '.join(sp['spiked_metrics']))} "
+                      f"of {escape(', '.join(sp['spiked_methods']))} ({escape(sp['method'])}: latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
                       f"TTFT p99 {_num(sp['ttft_p99_ms'])} vs {_num(sp['ttft_baseline_p99_ms'])}, "
                       f"gap p99 {_num(sp['gap_p99_ms'])} vs {_num(sp['gap_baseline_p99_ms'])} ms baseline)")
         t = _table("cause", "slow reqs", "share", "delay ms", "where")
@@ -236,7 +242,7 @@ def print_report(console: Console, s: dict) -> None:
             if a["window_id"] != sp["window_id"]:
                 continue
             label = a["cause"] + (f" ({a['kind']})" if a["kind"] else "")
-            t.add_row(label, str(a["slow_requests"]), f"{a['request_share']:.0%}", _num(a["delay_ms"]),
+            _add(t, label, str(a["slow_requests"]), f"{a['request_share']:.0%}", _num(a["delay_ms"]),
                       f"conns {a['top_connections']}; clients {a['top_clients']}"
                       + (f"; {a['top_directions']}" if a.get("top_directions") else ""))
         console.print(t)
@@ -244,27 +250,27 @@ def print_report(console: Console, s: dict) -> None:
         t = _table("request", "method", "latency", "TTFT", "gap", "slow on", "causes",
                    title="\n[bold]slowest requests[/bold] (ms)")
         for r in s["slowest_requests"]:
-            t.add_row(f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
+            _add(t, f"{r['conn_id']}:{r['stream_id']}", r["method"], _num(r["latency_ms"]), _num(r["ttft_ms"]),
                       _num(r["max_gap_ms"]), r["slow_on"], r["causes"] or "-")
         console.print(t)
 
 
 def print_explain(console: Console, s: dict) -> None:
     (r,) = s["request"]
-    console.print(f"[bold]{r['conn_id']}:{r['stream_id']}[/bold] {r['method']} ({r['kind']}) "
+    console.print(f"[bold]{r['conn_id']}:{r['stream_id']}[/bold] {escape(r['method'])} ({r['kind']}) "
                   f"{r['client_addr']} -> {r['server_addr']}: latency {_num(r['latency_ms'])} ms, TTFT {_num(r['ttft_ms'])} ms, "
                   f"largest gap {_num(r['max_gap_ms'])} ms, {r['response_messages']} messages"
                   + (" (client-side estimates)" if r["client_side_estimated"] else " (at the capture point)"))
     t = _table("+ms", "layer", "event", "detail", title="\n[bold]timeline[/bold]")
     for e in s["timeline"]:
-        t.add_row(_num(e["t_ms"]), e["layer"], e["event"], e["detail"] or "")
+        _add(t, _num(e["t_ms"]), e["layer"], e["event"], e["detail"] or "")
     console.print(t)
     if isinstance(s["causes"], str):
-        console.print(f"[bold]causes[/bold]: {s['causes']}")
+        console.print(f"[bold]causes[/bold]: {escape(s['causes'])}")
     else:
         t = _table("cause", "delay ms", "evidence", title="\n[bold]causes[/bold]")
         for c in s["causes"]:
-            t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else "") + (f", {c['direction']}" if c.get("direction") else ""),
+            _add(t, c["cause"] + (f" ({c['kind']})" if c["kind"] else "") + (f", {c['direction']}" if c.get("direction") else ""),
                       _num(c["delay_ms"]), c["evidence"])
         console.print(t)
     for d in s["decomposition"]:
@@ -277,24 +283,24 @@ def print_explain(console: Console, s: dict) -> None:
 
 def print_compare(console: Console, s: dict) -> None:
     """`tailtap compare` in the terminal: one block per method, then causes and network."""
-    console.print(f"[bold]{s['summary']}[/bold]")
+    console.print(f"[bold]{escape(s['summary'])}[/bold]")
     t = _table("method", "metric", "p50 a", "p50 b", "p99 a", "p99 b", "p99 change", title="per method (ms; requests a / b)")
     for m in s["methods"]:
         for i, (metric, label) in enumerate((("latency", "latency"), ("ttft", "TTFT"), ("gap", "token gap"))):
             change = m.get(f"{metric}_p99_change")
-            t.add_row(f"{m['method']} ({m['requests_a']} / {m['requests_b']})" if i == 0 else "", label,
+            _add(t, f"{m['method']} ({m['requests_a']} / {m['requests_b']})" if i == 0 else "", label,
                       _num(m.get(f"{metric}_p50_a")), _num(m.get(f"{metric}_p50_b")),
                       _num(m.get(f"{metric}_p99_a")), _num(m.get(f"{metric}_p99_b")),
                       "-" if change is None else f"{change:+.0%}")  # fmt: skip
     console.print(t)
     t = _table("cause", "slow a", "slow b", "share a", "share b", "delay ms a", "delay ms b", title="slow requests by cause")
     for c in s["causes"]:
-        t.add_row(c["cause"] + (f" ({c['kind']})" if c["kind"] else ""), str(c["slow_requests_a"]), str(c["slow_requests_b"]),
+        _add(t, c["cause"] + (f" ({c['kind']})" if c["kind"] else ""), str(c["slow_requests_a"]), str(c["slow_requests_b"]),
                   f"{c['share_a'] or 0:.0%}", f"{c['share_b'] or 0:.0%}", _num(c["delay_ms_a"]), _num(c["delay_ms_b"]))  # fmt: skip
     console.print(t)
     t = _table("period", "requests", "retx / 1k", "lost / 1k", "ooo / 1k", "win stalls / 1k", "RTT p50 client side", "RTT p50 server side",
                title="network")  # fmt: skip
     for n in s["network"]:
-        t.add_row(n["period"], str(n["requests"]), *(_num(n[k]) for k in ("retransmissions_per_1k", "lost_segments_per_1k",
+        _add(t, n["period"], str(n["requests"]), *(_num(n[k]) for k in ("retransmissions_per_1k", "lost_segments_per_1k",
                   "out_of_order_per_1k", "window_stalls_per_1k", "rtt_p50_ms_client_side", "rtt_p50_ms_server_side")))  # fmt: skip
     console.print(t)
