@@ -133,6 +133,13 @@ def test_analyze_report_json_rerun_and_gzip(tmp_path):
 def test_bad_sql_and_missing_store(tmp_path):
     proc = run("sql", "--store", str(tmp_path / "nope"), "SELECT 1")
     assert proc.returncode == 3 and "no store" in proc.stderr
+    # every verb that reads a store: exit code 3 and the one line (the report verbs said
+    # "error: 3" after it and exited 1: their query-error handler caught the exit itself)
+    for verb in (["report"], ["explain", "--request", "C1:1"], ["compare", "--a", "1h", "--b", "2h"]):
+        proc = run(verb[0], "--store", str(tmp_path / "nope"), *verb[1:])
+        assert proc.returncode == 3, (verb, proc.returncode, proc.stderr)
+        assert "no store" in proc.stderr and "error: 3" not in proc.stderr, proc.stderr
+        assert_no_traceback(proc)
     (tmp_path / "s" / "requests").mkdir(parents=True)
     proc = run("sql", "--store", str(tmp_path / "s"), "SELEC nonsense")
     assert proc.returncode == 1

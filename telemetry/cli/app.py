@@ -106,7 +106,7 @@ def analyze(
             con = _connect(store, params)
             write_report_html(store, params, report_sections(store, params, con), html_out, con)
         except (RuntimeError, OSError) as exc:
-            err.print(f"[red]error:[/red] cannot write {html_out}: {exc}".splitlines()[0])
+            err.print("[red]error:[/red] " + escape(f"cannot write {html_out}: {exc}".splitlines()[0]))
             code = code or EXIT_INPUT
     if code:
         raise typer.Exit(code)
@@ -152,7 +152,7 @@ def _shell(con) -> None:
             try:
                 render.print_tables(console, {"result": render.rows_of(con, buf.strip().rstrip(";"))})
             except Exception as exc:
-                err.print(f"[red]error:[/red] {str(exc).splitlines()[0]}")
+                err.print("[red]error:[/red] " + escape(str(exc).splitlines()[0]))
             buf = ""
 
 
@@ -166,7 +166,7 @@ def schema(
     names = [table] if table else list(TABLES)
     for name in names:
         if name not in TABLES:
-            err.print(f"[red]error:[/red] unknown table {name!r}; tables: {', '.join(TABLES)}")
+            err.print("[red]error:[/red] " + escape(f"unknown table {name!r}; tables: {', '.join(TABLES)}"))
             raise typer.Exit(EXIT_USAGE)
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
@@ -177,7 +177,7 @@ def _open_store(store_dir: Path):
     from telemetry.store.layout import StoreLayout
 
     if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
-        err.print(f"[red]error:[/red] {store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+        err.print("[red]error:[/red] " + escape(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)"))
         raise typer.Exit(EXIT_STORE)
     return StoreLayout(store_dir)
 
@@ -188,11 +188,13 @@ def _user_errors(html_out: Path | None, *not_found: type[Exception]) -> Iterator
     cannot be written: one line and exit code 1, never a traceback."""
     try:
         yield
+    except typer.Exit:  # (click's Exit is a RuntimeError: an exit code chosen inside stays)
+        raise
     except (RuntimeError, *not_found) as exc:
-        err.print(f"[red]error:[/red] {exc}".splitlines()[0])
+        err.print("[red]error:[/red] " + escape(f"{exc}".splitlines()[0]))
         raise typer.Exit(EXIT_INPUT) from None
     except OSError as exc:
-        err.print(f"[red]error:[/red] cannot write {html_out}: {exc.strerror or exc}")
+        err.print("[red]error:[/red] " + escape(f"cannot write {html_out}: {exc.strerror or exc}"))
         raise typer.Exit(EXIT_INPUT) from None
 
 
@@ -254,7 +256,7 @@ def write_report_html(store, params: dict, sections: dict, out: Path, con) -> No
 
     page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
     out.write_text(page, encoding="utf-8")
-    err.print(f"wrote {out}")
+    err.print(escape(f"wrote {out}"))
 
 
 @app.command()
@@ -282,7 +284,7 @@ def explain(
             from telemetry.report.html import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
-            err.print(f"wrote {html_out}")
+            err.print(escape(f"wrote {html_out}"))
     _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_explain
@@ -325,7 +327,7 @@ def compare(
             from telemetry.report.html import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
-            err.print(f"wrote {html_out}")
+            err.print(escape(f"wrote {html_out}"))
     _note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_compare
@@ -364,7 +366,7 @@ def dashboards_export(
     from telemetry.dashboards.grafana import export
 
     for path in export(folder):
-        console.print(f"wrote {path}")
+        console.print(escape(f"wrote {path}"))
 
 
 @dashboards_app.command("db")
@@ -379,7 +381,7 @@ def dashboards_db(
 
     params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
     path = export_database(_open_store(store_dir), out, params)
-    console.print(f"wrote {path}: point the motherduck-duckdb-datasource (uid tailtap) at it")
+    console.print(escape(f"wrote {path}: point the motherduck-duckdb-datasource (uid tailtap) at it"))
 
 
 @dashboards_app.command("push")
@@ -394,10 +396,10 @@ def dashboards_push(
     try:
         urls = push(url, token, folder_uid)
     except Exception as exc:  # network and HTTP errors: one line, no traceback
-        err.print(f"[red]error:[/red] pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        err.print("[red]error:[/red] " + escape(f"pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
         raise typer.Exit(EXIT_INPUT) from None
     for u in urls:
-        console.print(f"pushed {u}")
+        console.print(escape(f"pushed {u}"))
 
 
 def _mount_optional() -> None:
