@@ -49,6 +49,11 @@ def test_missing_empty_and_not_a_capture(tmp_path):
         assert proc.returncode == 1, proc.stderr
         assert_no_traceback(proc)
         assert str(path.name) in proc.stderr and words in proc.stderr
+    # with --html too: the ingest's exit code and its line, then why there is no page
+    proc = run("analyze", str(text), "--out", str(tmp_path / "store"), "--html", str(tmp_path / "r.html"))
+    assert proc.returncode == 1, proc.stderr
+    assert_no_traceback(proc)
+    assert "notes.pcap" in proc.stderr and "no store" in proc.stderr and ": 3" not in proc.stderr, proc.stderr
 
 
 def _h2_garbage_capture() -> bytes:

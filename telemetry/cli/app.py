@@ -105,6 +105,8 @@ def analyze(
             store = _open_store(out)
             con = _connect(store, params)
             write_report_html(store, params, report_sections(store, params, con), html_out, con)
+        except typer.Exit as exc:  # no store to draw from (it said so): before RuntimeError, its base
+            code = code or exc.exit_code
         except (RuntimeError, OSError) as exc:
             err.print("[red]error:[/red] " + escape(f"cannot write {html_out}: {exc}".splitlines()[0]))
             code = code or EXIT_INPUT
