@@ -172,7 +172,7 @@ def schema(
             raise typer.Exit(EXIT_USAGE)
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
-            console.print(f"  [bold]{col}[/bold] ({escape(str(typ))}): {escape(doc)}")
+            console.print(f"  [bold]{col}[/bold] ({escape(str(typ))}): {escape(str(doc))}")
 
 
 def _open_store(store_dir: Path):
