@@ -1,4 +1,5 @@
-"""The Parquet store: Hive-partitioned (date=/hour=), zstd, idempotent, atomic.
+"""The Parquet store: Hive-partitioned (date=/hour=), zstd (a column the schema marks
+incompressible is stored plain), idempotent, atomic.
 
 Its folders are telemetry.store.layout's (``StoreLayout``; ``Store`` adds the writer). The store knows
 tables and their schemas (telemetry.store.schema), nothing of protocols.
@@ -28,7 +29,7 @@ import pyarrow.parquet as pq
 from telemetry.store.layout import MODELS as MODELS
 from telemetry.store.layout import STAGING, StoreLayout
 from telemetry.store.layout import StoreError as StoreError
-from telemetry.store.schema import PARTITION_FALLBACK, PARTITION_TIME, TABLES
+from telemetry.store.schema import COLUMNS, PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
 NS_PER_HOUR = 3_600_000_000_000
 WRITE_THREADS = 2  # threads that encode Parquet (tables spread over them), all busy at the commit
@@ -74,6 +75,10 @@ def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
         ts[missing] = alt[missing]
     ts[np.isnan(ts)] = 0  # no time at all: epoch partition, still stored, never dropped
     return (ts // NS_PER_HOUR).astype(np.int64)
+
+
+# each table's columns: zstd, or none where the schema says zstd barely shrinks them
+_COMPRESSION = {table: {c.name: "zstd" if c.compress else "none" for c in cols} for table, cols in COLUMNS.items()}
 
 
 def _partition_path(hour_bucket: int) -> str:
@@ -237,7 +242,7 @@ class CaptureWriter:
             # dictionary-encode the text columns only (ids, kinds, directions): trying it on
             # times and counters costs most of the write and makes the files bigger
             text = [f.name for f in schema if pa.types.is_string(f.type)]
-            out = pq.ParquetWriter(path, schema, compression="zstd", use_dictionary=text)
+            out = pq.ParquetWriter(path, schema, compression=_COMPRESSION[table], use_dictionary=text)
             self._files[(table, bucket)] = out
         return out
 
