@@ -11,9 +11,10 @@ two looked at 6.4 and 6.6 s late).
 
 The send log (``segment_sends``) is the one table left out: it keeps the last two batches
 for the lookback of a loss gate (bounded memory), so its rows at a gate's edges follow the
-batches (telemetry/ingest/sendlog.py). They do not follow the TCP layer's bulk runs: a run
-ends before the packet on which a retransmission's verdict (which opens the gate) falls,
-so the verdict falls there as it does packet by packet.
+batches (telemetry/ingest/sendlog.py). They do not follow the TCP layer's bulk runs: a
+retransmission's verdict (which opens the gate) falls on the packet it falls on packet by
+packet, given there by the C run itself or by the per-packet path after a numpy run that
+ended before it.
 """
 
 from __future__ import annotations

@@ -134,8 +134,7 @@ class BulkPath:
         on the packets the per-packet path gives them, and runs on: its limit is the
         window's end, or a packet earlier in time than the one before it while a
         retransmission waits (however close)."""
-        c, s = conn.dirs
-        if _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS:
+        if _c_runs(conn):
             kw = self._fast_c(conn, window, b, swap, out, at, min_rows)
             if kw is not None:
                 return kw
@@ -157,7 +156,7 @@ class BulkPath:
         """May a bulk run start at a packet at ``ts`` of this (ready) connection? The C run
         gives the verdicts on retransmissions itself; the numpy one can only start before
         the earliest time one can fall."""
-        if _speedups is not None:
+        if _c_runs(conn):
             return True
         due = verdict_due(conn)
         return due is None or ts <= due
@@ -694,6 +693,13 @@ def _ipid_steps(D, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     delta = (mine - prev) & 0xFFFF
     good = valid & (delta > 0) & (delta <= 64)
     return valid, good, good & (delta >= 2)
+
+
+def _c_runs(conn: Conn) -> bool:
+    """Do this connection's bulk runs go through ``_speedups.fast_run`` (built, and window
+    scales it takes)? Else the numpy run."""
+    c, s = conn.dirs
+    return _speedups is not None and c.ws <= _MAX_WS and s.ws <= _MAX_WS
 
 
 def _before_verdict(conn: Conn, window: np.ndarray, b) -> int:
