@@ -42,6 +42,12 @@ app = typer.Typer(
 console = output_console()
 err = Console(stderr=True)
 
+
+def _error_line(text: str) -> None:
+    """One error line on standard error; the text (paths, messages) shown as it is."""
+    err.print("[red]error:[/red] " + escape(text))
+
+
 T = TypeVar("T")
 
 
@@ -108,7 +114,7 @@ def analyze(
         except typer.Exit as exc:  # no store to draw from (it said so): before RuntimeError, its base
             code = code or exc.exit_code
         except (RuntimeError, OSError) as exc:
-            err.print("[red]error:[/red] " + escape(f"cannot write {html_out}: {exc}".splitlines()[0]))
+            _error_line(f"cannot write {html_out}: {exc}".splitlines()[0])
             code = code or EXIT_INPUT
     if code:
         raise typer.Exit(code)
@@ -154,7 +160,7 @@ def _shell(con) -> None:
             try:
                 render.print_tables(console, {"result": render.rows_of(con, buf.strip().rstrip(";"))})
             except Exception as exc:
-                err.print("[red]error:[/red] " + escape(str(exc).splitlines()[0]))
+                _error_line(str(exc).splitlines()[0])
             buf = ""
 
 
@@ -168,7 +174,7 @@ def schema(
     names = [table] if table else list(TABLES)
     for name in names:
         if name not in TABLES:
-            err.print("[red]error:[/red] " + escape(f"unknown table {name!r}; tables: {', '.join(TABLES)}"))
+            _error_line(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
             raise typer.Exit(EXIT_USAGE)
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
@@ -179,7 +185,7 @@ def _open_store(store_dir: Path):
     from telemetry.store.layout import StoreLayout
 
     if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
-        err.print("[red]error:[/red] " + escape(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)"))
+        _error_line(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
         raise typer.Exit(EXIT_STORE)
     return StoreLayout(store_dir)
 
@@ -193,10 +199,10 @@ def _user_errors(html_out: Path | None, *not_found: type[Exception]) -> Iterator
     except typer.Exit:  # (click's Exit is a RuntimeError: an exit code chosen inside stays)
         raise
     except (RuntimeError, *not_found) as exc:
-        err.print("[red]error:[/red] " + escape(f"{exc}".splitlines()[0]))
+        _error_line(f"{exc}".splitlines()[0])
         raise typer.Exit(EXIT_INPUT) from None
     except OSError as exc:
-        err.print("[red]error:[/red] " + escape(f"cannot write {html_out}: {exc.strerror or exc}"))
+        _error_line(f"cannot write {html_out}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_INPUT) from None
 
 
@@ -398,7 +404,7 @@ def dashboards_push(
     try:
         urls = push(url, token, folder_uid)
     except Exception as exc:  # network and HTTP errors: one line, no traceback
-        err.print("[red]error:[/red] " + escape(f"pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"))
+        _error_line(f"pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         raise typer.Exit(EXIT_INPUT) from None
     for u in urls:
         console.print(escape(f"pushed {u}"))

@@ -59,6 +59,11 @@ def as_is(text: str) -> Text:
     return Text(text)
 
 
+def escaped(value: object) -> str:
+    """A value put into a marked-up line, shown as it is (as :func:`as_is`; None as None)."""
+    return escape(str(value))
+
+
 def _cell(value: Any) -> str:
     value = _plain(value)
     if value is None:
@@ -110,7 +115,7 @@ def print_tables(console: Console, sections: dict[str, Rows | str], title: str |
         console.rule(f"[bold]{title}")
     for name, rows in sections.items():
         if isinstance(rows, str):
-            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {escape(rows)}")
+            console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {escaped(rows)}")
             continue
         table = Table(title=name.replace("_", " "), title_justify="left", show_lines=False)
         if not rows:

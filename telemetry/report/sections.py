@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from rich.console import Console
-from rich.markup import escape as _escape
 
 from telemetry.models.db import Analysis, connect
 from telemetry.report import render
@@ -163,11 +162,6 @@ def _num(v) -> str:
     return str(v)
 
 
-def _esc(value: object) -> str:
-    """A value from the traffic put into a marked-up line, as it is (None as None)."""
-    return _escape(str(value))
-
-
 def _add(t, *cells) -> None:
     """A table row whose text cells are shown as they are (render.as_is)."""
     t.add_row(*(render.as_is(c) if isinstance(c, str) else c for c in cells))
@@ -201,7 +195,7 @@ def print_analyze(console: Console, s: dict) -> None:
             f"{c['out_of_order']} out-of-order, {c['zero_windows']} zero windows"
         )
     for m in s["methods"]:
-        console.print(f"\n[bold]{_esc(m['method'])}[/bold]  {m['requests']} requests, {m['errors']} errors"
+        console.print(f"\n[bold]{render.escaped(m['method'])}[/bold]  {m['requests']} requests, {m['errors']} errors"
                       + (f", {m['headers_unknown']} with HPACK context missing" if m["headers_unknown"] else "")
                       + (f", {m['estimated']} estimated from TLS records (no keys)" if m.get("estimated") else ""))
         t = _table("", "p50", "p90", "p99", "max")
@@ -234,12 +228,12 @@ def print_report(console: Console, s: dict) -> None:
     console.print(t)
     for b in s.get("baselines", []):
         if not b["judged"]:
-            console.print(f"[yellow]{_esc(b['method'])}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
+            console.print(f"[yellow]{render.escaped(b['method'])}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
                           "to judge it by its own p99 (SLOs and throttling still apply)")
-    console.print(f"[bold]verdict[/bold]: {_esc(s['verdict'])}")
+    console.print(f"[bold]verdict[/bold]: {render.escaped(s['verdict'])}")
     for sp in s["spikes"]:
-        console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {_esc(', '.join(sp['spiked_metrics']))} "
-                      f"of {_esc(', '.join(sp['spiked_methods']))} ({_esc(sp['method'])}: latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
+        console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {render.escaped(', '.join(sp['spiked_metrics']))} "
+                      f"of {render.escaped(', '.join(sp['spiked_methods']))} ({render.escaped(sp['method'])}: latency p99 {_num(sp['latency_p99_ms'])} vs {_num(sp['latency_baseline_p99_ms'])}, "
                       f"TTFT p99 {_num(sp['ttft_p99_ms'])} vs {_num(sp['ttft_baseline_p99_ms'])}, "
                       f"gap p99 {_num(sp['gap_p99_ms'])} vs {_num(sp['gap_baseline_p99_ms'])} ms baseline)")
         t = _table("cause", "slow reqs", "share", "delay ms", "where")
@@ -262,7 +256,7 @@ def print_report(console: Console, s: dict) -> None:
 
 def print_explain(console: Console, s: dict) -> None:
     (r,) = s["request"]
-    console.print(f"[bold]{r['conn_id']}:{r['stream_id']}[/bold] {_esc(r['method'])} ({r['kind']}) "
+    console.print(f"[bold]{r['conn_id']}:{r['stream_id']}[/bold] {render.escaped(r['method'])} ({r['kind']}) "
                   f"{r['client_addr']} -> {r['server_addr']}: latency {_num(r['latency_ms'])} ms, TTFT {_num(r['ttft_ms'])} ms, "
                   f"largest gap {_num(r['max_gap_ms'])} ms, {r['response_messages']} messages"
                   + (" (client-side estimates)" if r["client_side_estimated"] else " (at the capture point)"))
@@ -271,7 +265,7 @@ def print_explain(console: Console, s: dict) -> None:
         _add(t, _num(e["t_ms"]), e["layer"], e["event"], e["detail"] or "")
     console.print(t)
     if isinstance(s["causes"], str):
-        console.print(f"[bold]causes[/bold]: {_esc(s['causes'])}")
+        console.print(f"[bold]causes[/bold]: {render.escaped(s['causes'])}")
     else:
         t = _table("cause", "delay ms", "evidence", title="\n[bold]causes[/bold]")
         for c in s["causes"]:
@@ -288,7 +282,7 @@ def print_explain(console: Console, s: dict) -> None:
 
 def print_compare(console: Console, s: dict) -> None:
     """`tailtap compare` in the terminal: one block per method, then causes and network."""
-    console.print(f"[bold]{_esc(s['summary'])}[/bold]")
+    console.print(f"[bold]{render.escaped(s['summary'])}[/bold]")
     t = _table("method", "metric", "p50 a", "p50 b", "p99 a", "p99 b", "p99 change", title="per method (ms; requests a / b)")
     for m in s["methods"]:
         for i, (metric, label) in enumerate((("latency", "latency"), ("ttft", "TTFT"), ("gap", "token gap"))):
