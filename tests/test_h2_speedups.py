@@ -325,6 +325,56 @@ def test_long_streaks_same_as_chunk_by_chunk(monkeypatch, window, seed):
     _assert_same_whole(_streaks(window, seed), monkeypatch)
 
 
+def _interleaved(streams: int, window: int, seed: int) -> list[PayloadChunk]:
+    """Many concurrent server streams whose DATA frames alternate at random, written
+    together as real servers coalesce them (one to four frames of any streams a chunk):
+    more streams than C keeps streaks for, windows that run out, a stream ending
+    mid-stretch and another opening, a client stream's frames in between."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: window}), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    live = []
+    for k in range(streams):
+        sid = 1 + 2 * k
+        t += 0.01
+        cv.send(0, headers(sid, hc.block(grpc_request_headers())) + data(sid, grpc_msg(b"q" * 9), end=True), t)
+        cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.001)
+        live.append(sid)
+    next_sid = 1 + 2 * streams
+    for k in range(600):
+        t += 0.003
+        frames = b""
+        for _ in range(rnd.choice((1, 1, 2, 3, 4))):
+            sid = rnd.choice(live)
+            body = b"tok%05d" % k if k % 11 else b""
+            if rnd.random() < 0.01 and len(live) > 2:  # a stream ends: its trailers
+                live.remove(sid)
+                frames += data(sid, grpc_msg(body), end=False)
+                frames += headers(sid, hs.block([("grpc-status", "0")]), end_stream=True)
+                continue
+            frames += data(sid, grpc_msg(body, compressed=k % 17 == 0))
+        cv.send(1, frames, t)
+        if k % 60 == 59:  # the client: a window update and a new request
+            updates = window_update(0, 8000) + b"".join(window_update(s, 3000) for s in live)
+            cv.send(0, updates + headers(next_sid, hc.block(grpc_request_headers())) +
+                    data(next_sid, grpc_msg(b"r" * 5), end=True), t + 0.001)
+            cv.send(1, headers(next_sid, hs.block(GRPC_RESPONSE)), t + 0.002)
+            live.append(next_sid)
+            next_sid += 2
+    for sid in live:
+        cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+    return cv.chunks
+
+
+@pytest.mark.parametrize(("streams", "window"), [(3, 65535), (24, 65535), (24, 900), (40, 300)])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_interleaved_streams_same_as_chunk_by_chunk(monkeypatch, streams, window, seed):
+    _assert_same_whole(_interleaved(streams, window, seed), monkeypatch)
+
+
 def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):
     from gen_grpc_capture import write_capture
 

@@ -808,26 +808,52 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     return r;
 }
 
-/* A streak: consecutive fast rows of one stream and direction within a run. After
- * try_fast_raw handled a row, the values every later fast row of the same stream and
- * direction changes (offsets, counters, last times, flow-control windows) are kept in C
- * and written back to the Python objects once, when the streak ends (another stream or
- * direction, a row the fast case does not take, the end of the run): no Python code runs
- * in between, so nothing can observe the intermediate values. What the fast case checks
- * and does not change (D.plain, the splitter's state, the stream's presence, flow-control
- * knowledge and blocks) stays valid for the whole streak. */
-typedef struct {
+/* Streaks: fast DATA frames of a run kept in C. After try_fast_raw handled a DATA frame of
+ * (direction d, stream sid), the values each later fast frame of that stream and direction
+ * changes are kept in C and written back to the Python objects once, when the streak
+ * ends: per stream (message index, counters, last times and offset, its flow-control
+ * window; a streak_t), and per direction what all its frames share (the direction's
+ * offset and frame count, the connection's flow-control window; a lane_t). Concurrent
+ * requests interleave their streams' frames, and one write often carries frames of
+ * several streams: a streak per (d, sid), up to STREAKS at once, so each stream's frames
+ * stay in C however they alternate.
+ * Everything is written back before any other code reads the objects: the lanes before
+ * try_fast_raw or try_headers, a stream's streaks before those run on the same stream
+ * (they read and end it), all of it before Python code runs and at the end of the run.
+ * No Python code runs while a streak is active, so nothing can observe the values in
+ * between; what the fast case checks and does not change (D.plain, the splitter's state,
+ * the stream's presence, flow-control knowledge and blocks) stays valid meanwhile: only
+ * Python code or a frame of that stream (which ends its streak first) changes them. */
+#define STREAKS 16
+
+typedef struct { /* a direction's shared values while its streaks run */
+    int active, dirty;
+    PyObject *D, *fs; /* borrowed: held by conn.dirs / conn.flows */
+    long long base, dframes;
+    int max_known;
+    long long max_len;
+    int known, blocked_conn;
+    long long fs_conn;
+} lane_t;
+
+typedef struct { /* one stream's values in one direction */
     int active, dirty;
     long long d;
     unsigned long sid;
-    PyObject *D, *st, *fs; /* borrowed: held by conn.dirs / conn.streams / conn.flows */
-    PyObject *lists[S_N];
-    long long base, dframes, idx, data_frames, data_bytes, last_ts, last_off;
-    int max_known;
-    long long max_len;
-    int known, has_w, blocked_conn, blocked_sid;
-    long long fs_conn, w;
+    PyObject *sid_obj, *st; /* owned */
+    PyObject *fs;           /* borrowed: the direction's FlowState (conn.flows holds it) */
+    PyObject *lists[S_N];   /* borrowed: st's pair lists */
+    long long idx, data_frames, data_bytes, last_ts, last_off;
+    int known, has_w, blocked_sid;
+    long long w;
+    unsigned long long used; /* when its last frame came (the least recent one makes room) */
 } streak_t;
+
+typedef struct {
+    lane_t lane[2];
+    streak_t k[STREAKS];
+    unsigned long long clock;
+} streaks_t;
 
 static inline int list_ll(PyObject *list, Py_ssize_t i, long long *out) {
     PyObject *v = PyList_GET_ITEM(list, i);
@@ -841,61 +867,180 @@ static inline int list_ll(PyObject *list, Py_ssize_t i, long long *out) {
     return 0;
 }
 
-/* Start a streak after try_fast_raw handled a row of (d, sid); inactive when any value
- * is not what the fast case expects (the rows then go through try_fast_raw one by one). */
-static void streak_start(streak_t *k, ctx_t *ctx, long long d, unsigned long sid) {
-    k->active = 0;
-    k->dirty = 0;
-    PyObject *dirs = ctx->dirs, *streams = ctx->streams, *flows = ctx->flows;
-    if (dirs == NULL || streams == NULL || flows == NULL || ctx->sid_obj == NULL) return;
-    PyObject *D = PyTuple_GET_ITEM(dirs, d);
-    PyObject *st = PyDict_GetItemWithError(streams, ctx->sid_obj);
-    if (st == NULL) { PyErr_Clear(); return; }
-    PyObject *fs = PyTuple_GET_ITEM(flows, d);
-    for (int i = 0; i < S_N; i++) {
-        if ((k->lists[i] = pair_slot(st, i)) == NULL) return;
-    }
-    if (slot_ll(D, d_off[D_BASE], &k->base) < 0 || slot_ll(D, d_off[D_FRAMES], &k->dframes) < 0) return;
+/* Load direction d's shared values from the objects: 1 loaded, 0 not the fast case. */
+static int lane_load(lane_t *L, ctx_t *ctx, PyObject *conn, long long d) {
+    L->active = L->dirty = 0;
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0 || ctx_get(conn, s_flows, &ctx->flows) < 0) return 0;
+    PyObject *dirs = ctx->dirs, *flows = ctx->flows;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d), *fs = PyTuple_GET_ITEM(flows, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || Py_TYPE(fs) != flow_type) return 0;
+    if (slot_ll(D, d_off[D_BASE], &L->base) < 0 || slot_ll(D, d_off[D_FRAMES], &L->dframes) < 0) return 0;
     PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
-    k->max_known = max_known == Py_True;
-    if (k->max_known && slot_ll(D, d_off[D_MAX_LEN], &k->max_len) < 0) return;
+    if (max_known != Py_True && max_known != Py_False) return 0;
+    L->max_known = max_known == Py_True;
+    if (L->max_known && slot_ll(D, d_off[D_MAX_LEN], &L->max_len) < 0) return 0;
+    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
+    if (known != Py_True && known != Py_False) return 0;
+    L->known = known == Py_True;
+    if (L->known) {
+        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]), *fs_streams = SLOT(fs, f_off[F_STREAMS]);
+        if (blocked == NULL || !PyDict_CheckExact(blocked) || fs_streams == NULL || !PyDict_CheckExact(fs_streams))
+            return 0;
+        if (slot_ll(fs, f_off[F_CONN], &L->fs_conn) < 0) return 0;
+        int bc = PyDict_Contains(blocked, zero);
+        if (bc < 0) { PyErr_Clear(); return 0; }
+        L->blocked_conn = bc;
+    }
+    L->D = D;
+    L->fs = fs;
+    L->active = 1;
+    return 1;
+}
+
+/* Write direction d's shared values back; the lane ends. 0 ok, -1 error. */
+static int lane_flush(lane_t *L) {
+    int was = L->active && L->dirty;
+    L->active = L->dirty = 0;
+    if (!was) return 0;
+    if (slot_put(L->D, d_off[D_FRAMES], PyLong_FromLongLong(L->dframes)) < 0) return -1;
+    if (slot_put(L->D, d_off[D_BASE], PyLong_FromLongLong(L->base)) < 0) return -1;
+    if (L->known && slot_put(L->fs, f_off[F_CONN], PyLong_FromLongLong(L->fs_conn)) < 0) return -1;
+    return 0;
+}
+
+static void streak_drop(streak_t *k) {
+    k->active = k->dirty = 0;
+    Py_CLEAR(k->sid_obj);
+    Py_CLEAR(k->st);
+}
+
+/* Write a stream's values back; the streak ends. 0 ok, -1 error. */
+static int streak_flush(streak_t *k) {
+    int was = k->active && k->dirty;
+    int ret = 0;
+    if (was) {
+        long long d = k->d;
+        PyObject *ts = NULL;
+        ret = -1;
+        if (list_set(k->lists[S_MSGS], d, PyLong_FromLongLong(k->idx)) < 0) goto out;
+        if (list_set(k->lists[S_DATA_FRAMES], d, PyLong_FromLongLong(k->data_frames)) < 0) goto out;
+        if (list_set(k->lists[S_DATA_BYTES], d, PyLong_FromLongLong(k->data_bytes)) < 0) goto out;
+        if (list_set(k->lists[S_LAST_OFF], d, PyLong_FromLongLong(k->last_off)) < 0) goto out;
+        if ((ts = PyLong_FromLongLong(k->last_ts)) == NULL) goto out;
+        Py_INCREF(ts);
+        if (list_set(k->lists[S_LAST_MSG_TS], d, ts) < 0) { Py_DECREF(ts); goto out; }
+        if (list_set(k->lists[S_LAST_DATA_TS], d, ts) < 0) goto out;
+        if (k->known && k->has_w) {
+            PyObject *nw = PyLong_FromLongLong(k->w);
+            if (nw == NULL) goto out;
+            int r = PyDict_SetItem(SLOT(k->fs, f_off[F_STREAMS]), k->sid_obj, nw);
+            Py_DECREF(nw);
+            if (r < 0) goto out;
+        }
+        ret = 0;
+    }
+out:
+    streak_drop(k);
+    return ret;
+}
+
+/* Write everything back: every streak, then both lanes. 0 ok, -1 error. */
+static int streaks_flush_all(streaks_t *S) {
+    int ret = 0;
+    for (int i = 0; i < STREAKS; i++) {
+        streak_t *k = &S->k[i];
+        if (streak_flush(k) < 0) ret = -1;
+    }
+    if (lane_flush(&S->lane[0]) < 0) ret = -1;
+    if (lane_flush(&S->lane[1]) < 0) ret = -1;
+    return ret;
+}
+
+/* Before try_fast_raw / try_headers on stream sid: the lanes and that stream's streaks
+ * written back (those read them; a frame of the stream may end it). */
+static int streaks_flush_for(streaks_t *S, unsigned long sid) {
+    for (int i = 0; i < STREAKS; i++) {
+        streak_t *k = &S->k[i];
+        if (k->active && k->sid == sid && streak_flush(k) < 0) return -1;
+    }
+    if (lane_flush(&S->lane[0]) < 0 || lane_flush(&S->lane[1]) < 0) return -1;
+    return 0;
+}
+
+static streak_t *streak_find(streaks_t *S, long long d, unsigned long sid) {
+    for (int i = 0; i < STREAKS; i++) {
+        streak_t *k = &S->k[i];
+        if (k->active && k->sid == sid && k->d == d) return k;
+    }
+    return NULL;
+}
+
+/* Start a streak after try_fast_raw handled a DATA frame of (d, sid) that did not end
+ * the stream; none when a value is not what the fast case expects (the frames then go
+ * through try_fast_raw one by one). 0 ok (started or not), -1 error. */
+static int streak_start(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, unsigned long sid) {
+    lane_t *L = &S->lane[d];
+    if (!L->active && !lane_load(L, ctx, conn, d)) return 0;
+    if (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams)) return 0;
+    streak_t *k = NULL;
+    for (int i = 0; i < STREAKS; i++) { /* a free slot, else the least recently used */
+        streak_t *c = &S->k[i];
+        if (!c->active) { k = c; break; }
+        if (k == NULL || c->used < k->used) k = c;
+    }
+    if (k->active && streak_flush(k) < 0) return -1;
+    PyObject *sid_obj = PyLong_FromUnsignedLong(sid);
+    if (sid_obj == NULL) return -1;
+    PyObject *st = PyDict_GetItemWithError(ctx->streams, sid_obj);
+    if (st == NULL || Py_TYPE(st) != stream_type) {
+        PyErr_Clear();
+        Py_DECREF(sid_obj);
+        return 0;
+    }
+    for (int i = 0; i < S_N; i++) {
+        if ((k->lists[i] = pair_slot(st, i)) == NULL) { Py_DECREF(sid_obj); return 0; }
+    }
     if (list_ll(k->lists[S_MSGS], d, &k->idx) < 0 || list_ll(k->lists[S_DATA_FRAMES], d, &k->data_frames) < 0 ||
         list_ll(k->lists[S_DATA_BYTES], d, &k->data_bytes) < 0 || list_ll(k->lists[S_LAST_OFF], d, &k->last_off) < 0 ||
-        list_ll(k->lists[S_LAST_MSG_TS], d, &k->last_ts) < 0)
-        return;
-    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
-    k->known = known == Py_True;
+        list_ll(k->lists[S_LAST_MSG_TS], d, &k->last_ts) < 0) {
+        Py_DECREF(sid_obj);
+        return 0;
+    }
+    k->known = L->known;
     k->has_w = 0;
+    k->blocked_sid = 0;
     if (k->known) {
-        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
-        PyObject *fs_streams = SLOT(fs, f_off[F_STREAMS]);
-        if (slot_ll(fs, f_off[F_CONN], &k->fs_conn) < 0) return;
-        int bc = PyDict_Contains(blocked, zero), bs = PyDict_Contains(blocked, ctx->sid_obj);
-        if (bc < 0 || bs < 0) { PyErr_Clear(); return; }
-        k->blocked_conn = bc;
+        int bs = PyDict_Contains(SLOT(L->fs, f_off[F_BLOCKED]), sid_obj);
+        if (bs < 0) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
         k->blocked_sid = bs;
-        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, ctx->sid_obj);
-        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); return; }
+        PyObject *w_obj = PyDict_GetItemWithError(SLOT(L->fs, f_off[F_STREAMS]), sid_obj);
+        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
         if (w_obj != NULL) {
             int ovf = 0;
-            k->w = PyLong_AsLongLongAndOverflow(w_obj, &ovf);
-            if (ovf || (k->w == -1 && PyErr_Occurred())) { PyErr_Clear(); return; }
+            k->w = PyLong_CheckExact(w_obj) ? PyLong_AsLongLongAndOverflow(w_obj, &ovf) : (ovf = 1, 0);
+            if (ovf || (k->w == -1 && PyErr_Occurred())) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
             k->has_w = 1;
         }
     }
-    k->D = D;
+    Py_INCREF(st);
     k->st = st;
-    k->fs = fs;
+    k->fs = L->fs;
+    k->sid_obj = sid_obj;
     k->d = d;
     k->sid = sid;
+    k->used = ++S->clock;
+    k->dirty = 0;
     k->active = 1;
+    return 0;
 }
 
-/* One more row of the streak: 1 applied (locals and the packed message), 0 not the fast
- * case for this streak (nothing changed), -1 error. */
-static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+/* One more DATA frame (b[0:n], at direction offset `offset`) for streak k of lane L: 1
+ * applied (locals and the packed message), 0 not the fast case (nothing changed), -1 error. */
+static int streak_row(lane_t *L, streak_t *k, ctx_t *ctx, const unsigned char *b, Py_ssize_t n,
                       long long offset, long long ts) {
-    if (d != k->d || n < 14) return 0;
+    if (n < 14 || k->known != L->known) return 0;
     long long length = n - 9;
     unsigned long lt = be32(b);
     unsigned int flags = b[4];
@@ -904,15 +1049,15 @@ static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char 
     unsigned long glen = be32(b + 10);
     if (sid != k->sid || lt != ((unsigned long)length << 8) || (flags & 0x09)) return 0;
     if (gflag >= 0x80 || (long long)glen + 5 != length) return 0;
-    if (offset != k->base || (k->max_known && length > k->max_len)) return 0;
-    if (k->known) {
-        if (k->fs_conn - length <= 0 && !k->blocked_conn) return 0;
+    if (offset != L->base || (L->max_known && length > L->max_len)) return 0;
+    if (L->known) {
+        if (L->fs_conn - length <= 0 && !L->blocked_conn) return 0;
         if (k->has_w && k->w - length <= 0 && !k->blocked_sid) return 0;
     }
-    long long off_end = k->base + n;
+    long long off_end = L->base + n;
     long long row_vals[MSG_NCOLS];
     row_vals[MSG_STREAM_ID] = (long long)sid;
-    row_vals[MSG_DIRECTION] = d;
+    row_vals[MSG_DIRECTION] = k->d;
     row_vals[MSG_INDEX] = k->idx;
     row_vals[MSG_TS_NS] = ts;
     row_vals[MSG_SIZE] = (long long)glen;
@@ -920,50 +1065,18 @@ static int streak_row(streak_t *k, ctx_t *ctx, long long d, const unsigned char 
     row_vals[MSG_END_OFFSET] = off_end;
     if (msg_append(ctx->msgs, row_vals) < 0) return -1;
     k->idx += 1;
-    k->dframes += 1;
-    k->base = off_end;
     k->data_frames += 1;
     k->data_bytes += length;
     k->last_ts = ts;
     k->last_off = off_end;
-    if (k->known) {
-        k->fs_conn -= length;
+    L->dframes += 1;
+    L->base = off_end;
+    if (L->known) {
+        L->fs_conn -= length;
         if (k->has_w) k->w -= length;
     }
-    k->dirty = 1;
+    k->dirty = L->dirty = 1;
     return 1;
-}
-
-/* Write the streak's values back to the Python objects; ends the streak. */
-static int streak_flush(streak_t *k, ctx_t *ctx) {
-    int was = k->active && k->dirty;
-    k->active = 0;
-    k->dirty = 0;
-    if (!was) return 0;
-    long long d = k->d;
-    if (slot_put(k->D, d_off[D_FRAMES], PyLong_FromLongLong(k->dframes)) < 0) return -1;
-    if (slot_put(k->D, d_off[D_BASE], PyLong_FromLongLong(k->base)) < 0) return -1;
-    if (list_set(k->lists[S_MSGS], d, PyLong_FromLongLong(k->idx)) < 0) return -1;
-    if (list_set(k->lists[S_DATA_FRAMES], d, PyLong_FromLongLong(k->data_frames)) < 0) return -1;
-    if (list_set(k->lists[S_DATA_BYTES], d, PyLong_FromLongLong(k->data_bytes)) < 0) return -1;
-    if (list_set(k->lists[S_LAST_OFF], d, PyLong_FromLongLong(k->last_off)) < 0) return -1;
-    PyObject *ts = PyLong_FromLongLong(k->last_ts);
-    if (ts == NULL) return -1;
-    Py_INCREF(ts);
-    if (list_set(k->lists[S_LAST_MSG_TS], d, ts) < 0) { Py_DECREF(ts); return -1; }
-    if (list_set(k->lists[S_LAST_DATA_TS], d, ts) < 0) return -1;
-    if (k->known) {
-        if (slot_put(k->fs, f_off[F_CONN], PyLong_FromLongLong(k->fs_conn)) < 0) return -1;
-        if (k->has_w) {
-            PyObject *nw = PyLong_FromLongLong(k->w);
-            if (nw == NULL) return -1;
-            PyObject *fs_streams = SLOT(k->fs, f_off[F_STREAMS]);
-            int r = PyDict_SetItem(fs_streams, ctx->sid_obj, nw);
-            Py_DECREF(nw);
-            if (r < 0) return -1;
-        }
-    }
-    return 0;
 }
 
 /* A run's payloads lie scattered over the capture batch's buffer (other connections'
@@ -978,11 +1091,30 @@ static inline void prefetch_payload(const unsigned char *buf, Py_ssize_t len, co
 #endif
 }
 
+/* The DATA frame b[0:n] of direction d through its streak, when it has one: 1 applied,
+ * 0 not (nothing changed), -1 error. */
+static int streak_frame(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, const unsigned char *b,
+                        Py_ssize_t n, long long offset, long long ts) {
+    if (n < 14) return 0;
+    streak_t *k = streak_find(S, d, be32(b + 5));
+    if (k == NULL) return 0;
+    lane_t *L = &S->lane[d];
+    if (!L->active && !lane_load(L, ctx, conn, d)) return 0;
+    if (ctx->msgs == NULL) {
+        if (ctx_get(conn, s_messages, &ctx->msgs) < 0) return 0;
+        if (!PyByteArray_CheckExact(ctx->msgs)) { Py_CLEAR(ctx->msgs); return 0; }
+    }
+    int r = streak_row(L, k, ctx, b, n, offset, ts);
+    if (r == 1) k->used = ++S->clock;
+    return r;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
- * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows in the
- * fast case are handled here without a PayloadChunk; any other row becomes the same
- * PayloadChunk for conn.feed_chunk, exactly as chunk by chunk. */
+ * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
+ * whole frames of the fast cases are handled here without a PayloadChunk; the rest of a
+ * row from the first frame it does not take becomes the same PayloadChunk (or conn.feed
+ * call) as chunk by chunk. */
 static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 5) {
         PyErr_SetString(PyExc_TypeError, "feed_run(conn, conn_key, rows, buf, first)");
@@ -1012,8 +1144,8 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t n = rv.shape[0];
     PyObject *ret = NULL;
     ctx_t ctx = CTX_INIT;
-    streak_t streak;
-    streak.active = streak.dirty = 0;
+    streaks_t S;
+    memset(&S, 0, sizeof S);
     /* conn._frame_no of the last row handled in C, set once at the end (no Python code
      * reads it between fast rows; a fallback row sets its own) */
     long long last_fno = 0;
@@ -1027,18 +1159,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             PyErr_SetString(PyExc_ValueError, "feed_run: bad row");
             goto out;
         }
-        if (streak.active) {
-            int r = streak_row(&streak, &ctx, d, buf + a, (Py_ssize_t)(z - a), so, t);
-            if (r < 0) goto out;
-            if (r == 1) {
-                last_fno = fr;
-                fno_pending = 1;
-                continue;
-            }
-            if (streak_flush(&streak, &ctx) < 0) goto out;
-        }
-        PyObject *ts = PyLong_FromLongLong(t);
-        if (ts == NULL) goto out;
+        PyObject *ts = NULL; /* the time as an int object, made when a frame needs it */
         /* the row's whole frames, one by one, as long as C takes them */
         const unsigned char *b = buf + a;
         Py_ssize_t len = (Py_ssize_t)(z - a), pos = 0, flen = 0;
@@ -1048,48 +1169,59 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (left < 9) { fast = 0; break; }
             flen = 9 + (Py_ssize_t)(((unsigned long)b[pos] << 16) | ((unsigned long)b[pos + 1] << 8) | b[pos + 2]);
             if (flen > left) { fast = 0; break; }
-            if (b[pos + 3] == 0)
-                fast = try_fast_raw(conn, &ctx, d, b + pos, flen, so + pos, ts, NULL);
-            else if (b[pos + 3] == 1)
-                fast = try_headers(conn, &ctx, d, b + pos, flen, so + pos, ts);
+            const unsigned char *f = b + pos;
+            if (f[3] == 0) {
+                int k = streak_frame(&S, &ctx, conn, d, f, flen, so + pos, t);
+                if (k < 0) { fast = -1; break; }
+                if (k == 1) { pos += flen; continue; }
+            }
+            if (streaks_flush_for(&S, be32(f + 5) & 0x7fffffffUL) < 0) { fast = -1; break; }
+            if (ts == NULL && (ts = PyLong_FromLongLong(t)) == NULL) { fast = -1; break; }
+            if (f[3] == 0)
+                fast = try_fast_raw(conn, &ctx, d, f, flen, so + pos, ts, NULL);
+            else if (f[3] == 1)
+                fast = try_headers(conn, &ctx, d, f, flen, so + pos, ts);
             else
                 fast = 0;
-            if (fast == 1) pos += flen;
+            if (fast == 1) {
+                pos += flen;
+                /* a DATA frame that does not end the stream: later ones may continue it */
+                if (f[3] == 0 && !(f[4] & 0x01) && streak_start(&S, &ctx, conn, d, be32(f + 5)) < 0) fast = -1;
+            }
         }
         PyObject *fno = NULL;
         if (fast == 1) {
             last_fno = fr;
             fno_pending = 1;
-            /* one DATA frame that does not end the stream: later rows may continue it */
-            if (flen == len && b[3] == 0 && !(b[4] & 0x01)) streak_start(&streak, &ctx, d, be32(b + 5));
         } else if (fast == 0) {
             fno_pending = 0;
-            ctx_clear(&ctx); /* Python code runs: it may rebind what ctx holds */
-            fno = PyLong_FromLongLong(fr);
-            if (fno == NULL) {
-                Py_DECREF(ts);
-                goto out;
+            /* Python code runs: everything written back, and it may rebind what ctx holds */
+            if (streaks_flush_all(&S) < 0) fast = -1;
+            ctx_clear(&ctx);
+            if (fast == 0 && ts == NULL && (ts = PyLong_FromLongLong(t)) == NULL) fast = -1;
+            if (fast == 0 && (fno = PyLong_FromLongLong(fr)) == NULL) fast = -1;
+            if (fast == 0) {
+                PyObject *res;
+                if (pos == 0) {
+                    PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, d,
+                                                            (const char *)b, len, ts, fno, so, 0);
+                    res = chunk == NULL ? NULL : PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
+                    Py_XDECREF(chunk);
+                } else {
+                    /* the frames before were handled: the rest as the chunk that follows them
+                     * (at a frame boundary, with nothing buffered, that is the same) */
+                    res = PyObject_CallMethod(conn, "feed", "Ly#OOLi", d, (const char *)(b + pos), len - pos, ts,
+                                              fno, so + pos, 0);
+                }
+                if (res == NULL) fast = -1;
+                Py_XDECREF(res);
             }
-            PyObject *res;
-            if (pos == 0) {
-                PyObject *chunk = PyObject_CallFunction((PyObject *)chunk_type, "OLy#OOLi", key, d,
-                                                        (const char *)b, len, ts, fno, so, 0);
-                res = chunk == NULL ? NULL : PyObject_CallMethodOneArg(conn, s_feed_chunk, chunk);
-                Py_XDECREF(chunk);
-            } else {
-                /* the frames before were handled: the rest as the chunk that follows them
-                 * (at a frame boundary, with nothing buffered, that is the same) */
-                res = PyObject_CallMethod(conn, "feed", "Ly#OOLi", d, (const char *)(b + pos), len - pos, ts,
-                                          fno, so + pos, 0);
-            }
-            if (res == NULL) fast = -1;
-            Py_XDECREF(res);
         }
-        Py_DECREF(ts);
+        Py_XDECREF(ts);
         Py_XDECREF(fno);
         if (fast < 0) goto out;
     }
-    if (streak_flush(&streak, &ctx) < 0) goto out;
+    if (streaks_flush_all(&S) < 0) goto out;
     if (fno_pending) {
         PyObject *fno = PyLong_FromLongLong(last_fno);
         if (fno == NULL || PyObject_SetAttr(conn, s_frame_no_attr, fno) < 0) {
@@ -1101,6 +1233,9 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     ret = Py_None;
     Py_INCREF(ret);
 out:
+    if (ret == NULL) { /* an error: the streaks' references go (what they held is moot) */
+        for (int i = 0; i < STREAKS; i++) streak_drop(&S.k[i]);
+    }
     ctx_clear(&ctx);
     PyBuffer_Release(&rv);
     PyBuffer_Release(&bv);
