@@ -375,6 +375,60 @@ def test_interleaved_streams_same_as_chunk_by_chunk(monkeypatch, streams, window
     _assert_same_whole(_interleaved(streams, window, seed), monkeypatch)
 
 
+def _split_frames(seed: int, mss: int) -> list[PayloadChunk]:
+    """Large messages whose DATA frames span several segments (the rows in between carry
+    no frame header), as a server writes them: a message over two frames, a frame of
+    several messages, a message prefix cut by a segment boundary, small frames of other
+    streams coalesced behind a frame's last bytes, the client's window updates between
+    the segments, a grpc-web stream (its trailer kept) and an empty message."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: 1 << 20}), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    web_response = [(":status", "200"), ("content-type", "application/grpc-web+proto")]
+    web_request = [(k, "application/grpc-web+proto" if k == "content-type" else v) for k, v in grpc_request_headers()]
+    sids = (1, 3, 5, 7)
+    for sid in sids:
+        t += 0.01
+        web = sid == 7
+        cv.send(0, headers(sid, hc.block(web_request if web else grpc_request_headers())) +
+                data(sid, grpc_msg(b"q" * 9), end=True), t)
+        cv.send(1, headers(sid, hs.block(web_response if web else GRPC_RESPONSE)), t + 0.001)
+    for k in range(120):
+        t += 0.01
+        sid = rnd.choice(sids)
+        shape = k % 5
+        if shape == 0:  # one message over two frames
+            body = grpc_msg(bytes(rnd.randrange(256) for _ in range(rnd.randrange(9000, 30000))))
+            cut = rnd.randrange(6, len(body) - 6)
+            write = data(sid, body[:cut]) + data(sid, body[cut:])
+        elif shape == 1:  # a frame of several messages, some empty
+            write = data(sid, b"".join(grpc_msg(b"m" * rnd.choice((0, 7, 3000, 5000))) for _ in range(4)))
+        elif shape == 2 and sid == 7:  # grpc-web: a trailer frame inside DATA
+            trailer = b"grpc-status: 0\r\ngrpc-message: " + b"m" * rnd.randrange(2000, 5000) + b"\r\n"
+            write = data(sid, grpc_msg(b"w" * 4000) + bytes([0x80]) + len(trailer).to_bytes(4, "big") + trailer)
+        else:  # one large message, then small frames of other streams
+            write = data(sid, grpc_msg(b"x" * rnd.randrange(1500, 16000)))
+            write += b"".join(data(s, grpc_msg(b"tok%d" % k)) for s in rnd.sample(sids, 2))
+        step = mss + rnd.choice((0, 0, -3, 5))
+        for i in range(0, len(write), step):
+            cv.send(1, write[i : i + step], t)
+            t += 0.0001
+            if rnd.random() < 0.05:
+                cv.send(0, window_update(0, 40000) + window_update(sid, 40000), t)
+    for sid in sids:
+        cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
+    return cv.chunks
+
+
+@pytest.mark.parametrize("mss", [1448, 536])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_split_frames_same_as_chunk_by_chunk(monkeypatch, mss, seed):
+    _assert_same_whole(_split_frames(seed, mss), monkeypatch)
+
+
 def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):
     from gen_grpc_capture import write_capture
 

@@ -1109,6 +1109,55 @@ static int streak_frame(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, c
     return r;
 }
 
+/* A row wholly inside the payload of a DATA frame begun in an earlier row (a frame split
+ * across segments: a large message) and inside one gRPC message of it, as
+ * H2Connection.feed and _parse stream such bytes: the direction's and the splitter's
+ * counts of what is left go down, its offset moves on, nothing else changes (the
+ * message, the frame's end and its flow control come with the row that completes them,
+ * in Python). 1 done, 0 not that case (nothing changed), -1 error. */
+static int try_data_middle(PyObject *conn, ctx_t *ctx, long long d, Py_ssize_t n, long long offset) {
+    long long base, left, sp_left = 0, flag;
+    if (n <= 0 || ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    /* (D.plain is False while a frame's bytes are still to come) */
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_False || SLOT(D, d_off[D_SYNCED]) != Py_True) return 0;
+    if (slot_ll(D, d_off[D_DATA_LEFT], &left) < 0 || left <= n) return 0;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
+    PyObject *buf = SLOT(D, d_off[D_BUF]), *marks = SLOT(D, d_off[D_MARKS]);
+    if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) != 0) return 0;
+    if (marks == NULL || !PyList_CheckExact(marks) || PyList_GET_SIZE(marks) != 0) return 0;
+    PyObject *st = SLOT(D, d_off[D_DATA_STREAM]), *sp = NULL;
+    if (st == NULL) return 0;
+    if (st != Py_None) {
+        if (Py_TYPE(st) != stream_type) return 0;
+        PyObject *pair = pair_slot(st, S_SPLITTER);
+        if (pair == NULL) return 0;
+        sp = PyList_GET_ITEM(pair, d);
+        if (sp == Py_None) {
+            sp = NULL;
+        } else {
+            if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) return 0;
+            PyObject *dead = SLOT(sp, g_off[G_DEAD]);
+            if (dead == Py_True) {
+                sp = NULL; /* a splitter that gave up takes no more bytes */
+            } else {
+                if (dead != Py_False || SLOT(sp, g_off[G_PROBING]) != Py_False) return 0;
+                if (slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left <= n) return 0;
+                if (slot_ll(sp, g_off[G_FLAG], &flag) < 0) return 0;
+                PyObject *keep = SLOT(sp, g_off[G_KEEP_TRAILER]);
+                /* a kept trailer's bytes are collected: Python */
+                if (keep != Py_False && (keep != Py_True || (flag & 0x80))) return 0;
+            }
+        }
+    }
+    if (sp != NULL && slot_put(sp, g_off[G_LEFT], PyLong_FromLongLong(sp_left - n)) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_LEFT], PyLong_FromLongLong(left - n)) < 0) return -1;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(base + n)) < 0) return -1;
+    return 1;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
@@ -1164,6 +1213,17 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         const unsigned char *b = buf + a;
         Py_ssize_t len = (Py_ssize_t)(z - a), pos = 0, flen = 0;
         int fast = len > 0;
+        if (fast && !S.lane[d].active) {
+            /* a row in the middle of a split DATA frame: no frame header in it (never
+             * while the direction's lane runs: that needs D.plain, no frame in progress) */
+            int m = try_data_middle(conn, &ctx, d, len, so);
+            if (m < 0) goto out;
+            if (m == 1) {
+                last_fno = fr;
+                fno_pending = 1;
+                continue;
+            }
+        }
         while (fast == 1 && pos < len) {
             Py_ssize_t left = len - pos;
             if (left < 9) { fast = 0; break; }
