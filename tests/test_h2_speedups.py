@@ -292,20 +292,35 @@ def _assert_same_whole(chunks: list[PayloadChunk], monkeypatch) -> None:
     assert _run_whole(chunks, False, monkeypatch, runs=False) == want
 
 
+_WEB_REQUEST = [(k, "application/grpc-web+proto" if k == "content-type" else v) for k, v in grpc_request_headers()]
+_WEB_RESPONSE = [(":status", "200"), ("content-type", "application/grpc-web+proto")]
+
+
+def _open_calls(client_settings: dict[int, int], sids, step: float, reply_after: float,
+                web: tuple[int, ...] = ()) -> tuple[Conv, Hpack, Hpack, float]:
+    """A gRPC connection's preface and settings, then a call opened on each of ``sids``
+    (``step`` s apart: the request's HEADERS and message, the response HEADERS
+    ``reply_after`` later; grpc-web on ``web``): the conversation, both HPACK encoders and
+    the time of the last call."""
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings(client_settings), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    for sid in sids:
+        t += step
+        cv.send(0, headers(sid, hc.block(_WEB_REQUEST if sid in web else grpc_request_headers())) +
+                data(sid, grpc_msg(b"q" * 9), end=True), t)
+        cv.send(1, headers(sid, hs.block(_WEB_RESPONSE if sid in web else GRPC_RESPONSE)), t + reply_after)
+    return cv, hc, hs, t
+
+
 def _streaks(window: int, seed: int) -> list[PayloadChunk]:
     """Two interleaved server streams with long runs of whole-message DATA frames, a small
     stream window that runs out mid-streak (the window update comes later), empty and
     compressed messages, and an END_STREAM DATA frame ending a streak."""
     rnd = random.Random(seed)
-    cv = Conv()
-    hc, hs = Hpack(), Hpack()
-    t = 0.0
-    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: window}), t)
-    cv.send(1, settings() + settings(ack=True), t + 0.1)
-    for sid in (1, 3):
-        t += 1
-        cv.send(0, headers(sid, hc.block(grpc_request_headers())) + data(sid, grpc_msg(b"q" * 9), end=True), t)
-        cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.1)
+    cv, _hc, hs, t = _open_calls({4: window}, (1, 3), 1, 0.1)
     for k in range(300):
         t += 0.01
         sid = 1 if (k // rnd.choice((1, 3, 17))) % 2 == 0 else 3
@@ -331,18 +346,8 @@ def _interleaved(streams: int, window: int, seed: int) -> list[PayloadChunk]:
     more streams than C keeps streaks for, windows that run out, a stream ending
     mid-stretch and another opening, a client stream's frames in between."""
     rnd = random.Random(seed)
-    cv = Conv()
-    hc, hs = Hpack(), Hpack()
-    t = 0.0
-    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: window}), t)
-    cv.send(1, settings() + settings(ack=True), t + 0.1)
-    live = []
-    for k in range(streams):
-        sid = 1 + 2 * k
-        t += 0.01
-        cv.send(0, headers(sid, hc.block(grpc_request_headers())) + data(sid, grpc_msg(b"q" * 9), end=True), t)
-        cv.send(1, headers(sid, hs.block(GRPC_RESPONSE)), t + 0.001)
-        live.append(sid)
+    live = [1 + 2 * k for k in range(streams)]
+    cv, hc, hs, t = _open_calls({4: window}, live, 0.01, 0.001)
     next_sid = 1 + 2 * streams
     for k in range(600):
         t += 0.003
@@ -382,20 +387,8 @@ def _split_frames(seed: int, mss: int) -> list[PayloadChunk]:
     streams coalesced behind a frame's last bytes, the client's window updates between
     the segments, a grpc-web stream (its trailer kept) and an empty message."""
     rnd = random.Random(seed)
-    cv = Conv()
-    hc, hs = Hpack(), Hpack()
-    t = 0.0
-    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: 1 << 20}), t)
-    cv.send(1, settings() + settings(ack=True), t + 0.1)
-    web_response = [(":status", "200"), ("content-type", "application/grpc-web+proto")]
-    web_request = [(k, "application/grpc-web+proto" if k == "content-type" else v) for k, v in grpc_request_headers()]
     sids = (1, 3, 5, 7)
-    for sid in sids:
-        t += 0.01
-        web = sid == 7
-        cv.send(0, headers(sid, hc.block(web_request if web else grpc_request_headers())) +
-                data(sid, grpc_msg(b"q" * 9), end=True), t)
-        cv.send(1, headers(sid, hs.block(web_response if web else GRPC_RESPONSE)), t + 0.001)
+    cv, _hc, hs, t = _open_calls({4: 1 << 20}, sids, 0.01, 0.001, web=(7,))
     for k in range(120):
         t += 0.01
         sid = rnd.choice(sids)
