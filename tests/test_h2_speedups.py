@@ -90,6 +90,11 @@ def _run(chunks: list[PayloadChunk], pure: bool, monkeypatch, runs: bool = False
         return rows, r.requests, r.message_rows, [vars_of(e) for e in r.h2_events], state
 
 
+_STREAM_COUNTERS = ("sid", "msgs", "first_msg_ts", "first_msg_off", "last_msg_ts", "msg_before_end", "msg_after_first",
+                    "data_frames", "first_data_ts", "first_data_off", "last_data_ts", "data_bytes", "last_off",
+                    "end_ts", "end_off")
+
+
 def _state(s: AppSession) -> tuple | None:
     """What the C fast paths change besides records: framing, flow control, stream ids."""
     h2 = s._h2
@@ -97,9 +102,12 @@ def _state(s: AppSession) -> tuple | None:
         return None
     splitters = [(st.sid, [(type(sp).__name__, getattr(sp, "left", None), getattr(sp, "probing", None))
                            for sp in st.splitter]) for st in h2.streams.values()]
+    # the open streams' counters (a finished stream's are in its record)
+    counters = [tuple(getattr(st, f) for f in _STREAM_COUNTERS) for st in h2.streams.values()]
     return (
         [(D.base, D.frames, D.plain, D.data_left, D.pad_left) for D in h2.dirs],
         splitters,
+        counters,
         [(fs.conn, dict(fs.streams), dict(fs.blocked)) for fs in h2.flows],
         (list(h2.closed), list(h2.streams), h2.first_opened, h2.last_opened, h2._frame_no),
     )
@@ -380,15 +388,17 @@ def test_interleaved_streams_same_as_chunk_by_chunk(monkeypatch, streams, window
     _assert_same_whole(_interleaved(streams, window, seed), monkeypatch)
 
 
-def _split_frames(seed: int, mss: int) -> list[PayloadChunk]:
+def _split_frames(seed: int, mss: int, window: int) -> list[PayloadChunk]:
     """Large messages whose DATA frames span several segments (the rows in between carry
     no frame header), as a server writes them: a message over two frames, a frame of
     several messages, a message prefix cut by a segment boundary, small frames of other
     streams coalesced behind a frame's last bytes, the client's window updates between
-    the segments, a grpc-web stream (its trailer kept) and an empty message."""
+    the segments, a grpc-web stream (its trailer kept) and an empty message; and large
+    unary requests from the client, their one DATA frame ending the stream."""
     rnd = random.Random(seed)
     sids = (1, 3, 5, 7)
-    cv, _hc, hs, t = _open_calls({4: 1 << 20}, sids, 0.01, 0.001, web=(7,))
+    cv, hc, hs, t = _open_calls({4: window}, sids, 0.01, 0.001, web=(7,))
+    next_sid = 9
     for k in range(120):
         t += 0.01
         sid = rnd.choice(sids)
@@ -411,15 +421,40 @@ def _split_frames(seed: int, mss: int) -> list[PayloadChunk]:
             t += 0.0001
             if rnd.random() < 0.05:
                 cv.send(0, window_update(0, 40000) + window_update(sid, 40000), t)
+        if k % 7 == 3:  # a unary call with a large request, answered at once
+            request = headers(next_sid, hc.block(grpc_request_headers()))
+            request += data(next_sid, grpc_msg(b"r" * rnd.randrange(2000, 12000)), end=True)
+            for i in range(0, len(request), mss):
+                cv.send(0, request[i : i + mss], t)
+                t += 0.0001
+            cv.send(1, headers(next_sid, hs.block(GRPC_RESPONSE)) + data(next_sid, grpc_msg(b"e" * 30)) +
+                    headers(next_sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.001)
+            next_sid += 2
     for sid in sids:
         cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.2)
     return cv.chunks
 
 
-@pytest.mark.parametrize("mss", [1448, 536])
+@pytest.mark.parametrize(("mss", "window"), [(1448, 1 << 20), (536, 1 << 20), (1448, 20000)])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_split_frames_same_as_chunk_by_chunk(monkeypatch, mss, seed):
-    _assert_same_whole(_split_frames(seed, mss), monkeypatch)
+def test_split_frames_same_as_chunk_by_chunk(monkeypatch, mss, window, seed):
+    _assert_same_whole(_split_frames(seed, mss, window), monkeypatch)
+
+
+@pytest.mark.parametrize(("stream_window", "sids"), [(1 << 20, (1, 3) * 6), (35000, (3,) * 6)])
+def test_split_frame_ending_where_a_window_runs_out(monkeypatch, stream_window, sids):
+    """The last segment of a split DATA frame exhausts the connection's window (65,535
+    bytes; whole frames of two streams used most of it) or its stream's: the block opens
+    there."""
+    cv, _hc, _hs, t = _open_calls({4: stream_window}, (1, 3), 0.01, 0.001)
+    for k, sid in enumerate(sids):  # 5,000 bytes each
+        cv.send(1, data(sid, grpc_msg(b"a" * 4995)), t + 0.01 * k)
+    frame = data(3, grpc_msg(b"b" * 9995))  # 10,000 more: the window runs out at its end
+    for i in range(0, len(frame), 1448):
+        cv.send(1, frame[i : i + 1448], t + 0.2 + 0.0001 * i)
+    cv.send(0, window_update(0, 100000) + window_update(3, 100000), t + 0.3)
+    cv.send(1, data(3, grpc_msg(b"c" * 100)), t + 0.4)
+    _assert_same_whole(cv.chunks, monkeypatch)
 
 
 def test_bench_capture_whole_runs_same(tmp_path, monkeypatch):

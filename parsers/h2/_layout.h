@@ -6,8 +6,8 @@
 enum { C_DIRECTION, C_DATA, C_TS_NS, C_FRAME_NO, C_STREAM_OFFSET, C_GAP_BEFORE, C_CONN_KEY, C_N };
 static const char *chunk_names[C_N] = {"direction", "data", "ts_ns", "frame_no", "stream_offset", "gap_before", "conn_key"};
 /* _state._Dir: a TCP direction's framing state */
-enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_BLOCK, D_HPACK, D_SYNCED, D_BUF, D_MARKS, D_DATA_LEFT, D_DATA_STREAM, D_N };
-static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames", "block", "hpack", "synced", "buf", "marks", "data_left", "data_stream"};
+enum { D_PLAIN, D_BASE, D_MAX_KNOWN, D_MAX_LEN, D_FRAMES, D_BLOCK, D_HPACK, D_SYNCED, D_BUF, D_MARKS, D_DATA_LEFT, D_DATA_STREAM, D_PAD_LEFT, D_DATA_SID, D_DATA_FLAGS, D_DATA_LEN, D_DATA_PAYLOAD, D_N };
+static const char *dir_names[D_N] = {"plain", "base", "max_known", "max_len", "frames", "block", "hpack", "synced", "buf", "marks", "data_left", "data_stream", "pad_left", "data_sid", "data_flags", "data_len", "data_payload"};
 /* _streams.Stream: slots holding a [to_server, to_client] pair */
 enum { S_SPLITTER, S_MSGS, S_FIRST_MSG_TS, S_FIRST_MSG_OFF, S_END_TS, S_MSG_BEFORE_END, S_MSG_AFTER_FIRST, S_LAST_MSG_TS, S_DATA_FRAMES, S_FIRST_DATA_TS, S_FIRST_DATA_OFF, S_LAST_DATA_TS, S_DATA_BYTES, S_LAST_OFF, S_HDR, S_HDR_TS, S_TRAILERS, S_END_OFF, S_MODE, S_N };
 static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "first_msg_off", "end_ts", "msg_before_end", "msg_after_first", "last_msg_ts", "data_frames", "first_data_ts", "first_data_off", "last_data_ts", "data_bytes", "last_off", "hdr", "hdr_ts", "trailers", "end_off", "mode"};
@@ -15,8 +15,8 @@ static const char *stream_names[S_N] = {"splitter", "msgs", "first_msg_ts", "fir
 enum { X_RST_TS, X_MID, X_TRAILERS_ONLY, X_OPENER, X_SID, X_WEB_TRAILERS, X_RST_CODE, X_HEADERS_KNOWN, X_N };
 static const char *stream_x_names[X_N] = {"rst_ts", "mid", "trailers_only", "opener", "sid", "web_trailers", "rst_code", "headers_known"};
 /* parsers.grpc.GrpcSplitter */
-enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_DEAD, G_FLAG, G_N };
-static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer", "_dead", "_flag"};
+enum { G_PROBING, G_LEFT, G_HDR, G_KEEP_TRAILER, G_DEAD, G_FLAG, G_SIZE, G_TRAILER, G_N };
+static const char *splitter_names[G_N] = {"probing", "left", "hdr", "keep_trailer", "_dead", "_flag", "_size", "trailer"};
 /* _flow.FlowState: a direction's flow-control windows */
 enum { F_KNOWN, F_CONN, F_STREAMS, F_BLOCKED, F_INITIAL, F_N };
 static const char *flow_names[F_N] = {"known", "conn", "streams", "blocked", "initial"};

@@ -1158,6 +1158,180 @@ static int try_data_middle(PyObject *conn, ctx_t *ctx, long long d, Py_ssize_t n
     return 1;
 }
 
+/* A row whose first bytes end a DATA frame begun in an earlier row (the last segment of
+ * a large message), when they end its gRPC message too, as H2Connection.feed, _parse,
+ * GrpcSplitter.feed, _messages and _data_end do: the message's row, the stream's message
+ * and DATA counters, the flow-control windows (no block opening: Python), the direction
+ * back at a frame boundary (D.plain: the frames after it in the row go on in C), the
+ * stream's end on END_STREAM. Not for a padded frame, a probing splitter or a kept
+ * (grpc-web) trailer. Never
+ * while direction d's lane runs (that needs D.plain: no frame in progress).
+ * 1 done (*taken: the frame's bytes), 0 not that case (nothing changed), -1 error. */
+static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long long d, Py_ssize_t n, long long offset,
+                        long long t, Py_ssize_t *taken) {
+    PyObject *lists[S_N];
+    long long base, left, pad_left, sp_left, flag, size, sid, dflags, dlen, dpayload, idx, nframes, nbytes;
+    long long fs_conn = 0, w = 0;
+    int has_w = 0;
+    if (n <= 0 || ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_False || SLOT(D, d_off[D_SYNCED]) != Py_True ||
+        SLOT(D, d_off[D_BLOCK]) != Py_None)
+        return 0;
+    if (slot_ll(D, d_off[D_DATA_LEFT], &left) < 0 || left <= 0 || left > n) return 0;
+    if (slot_ll(D, d_off[D_PAD_LEFT], &pad_left) < 0 || pad_left != 0) return 0;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
+    PyObject *buf = SLOT(D, d_off[D_BUF]), *marks = SLOT(D, d_off[D_MARKS]);
+    if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) != 0) return 0;
+    if (marks == NULL || !PyList_CheckExact(marks) || PyList_GET_SIZE(marks) != 0) return 0;
+    if (slot_ll(D, d_off[D_DATA_SID], &sid) < 0 || slot_ll(D, d_off[D_DATA_FLAGS], &dflags) < 0 ||
+        slot_ll(D, d_off[D_DATA_LEN], &dlen) < 0 || slot_ll(D, d_off[D_DATA_PAYLOAD], &dpayload) < 0)
+        return 0;
+    if (dflags & 0x08) return 0; /* PADDED */
+    int end = dflags & 0x01;     /* END_STREAM: the stream's direction ends (do_end_stream) */
+    /* the frame began in Python code, which ended every streak; one of the stream's
+     * other direction begun since holds its values in C: Python */
+    for (int i = 0; i < STREAKS; i++) {
+        if (S->k[i].active && (long long)S->k[i].sid == sid) return 0;
+    }
+    PyObject *st = SLOT(D, d_off[D_DATA_STREAM]);
+    if (st == NULL || Py_TYPE(st) != stream_type) return 0;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) return 0;
+    }
+    /* the splitter: inside one message that ends with the frame */
+    PyObject *sp = PyList_GET_ITEM(lists[S_SPLITTER], d);
+    if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) return 0;
+    if (SLOT(sp, g_off[G_DEAD]) != Py_False || SLOT(sp, g_off[G_PROBING]) != Py_False ||
+        SLOT(sp, g_off[G_KEEP_TRAILER]) != Py_False)
+        return 0;
+    if (slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != left) return 0;
+    if (slot_ll(sp, g_off[G_FLAG], &flag) < 0 || (flag != 0 && flag != 1)) return 0;
+    if (slot_ll(sp, g_off[G_SIZE], &size) < 0) return 0;
+    PyObject *trailer = SLOT(sp, g_off[G_TRAILER]);
+    if (trailer == NULL || !PyByteArray_CheckExact(trailer) || PyByteArray_GET_SIZE(trailer) != 0) return 0;
+    /* _messages settles the orientation while it is not final: Python */
+    if (ctx_conn(conn, ctx) < 0) return 0;
+    if (ctx_get(conn, s_flows, &ctx->flows) < 0) return 0;
+    if (end && (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams) ||
+                !end_stream_ok(ctx, st)))
+        return 0;
+    if (ctx_get(conn, s_messages, &ctx->msgs) < 0 || !PyByteArray_CheckExact(ctx->msgs)) return 0;
+    PyObject *idx_obj = PyList_GET_ITEM(lists[S_MSGS], d);
+    if (slot_ll_obj(idx_obj, &idx) < 0) return 0;
+    if (list_ll(lists[S_DATA_FRAMES], d, &nframes) < 0 || list_ll(lists[S_DATA_BYTES], d, &nbytes) < 0) return 0;
+    int other = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSGS], 1 - d));
+    if (other < 0) return -1;
+    /* flow control, as FlowState.consume; a window reaching zero opens a block (unless
+     * the stream ends): Python */
+    PyObject *flows = ctx->flows;
+    if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) return 0;
+    PyObject *fs = PyTuple_GET_ITEM(flows, d), *fs_streams = NULL, *sid_obj = NULL;
+    if (Py_TYPE(fs) != flow_type) return 0;
+    if ((sid_obj = PyLong_FromLongLong(sid)) == NULL) return -1;
+    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
+    if (known != Py_True && known != Py_False) { Py_DECREF(sid_obj); return 0; }
+    if (known == Py_True) {
+        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
+        fs_streams = SLOT(fs, f_off[F_STREAMS]);
+        if (blocked == NULL || !PyDict_CheckExact(blocked) || fs_streams == NULL || !PyDict_CheckExact(fs_streams) ||
+            slot_ll(fs, f_off[F_CONN], &fs_conn) < 0) {
+            Py_DECREF(sid_obj);
+            return 0;
+        }
+        if (!end && fs_conn - dpayload <= 0 && PyDict_Contains(blocked, zero) != 1) {
+            PyErr_Clear();
+            Py_DECREF(sid_obj);
+            return 0;
+        }
+        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
+        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
+        if (w_obj != NULL) {
+            if (slot_ll_obj(w_obj, &w) < 0 ||
+                (!end && w - dpayload <= 0 && PyDict_Contains(blocked, sid_obj) != 1)) {
+                PyErr_Clear();
+                Py_DECREF(sid_obj);
+                return 0;
+            }
+            has_w = 1;
+        }
+    }
+
+    /* ---- from here on the row's first bytes are ours ---- */
+    int ret = -1;
+    long long end_off = base + left;
+    Py_INCREF(st); /* D.data_stream lets go of it below, and the stream may end */
+    PyObject *ts = PyLong_FromLongLong(t);
+    if (ts == NULL) goto out;
+    if (slot_put(sp, g_off[G_LEFT], PyLong_FromLong(-1)) < 0) goto out;
+    /* _messages */
+    if (idx == 0) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) goto out;
+        if (list_set(lists[S_FIRST_MSG_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto out;
+    }
+    if (PyList_GET_ITEM(lists[S_END_TS], 1 - d) == Py_None) {
+        Py_INCREF(Py_True);
+        if (list_set(lists[S_MSG_BEFORE_END], d, Py_True) < 0) goto out;
+    }
+    if (other) {
+        Py_INCREF(Py_True);
+        if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto out;
+    }
+    long long row_vals[MSG_NCOLS];
+    row_vals[MSG_STREAM_ID] = sid;
+    row_vals[MSG_DIRECTION] = d;
+    row_vals[MSG_INDEX] = idx;
+    row_vals[MSG_TS_NS] = t;
+    row_vals[MSG_SIZE] = size;
+    row_vals[MSG_FLAGS] = flag;
+    row_vals[MSG_END_OFFSET] = end_off;
+    if (msg_append(ctx->msgs, row_vals) < 0) goto out;
+    Py_INCREF(ts);
+    if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto out;
+    if (list_set(lists[S_MSGS], d, PyLong_FromLongLong(idx + 1)) < 0) goto out;
+    /* _data_end */
+    Py_INCREF(Py_None);
+    if (slot_put(D, d_off[D_DATA_STREAM], Py_None) < 0) goto out;
+    if (known == Py_True) {
+        if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - dpayload)) < 0) goto out;
+        if (has_w) {
+            PyObject *nw = PyLong_FromLongLong(w - dpayload);
+            if (nw == NULL) goto out;
+            int r = PyDict_SetItem(fs_streams, sid_obj, nw);
+            Py_DECREF(nw);
+            if (r < 0) goto out;
+        }
+    }
+    if (dlen > 0) {
+        if (nframes == 0) {
+            Py_INCREF(ts);
+            if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) goto out;
+            if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto out;
+        }
+        if (list_set(lists[S_DATA_FRAMES], d, PyLong_FromLongLong(nframes + 1)) < 0) goto out;
+        Py_INCREF(ts);
+        if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto out;
+        if (list_set(lists[S_DATA_BYTES], d, PyLong_FromLongLong(nbytes + dlen)) < 0) goto out;
+    }
+    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto out;
+    /* the direction at a frame boundary again (H2Connection.feed's D.plain) */
+    if (slot_put(D, d_off[D_DATA_LEFT], PyLong_FromLong(0)) < 0) goto out;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(end_off)) < 0) goto out;
+    Py_INCREF(Py_True);
+    if (slot_put(D, d_off[D_PLAIN], Py_True) < 0) goto out;
+    if (end && do_end_stream(ctx, st, lists, d, ts, end_off, sid_obj) < 0) goto out;
+    *taken = (Py_ssize_t)left;
+    ret = 1;
+out:
+    Py_DECREF(st);
+    Py_XDECREF(ts);
+    Py_XDECREF(sid_obj);
+    return ret;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
@@ -1223,6 +1397,11 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 fno_pending = 1;
                 continue;
             }
+            /* or its first bytes end such a frame: the frames after them as usual */
+            Py_ssize_t taken = 0;
+            m = try_data_end(conn, &ctx, &S, d, len, so, t, &taken);
+            if (m < 0) goto out;
+            if (m == 1) pos = taken;
         }
         while (fast == 1 && pos < len) {
             Py_ssize_t left = len - pos;
