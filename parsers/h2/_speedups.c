@@ -1332,6 +1332,77 @@ out:
     return ret;
 }
 
+/* A DATA frame that begins in row bytes b[0:n] and goes on in later rows (a large
+ * message split across segments), when its stream is known and the bytes here start a
+ * gRPC message that they do not finish, as _parse and GrpcSplitter.feed begin such a
+ * frame: the direction now inside the frame (what is left of it, its stream, flags and
+ * lengths), the splitter inside the message. Not for a padded frame, an unknown stream,
+ * a probing splitter or a kept (grpc-web) trailer. The lanes and the stream's streaks
+ * must have been written back. 1 done, 0 not that case (nothing changed), -1 error. */
+static int try_data_start(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                          long long offset) {
+    long long base, dframes, max_len, sp_left, length, avail, size;
+    if (n < 9 + 5 || b[3] != 0 || (b[4] & 0x08)) return 0; /* a DATA frame header and a message prefix; not PADDED */
+    length = (long long)(((unsigned long)b[0] << 16) | ((unsigned long)b[1] << 8) | b[2]);
+    avail = n - 9;
+    if (length <= avail) return 0; /* the frame ends here */
+    unsigned long sid = be32(b + 5);
+    if (sid == 0 || (sid & 0x80000000UL)) return 0;
+    unsigned int flag = b[9];
+    size = (long long)be32(b + 10);
+    if ((flag != 0 && flag != 1) || size + 5 <= avail) return 0; /* the message ends here: Python */
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || SLOT(D, d_off[D_BLOCK]) != Py_None) return 0;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
+    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) return 0;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    if (max_known == Py_True) {
+        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return 0;
+    } else if (max_known != Py_False) {
+        return 0;
+    }
+    if (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams)) return 0;
+    PyObject *sid_obj = PyLong_FromUnsignedLong(sid);
+    if (sid_obj == NULL) return -1;
+    PyObject *st = PyDict_GetItemWithError(ctx->streams, sid_obj);
+    Py_DECREF(sid_obj);
+    if (st == NULL) { PyErr_Clear(); return 0; }
+    if (Py_TYPE(st) != stream_type) return 0;
+    PyObject *pair = pair_slot(st, S_SPLITTER), *mode = pair_slot(st, S_MODE);
+    if (pair == NULL || mode == NULL) return 0;
+    PyObject *m = PyList_GET_ITEM(mode, d);
+    if (!PyUnicode_CheckExact(m) || PyUnicode_CompareWithASCIIString(m, "grpc") != 0) return 0;
+    PyObject *sp = PyList_GET_ITEM(pair, d);
+    if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) return 0;
+    if (SLOT(sp, g_off[G_DEAD]) != Py_False || SLOT(sp, g_off[G_PROBING]) != Py_False ||
+        SLOT(sp, g_off[G_KEEP_TRAILER]) != Py_False)
+        return 0;
+    if (slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != -1) return 0;
+    PyObject *hdr = SLOT(sp, g_off[G_HDR]);
+    if (hdr == NULL || !PyByteArray_CheckExact(hdr) || PyByteArray_GET_SIZE(hdr) != 0) return 0;
+
+    /* ---- from here on the frame's start is ours ---- */
+    if (slot_put(sp, g_off[G_FLAG], PyLong_FromLong((long)flag)) < 0) return -1;
+    if (slot_put(sp, g_off[G_SIZE], PyLong_FromLongLong(size)) < 0) return -1;
+    if (slot_put(sp, g_off[G_LEFT], PyLong_FromLongLong(size - (avail - 5))) < 0) return -1;
+    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_SID], PyLong_FromUnsignedLong(sid)) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_FLAGS], PyLong_FromLong((long)b[4])) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_LEN], PyLong_FromLongLong(length)) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_PAYLOAD], PyLong_FromLongLong(length)) < 0) return -1;
+    Py_INCREF(st);
+    if (slot_put(D, d_off[D_DATA_STREAM], st) < 0) return -1;
+    if (slot_put(D, d_off[D_DATA_LEFT], PyLong_FromLongLong(length - avail)) < 0) return -1;
+    if (slot_put(D, d_off[D_PAD_LEFT], PyLong_FromLong(0)) < 0) return -1;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(base + n)) < 0) return -1;
+    Py_INCREF(Py_False);
+    if (slot_put(D, d_off[D_PLAIN], Py_False) < 0) return -1;
+    return 1;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
@@ -1407,7 +1478,15 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             Py_ssize_t left = len - pos;
             if (left < 9) { fast = 0; break; }
             flen = 9 + (Py_ssize_t)(((unsigned long)b[pos] << 16) | ((unsigned long)b[pos + 1] << 8) | b[pos + 2]);
-            if (flen > left) { fast = 0; break; }
+            if (flen > left) { /* a frame going on in the next rows */
+                fast = 0;
+                if (b[pos + 3] == 0 && left >= 14) {
+                    if (streaks_flush_for(&S, be32(b + pos + 5) & 0x7fffffffUL) < 0) { fast = -1; break; }
+                    fast = try_data_start(conn, &ctx, d, b + pos, left, so + pos);
+                    if (fast == 1) pos = len;
+                }
+                break;
+            }
             const unsigned char *f = b + pos;
             if (f[3] == 0) {
                 int k = streak_frame(&S, &ctx, conn, d, f, flen, so + pos, t);
