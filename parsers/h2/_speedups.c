@@ -299,6 +299,41 @@ static int end_stream_ok(ctx_t *ctx, PyObject *st) {
            (mid == Py_True || mid == Py_False);
 }
 
+/* What _messages sets on a stream (lists: its pair slots) before the rows of messages in
+ * direction d: the first one's time and end offset when they are its first (`first`), and
+ * whether they came before the other side ended, and after it sent any (`other`, whether
+ * msgs[1 - d] is true). 0 ok, -1 error. */
+static int messages_begin(PyObject **lists, long long d, int first, PyObject *ts, long long end_off, int other) {
+    if (first) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) return -1;
+        if (list_set(lists[S_FIRST_MSG_OFF], d, PyLong_FromLongLong(end_off)) < 0) return -1;
+    }
+    if (PyList_GET_ITEM(lists[S_END_TS], 1 - d) == Py_None) {
+        Py_INCREF(Py_True);
+        if (list_set(lists[S_MSG_BEFORE_END], d, Py_True) < 0) return -1;
+    }
+    if (other) {
+        Py_INCREF(Py_True);
+        if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) return -1;
+    }
+    return 0;
+}
+
+/* FlowState.consume's writes for `length` bytes of DATA where no block opens (the caller
+ * checked): the connection's window (the FlowState's conn, `fs_conn` before) and, when the
+ * stream has one (`has_w`, `w` before), the stream's in fs_streams. 0 ok, -1 error. */
+static int flow_consume(PyObject *fs, PyObject *fs_streams, PyObject *sid_obj, long long fs_conn, int has_w,
+                        long long w, long long length) {
+    if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - length)) < 0) return -1;
+    if (!has_w) return 0;
+    PyObject *nw = PyLong_FromLongLong(w - length);
+    if (nw == NULL) return -1;
+    int r = PyDict_SetItem(fs_streams, sid_obj, nw);
+    Py_DECREF(nw);
+    return r;
+}
+
 /* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
  * `offset`, time as an int object), for a chunk without gap_before. frame_no (an int
  * object) goes to conn._frame_no; NULL leaves that to the caller.
@@ -408,21 +443,8 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto done;
     Py_INCREF(idx); /* msgs[d] is replaced below */
     int idx_zero = PyLong_AsLongLong(idx) == 0;
-    if (idx_zero) {
-        Py_INCREF(ts);
-        if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) goto fail_idx;
-        if (list_set(lists[S_FIRST_MSG_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto fail_idx;
-    }
-    if (PyList_GET_ITEM(lists[S_END_TS], 1 - d) == Py_None) {
-        Py_INCREF(Py_True);
-        if (list_set(lists[S_MSG_BEFORE_END], d, Py_True) < 0) goto fail_idx;
-    }
     int other = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSGS], 1 - d));
-    if (other < 0) goto fail_idx;
-    if (other) {
-        Py_INCREF(Py_True);
-        if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto fail_idx;
-    }
+    if (other < 0 || messages_begin(lists, d, idx_zero, ts, off_end, other) < 0) goto fail_idx;
     /* the message row, packed as H2Connection.msg_buf wants it (MSG_ROW: native int64s) */
     row_vals[MSG_STREAM_ID] = (long long)sid;
     row_vals[MSG_DIRECTION] = d;
@@ -444,16 +466,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto done;
     if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto done;
     if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
-    if (known == Py_True) {
-        if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - length)) < 0) goto done;
-        if (has_w) {
-            PyObject *nw = PyLong_FromLongLong(w - length);
-            if (nw == NULL) goto done;
-            int r = PyDict_SetItem(fs_streams, sid_obj, nw);
-            Py_DECREF(nw);
-            if (r < 0) goto done;
-        }
-    }
+    if (known == Py_True && flow_consume(fs, fs_streams, sid_obj, fs_conn, has_w, w, length) < 0) goto done;
     if (end && do_end_stream(ctx, st, lists, d, ts, off_end, sid_obj) < 0) goto done;
     ret = 1;
     goto done;
@@ -607,6 +620,30 @@ static int header(PyObject *h, PyObject *key, PyObject **out) {
  * H2Connection._parse + _block (+ _end_stream, _finalize) do with it when it opens a
  * request stream or brings a stream's response headers or trailers, the orientation
  * being final and in agreement. 1 handled; 0 not this case, nothing changed; -1 error */
+/* conn.dirs[d] when a frame of `length` bytes can begin there in C: at a frame boundary
+ * with nothing pending (D.plain, no header block open), at direction offset `offset`,
+ * within the largest frame size the peer allows; its offset and frame count into *base
+ * and *dframes. NULL otherwise (no error set). */
+static PyObject *frame_dir(PyObject *conn, ctx_t *ctx, long long d, long long offset, long long length,
+                           long long *base, long long *dframes) {
+    long long max_len;
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return NULL;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return NULL;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || SLOT(D, d_off[D_BLOCK]) != Py_None)
+        return NULL;
+    if (slot_ll(D, d_off[D_BASE], base) < 0 || *base != offset) return NULL;
+    if (slot_ll(D, d_off[D_FRAMES], dframes) < 0) return NULL;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    if (max_known == Py_True) {
+        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return NULL;
+    } else if (max_known != Py_False) {
+        return NULL;
+    }
+    return D;
+}
+
 static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
                        long long offset, PyObject *ts) {
     PyObject *lists[S_N];
@@ -619,20 +656,9 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
     unsigned long sid = be32(b + 5);
     if (sid == 0 || (sid & 0x80000000UL)) return 0;
 
-    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
-    PyObject *dirs = ctx->dirs;
-    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
-    PyObject *D = PyTuple_GET_ITEM(dirs, d);
-    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || SLOT(D, d_off[D_BLOCK]) != Py_None) return 0;
-    long long base, dframes, max_len;
-    if (slot_ll(D, d_off[D_BASE], &base) < 0 || offset != base) return 0;
-    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) return 0;
-    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
-    if (max_known == Py_True) {
-        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return 0;
-    } else if (max_known != Py_False) {
-        return 0;
-    }
+    long long base, dframes;
+    PyObject *D = frame_dir(conn, ctx, d, offset, length, &base, &dframes);
+    if (D == NULL) return 0;
     /* the decoded block, from the decoder's cache (TolerantDecoder.decode on a hit) */
     PyObject *dec = SLOT(D, d_off[D_HPACK]);
     long long gen, cache_gen;
@@ -1266,20 +1292,7 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
     PyObject *ts = PyLong_FromLongLong(t);
     if (ts == NULL) goto out;
     if (slot_put(sp, g_off[G_LEFT], PyLong_FromLong(-1)) < 0) goto out;
-    /* _messages */
-    if (idx == 0) {
-        Py_INCREF(ts);
-        if (list_set(lists[S_FIRST_MSG_TS], d, ts) < 0) goto out;
-        if (list_set(lists[S_FIRST_MSG_OFF], d, PyLong_FromLongLong(end_off)) < 0) goto out;
-    }
-    if (PyList_GET_ITEM(lists[S_END_TS], 1 - d) == Py_None) {
-        Py_INCREF(Py_True);
-        if (list_set(lists[S_MSG_BEFORE_END], d, Py_True) < 0) goto out;
-    }
-    if (other) {
-        Py_INCREF(Py_True);
-        if (list_set(lists[S_MSG_AFTER_FIRST], d, Py_True) < 0) goto out;
-    }
+    if (messages_begin(lists, d, idx == 0, ts, end_off, other) < 0) goto out; /* _messages */
     long long row_vals[MSG_NCOLS];
     row_vals[MSG_STREAM_ID] = sid;
     row_vals[MSG_DIRECTION] = d;
@@ -1295,16 +1308,7 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
     /* _data_end */
     Py_INCREF(Py_None);
     if (slot_put(D, d_off[D_DATA_STREAM], Py_None) < 0) goto out;
-    if (known == Py_True) {
-        if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - dpayload)) < 0) goto out;
-        if (has_w) {
-            PyObject *nw = PyLong_FromLongLong(w - dpayload);
-            if (nw == NULL) goto out;
-            int r = PyDict_SetItem(fs_streams, sid_obj, nw);
-            Py_DECREF(nw);
-            if (r < 0) goto out;
-        }
-    }
+    if (known == Py_True && flow_consume(fs, fs_streams, sid_obj, fs_conn, has_w, w, dpayload) < 0) goto out;
     if (dlen > 0) {
         if (nframes == 0) {
             Py_INCREF(ts);
@@ -1341,7 +1345,7 @@ out:
  * must have been written back. 1 done, 0 not that case (nothing changed), -1 error. */
 static int try_data_start(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
                           long long offset) {
-    long long base, dframes, max_len, sp_left, length, avail, size;
+    long long base, dframes, sp_left, length, avail, size;
     if (n < 9 + 5 || b[3] != 0 || (b[4] & 0x08)) return 0; /* a DATA frame header and a message prefix; not PADDED */
     length = (long long)(((unsigned long)b[0] << 16) | ((unsigned long)b[1] << 8) | b[2]);
     avail = n - 9;
@@ -1351,19 +1355,8 @@ static int try_data_start(PyObject *conn, ctx_t *ctx, long long d, const unsigne
     unsigned int flag = b[9];
     size = (long long)be32(b + 10);
     if ((flag != 0 && flag != 1) || size + 5 <= avail) return 0; /* the message ends here: Python */
-    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
-    PyObject *dirs = ctx->dirs;
-    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
-    PyObject *D = PyTuple_GET_ITEM(dirs, d);
-    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True || SLOT(D, d_off[D_BLOCK]) != Py_None) return 0;
-    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
-    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) return 0;
-    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
-    if (max_known == Py_True) {
-        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return 0;
-    } else if (max_known != Py_False) {
-        return 0;
-    }
+    PyObject *D = frame_dir(conn, ctx, d, offset, length, &base, &dframes);
+    if (D == NULL) return 0;
     if (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams)) return 0;
     PyObject *sid_obj = PyLong_FromUnsignedLong(sid);
     if (sid_obj == NULL) return -1;
