@@ -320,18 +320,61 @@ static int messages_begin(PyObject **lists, long long d, int first, PyObject *ts
     return 0;
 }
 
-/* FlowState.consume's writes for `length` bytes of DATA where no block opens (the caller
- * checked): the connection's window (the FlowState's conn, `fs_conn` before) and, when the
- * stream has one (`has_w`, `w` before), the stream's in fs_streams. 0 ok, -1 error. */
-static int flow_consume(PyObject *fs, PyObject *fs_streams, PyObject *sid_obj, long long fs_conn, int has_w,
-                        long long w, long long length) {
-    if (slot_put(fs, f_off[F_CONN], PyLong_FromLongLong(fs_conn - length)) < 0) return -1;
-    if (!has_w) return 0;
-    PyObject *nw = PyLong_FromLongLong(w - length);
-    if (nw == NULL) return -1;
-    int r = PyDict_SetItem(fs_streams, sid_obj, nw);
-    Py_DECREF(nw);
+/* d[key] = v as an int object. 0 ok, -1 error. */
+static int dict_put_ll(PyObject *d, PyObject *key, long long v) {
+    PyObject *o = PyLong_FromLongLong(v);
+    if (o == NULL) return -1;
+    int r = PyDict_SetItem(d, key, o);
+    Py_DECREF(o);
     return r;
+}
+
+/* A direction's flow-control windows, as flow_check read them for DATA on one stream. */
+typedef struct {
+    PyObject *fs, *fs_streams; /* borrowed: conn.flows holds them */
+    int known, has_w;          /* FlowState.known; whether the stream has a window */
+    long long conn, w;         /* the connection's window; the stream's */
+} flow_t;
+
+/* Can C consume `length` bytes of DATA on stream sid_obj in direction d, as
+ * FlowState.consume does? 1 yes (*f read), 0 no: the FlowState is not what C expects, or a
+ * window reaches zero where no block is open, which opens one (unless the stream ends
+ * there, `end`): Python's. */
+static int flow_check(PyObject *conn, ctx_t *ctx, long long d, PyObject *sid_obj, long long length, int end,
+                      flow_t *f) {
+    if (ctx_get(conn, s_flows, &ctx->flows) < 0) return 0;
+    PyObject *flows = ctx->flows;
+    if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) return 0;
+    f->fs = PyTuple_GET_ITEM(flows, d);
+    if (Py_TYPE(f->fs) != flow_type) return 0;
+    PyObject *known = SLOT(f->fs, f_off[F_KNOWN]);
+    if (known != Py_True && known != Py_False) return 0;
+    f->known = known == Py_True;
+    f->has_w = 0;
+    if (!f->known) return 1;
+    PyObject *blocked = SLOT(f->fs, f_off[F_BLOCKED]);
+    f->fs_streams = SLOT(f->fs, f_off[F_STREAMS]);
+    if (blocked == NULL || !PyDict_CheckExact(blocked)) return 0;
+    if (f->fs_streams == NULL || !PyDict_CheckExact(f->fs_streams)) return 0;
+    if (slot_ll(f->fs, f_off[F_CONN], &f->conn) < 0) return 0;
+    if (!end && f->conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); return 0; }
+    PyObject *w_obj = PyDict_GetItemWithError(f->fs_streams, sid_obj);
+    if (w_obj == NULL) { /* no window of the stream's (or an error: Python's) */
+        if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
+        return 1;
+    }
+    if (slot_ll_obj(w_obj, &f->w) < 0) return 0;
+    if (!end && f->w - length <= 0 && PyDict_Contains(blocked, sid_obj) != 1) { PyErr_Clear(); return 0; }
+    f->has_w = 1;
+    return 1;
+}
+
+/* FlowState.consume's writes for `length` bytes of DATA that flow_check let through: the
+ * connection's window and the stream's, when known. 0 ok, -1 error. */
+static int flow_consume(const flow_t *f, PyObject *sid_obj, long long length) {
+    if (!f->known) return 0;
+    if (slot_put(f->fs, f_off[F_CONN], PyLong_FromLongLong(f->conn - length)) < 0) return -1;
+    return f->has_w ? dict_put_ll(f->fs_streams, sid_obj, f->w - length) : 0;
 }
 
 /* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
@@ -341,10 +384,9 @@ static int flow_consume(PyObject *fs, PyObject *fs_streams, PyObject *sid_obj, l
 static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b,
                         Py_ssize_t n, long long offset, PyObject *ts, PyObject *frame_no) {
     int ret = 0;
-    PyObject *dirs, *streams, *flows, *messages, *sid_obj;
+    PyObject *dirs, *streams, *messages, *sid_obj;
     PyObject *lists[S_N];
-    long long base, max_len, left, fs_conn = 0, w = 0, dframes;
-    int has_w = 0;
+    long long base, max_len, left, dframes;
 
     if ((d != 0 && d != 1) || n < 14) return 0;
     long long length = n - 9;
@@ -393,35 +435,9 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     PyObject *hdr = SLOT(sp, g_off[G_HDR]);
     if (hdr == NULL || !PyByteArray_CheckExact(hdr) || PyByteArray_GET_SIZE(hdr) != 0) goto done;
     /* flow control: a new block (window reaching zero) is left to the Python path */
-    if (ctx_get(conn, s_flows, &ctx->flows) < 0) goto done;
-    flows = ctx->flows;
-    if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) goto done;
-    PyObject *fs = PyTuple_GET_ITEM(flows, d);
-    if (Py_TYPE(fs) != flow_type) goto done;
+    flow_t flow;
+    if (!flow_check(conn, ctx, d, sid_obj, length, end, &flow)) goto done;
     if (end && (ctx_conn(conn, ctx) < 0 || !end_stream_ok(ctx, st))) goto done;
-    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
-    PyObject *fs_streams = NULL;
-    if (known == Py_True) {
-        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
-        fs_streams = SLOT(fs, f_off[F_STREAMS]);
-        if (blocked == NULL || !PyDict_CheckExact(blocked)) goto done;
-        if (fs_streams == NULL || !PyDict_CheckExact(fs_streams)) goto done;
-        if (slot_ll(fs, f_off[F_CONN], &fs_conn) < 0) goto done;
-        /* a window reaching zero opens a block unless the stream ends here */
-        if (!end && fs_conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); goto done; }
-        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
-        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); goto done; }
-        if (w_obj != NULL) {
-            if (!PyLong_CheckExact(w_obj)) goto done;
-            int overflow = 0;
-            w = PyLong_AsLongLongAndOverflow(w_obj, &overflow);
-            if (overflow || (w == -1 && PyErr_Occurred())) { PyErr_Clear(); goto done; }
-            if (!end && w - length <= 0 && PyDict_Contains(blocked, sid_obj) != 1) { PyErr_Clear(); goto done; }
-            has_w = 1;
-        }
-    } else if (known != Py_False) {
-        goto done;
-    }
     PyObject *idx = PyList_GET_ITEM(lists[S_MSGS], d);
     PyObject *nframes = PyList_GET_ITEM(lists[S_DATA_FRAMES], d);
     if (!PyLong_CheckExact(idx) || !PyLong_CheckExact(nframes)) goto done;
@@ -466,7 +482,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto done;
     if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto done;
     if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
-    if (known == Py_True && flow_consume(fs, fs_streams, sid_obj, fs_conn, has_w, w, length) < 0) goto done;
+    if (flow_consume(&flow, sid_obj, length) < 0) goto done;
     if (end && do_end_stream(ctx, st, lists, d, ts, off_end, sid_obj) < 0) goto done;
     ret = 1;
     goto done;
@@ -614,12 +630,6 @@ static int header(PyObject *h, PyObject *key, PyObject **out) {
     return PyUnicode_CheckExact(*out) ? 0 : -2;
 }
 
-/* A whole HEADERS frame b[0:n] of direction d at direction offset `offset`, with
- * END_HEADERS and without padding or priority, whose header block the direction's
- * TolerantDecoder holds in its cache (decoded without unknowns or errors): what
- * H2Connection._parse + _block (+ _end_stream, _finalize) do with it when it opens a
- * request stream or brings a stream's response headers or trailers, the orientation
- * being final and in agreement. 1 handled; 0 not this case, nothing changed; -1 error */
 /* conn.dirs[d] when a frame of `length` bytes can begin there in C: at a frame boundary
  * with nothing pending (D.plain, no header block open), at direction offset `offset`,
  * within the largest frame size the peer allows; its offset and frame count into *base
@@ -644,6 +654,12 @@ static PyObject *frame_dir(PyObject *conn, ctx_t *ctx, long long d, long long of
     return D;
 }
 
+/* A whole HEADERS frame b[0:n] of direction d at direction offset `offset`, with
+ * END_HEADERS and without padding or priority, whose header block the direction's
+ * TolerantDecoder holds in its cache (decoded without unknowns or errors): what
+ * H2Connection._parse + _block (+ _end_stream, _finalize) do with it when it opens a
+ * request stream or brings a stream's response headers or trailers, the orientation
+ * being final and in agreement. 1 handled; 0 not this case, nothing changed; -1 error */
 static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
                        long long offset, PyObject *ts) {
     PyObject *lists[S_N];
@@ -958,13 +974,7 @@ static int streak_flush(streak_t *k) {
         Py_INCREF(ts);
         if (list_set(k->lists[S_LAST_MSG_TS], d, ts) < 0) { Py_DECREF(ts); goto out; }
         if (list_set(k->lists[S_LAST_DATA_TS], d, ts) < 0) goto out;
-        if (k->known && k->has_w) {
-            PyObject *nw = PyLong_FromLongLong(k->w);
-            if (nw == NULL) goto out;
-            int r = PyDict_SetItem(SLOT(k->fs, f_off[F_STREAMS]), k->sid_obj, nw);
-            Py_DECREF(nw);
-            if (r < 0) goto out;
-        }
+        if (k->known && k->has_w && dict_put_ll(SLOT(k->fs, f_off[F_STREAMS]), k->sid_obj, k->w) < 0) goto out;
         ret = 0;
     }
 out:
@@ -1044,9 +1054,7 @@ static int streak_start(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, u
         PyObject *w_obj = PyDict_GetItemWithError(SLOT(L->fs, f_off[F_STREAMS]), sid_obj);
         if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
         if (w_obj != NULL) {
-            int ovf = 0;
-            k->w = PyLong_CheckExact(w_obj) ? PyLong_AsLongLongAndOverflow(w_obj, &ovf) : (ovf = 1, 0);
-            if (ovf || (k->w == -1 && PyErr_Occurred())) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
+            if (slot_ll_obj(w_obj, &k->w) < 0) { Py_DECREF(sid_obj); return 0; }
             k->has_w = 1;
         }
     }
@@ -1135,6 +1143,33 @@ static int streak_frame(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, c
     return r;
 }
 
+/* conn.dirs[d] while a DATA frame begun in an earlier row still has data bytes to come
+ * (D.plain False: in sync, nothing buffered or marked, no header block open), at
+ * direction offset `offset`; its offset and those bytes into *base and *left. NULL
+ * otherwise (no error set). */
+static PyObject *split_dir(PyObject *conn, ctx_t *ctx, long long d, long long offset, long long *base,
+                           long long *left) {
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return NULL;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return NULL;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_False || SLOT(D, d_off[D_SYNCED]) != Py_True ||
+        SLOT(D, d_off[D_BLOCK]) != Py_None)
+        return NULL;
+    if (slot_ll(D, d_off[D_DATA_LEFT], left) < 0 || *left <= 0) return NULL;
+    if (slot_ll(D, d_off[D_BASE], base) < 0 || *base != offset) return NULL;
+    PyObject *buf = SLOT(D, d_off[D_BUF]), *marks = SLOT(D, d_off[D_MARKS]);
+    if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) != 0) return NULL;
+    if (marks == NULL || !PyList_CheckExact(marks) || PyList_GET_SIZE(marks) != 0) return NULL;
+    return D;
+}
+
+/* sp is a GrpcSplitter reading plainly: alive, not probing, keeping no trailer. */
+static int splitter_plain(PyObject *sp) {
+    return (PyObject *)Py_TYPE(sp) == grpc_splitter_type && SLOT(sp, g_off[G_DEAD]) == Py_False &&
+           SLOT(sp, g_off[G_PROBING]) == Py_False && SLOT(sp, g_off[G_KEEP_TRAILER]) == Py_False;
+}
+
 /* A row wholly inside the payload of a DATA frame begun in an earlier row (a frame split
  * across segments: a large message) and inside one gRPC message of it, as
  * H2Connection.feed and _parse stream such bytes: the direction's and the splitter's
@@ -1143,17 +1178,9 @@ static int streak_frame(streaks_t *S, ctx_t *ctx, PyObject *conn, long long d, c
  * in Python). 1 done, 0 not that case (nothing changed), -1 error. */
 static int try_data_middle(PyObject *conn, ctx_t *ctx, long long d, Py_ssize_t n, long long offset) {
     long long base, left, sp_left = 0, flag;
-    if (n <= 0 || ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
-    PyObject *dirs = ctx->dirs;
-    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
-    PyObject *D = PyTuple_GET_ITEM(dirs, d);
-    /* (D.plain is False while a frame's bytes are still to come) */
-    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_False || SLOT(D, d_off[D_SYNCED]) != Py_True) return 0;
-    if (slot_ll(D, d_off[D_DATA_LEFT], &left) < 0 || left <= n) return 0;
-    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
-    PyObject *buf = SLOT(D, d_off[D_BUF]), *marks = SLOT(D, d_off[D_MARKS]);
-    if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) != 0) return 0;
-    if (marks == NULL || !PyList_CheckExact(marks) || PyList_GET_SIZE(marks) != 0) return 0;
+    if (n <= 0) return 0;
+    PyObject *D = split_dir(conn, ctx, d, offset, &base, &left);
+    if (D == NULL || left <= n) return 0;
     PyObject *st = SLOT(D, d_off[D_DATA_STREAM]), *sp = NULL;
     if (st == NULL) return 0;
     if (st != Py_None) {
@@ -1197,21 +1224,10 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
                         long long t, Py_ssize_t *taken) {
     PyObject *lists[S_N];
     long long base, left, pad_left, sp_left, flag, size, sid, dflags, dlen, dpayload, idx, nframes, nbytes;
-    long long fs_conn = 0, w = 0;
-    int has_w = 0;
-    if (n <= 0 || ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
-    PyObject *dirs = ctx->dirs;
-    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
-    PyObject *D = PyTuple_GET_ITEM(dirs, d);
-    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_False || SLOT(D, d_off[D_SYNCED]) != Py_True ||
-        SLOT(D, d_off[D_BLOCK]) != Py_None)
-        return 0;
-    if (slot_ll(D, d_off[D_DATA_LEFT], &left) < 0 || left <= 0 || left > n) return 0;
+    if (n <= 0) return 0;
+    PyObject *D = split_dir(conn, ctx, d, offset, &base, &left);
+    if (D == NULL || left > n) return 0;
     if (slot_ll(D, d_off[D_PAD_LEFT], &pad_left) < 0 || pad_left != 0) return 0;
-    if (slot_ll(D, d_off[D_BASE], &base) < 0 || base != offset) return 0;
-    PyObject *buf = SLOT(D, d_off[D_BUF]), *marks = SLOT(D, d_off[D_MARKS]);
-    if (buf == NULL || !PyByteArray_CheckExact(buf) || PyByteArray_GET_SIZE(buf) != 0) return 0;
-    if (marks == NULL || !PyList_CheckExact(marks) || PyList_GET_SIZE(marks) != 0) return 0;
     if (slot_ll(D, d_off[D_DATA_SID], &sid) < 0 || slot_ll(D, d_off[D_DATA_FLAGS], &dflags) < 0 ||
         slot_ll(D, d_off[D_DATA_LEN], &dlen) < 0 || slot_ll(D, d_off[D_DATA_PAYLOAD], &dpayload) < 0)
         return 0;
@@ -1229,21 +1245,13 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
     }
     /* the splitter: inside one message that ends with the frame */
     PyObject *sp = PyList_GET_ITEM(lists[S_SPLITTER], d);
-    if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) return 0;
-    if (SLOT(sp, g_off[G_DEAD]) != Py_False || SLOT(sp, g_off[G_PROBING]) != Py_False ||
-        SLOT(sp, g_off[G_KEEP_TRAILER]) != Py_False)
-        return 0;
-    if (slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != left) return 0;
+    if (!splitter_plain(sp) || slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != left) return 0;
     if (slot_ll(sp, g_off[G_FLAG], &flag) < 0 || (flag != 0 && flag != 1)) return 0;
     if (slot_ll(sp, g_off[G_SIZE], &size) < 0) return 0;
     PyObject *trailer = SLOT(sp, g_off[G_TRAILER]);
     if (trailer == NULL || !PyByteArray_CheckExact(trailer) || PyByteArray_GET_SIZE(trailer) != 0) return 0;
     /* _messages settles the orientation while it is not final: Python */
     if (ctx_conn(conn, ctx) < 0) return 0;
-    if (ctx_get(conn, s_flows, &ctx->flows) < 0) return 0;
-    if (end && (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams) ||
-                !end_stream_ok(ctx, st)))
-        return 0;
     if (ctx_get(conn, s_messages, &ctx->msgs) < 0 || !PyByteArray_CheckExact(ctx->msgs)) return 0;
     PyObject *idx_obj = PyList_GET_ITEM(lists[S_MSGS], d);
     if (slot_ll_obj(idx_obj, &idx) < 0) return 0;
@@ -1252,37 +1260,14 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
     if (other < 0) return -1;
     /* flow control, as FlowState.consume; a window reaching zero opens a block (unless
      * the stream ends): Python */
-    PyObject *flows = ctx->flows;
-    if (!PyTuple_CheckExact(flows) || PyTuple_GET_SIZE(flows) != 2) return 0;
-    PyObject *fs = PyTuple_GET_ITEM(flows, d), *fs_streams = NULL, *sid_obj = NULL;
-    if (Py_TYPE(fs) != flow_type) return 0;
-    if ((sid_obj = PyLong_FromLongLong(sid)) == NULL) return -1;
-    PyObject *known = SLOT(fs, f_off[F_KNOWN]);
-    if (known != Py_True && known != Py_False) { Py_DECREF(sid_obj); return 0; }
-    if (known == Py_True) {
-        PyObject *blocked = SLOT(fs, f_off[F_BLOCKED]);
-        fs_streams = SLOT(fs, f_off[F_STREAMS]);
-        if (blocked == NULL || !PyDict_CheckExact(blocked) || fs_streams == NULL || !PyDict_CheckExact(fs_streams) ||
-            slot_ll(fs, f_off[F_CONN], &fs_conn) < 0) {
-            Py_DECREF(sid_obj);
-            return 0;
-        }
-        if (!end && fs_conn - dpayload <= 0 && PyDict_Contains(blocked, zero) != 1) {
-            PyErr_Clear();
-            Py_DECREF(sid_obj);
-            return 0;
-        }
-        PyObject *w_obj = PyDict_GetItemWithError(fs_streams, sid_obj);
-        if (w_obj == NULL && PyErr_Occurred()) { PyErr_Clear(); Py_DECREF(sid_obj); return 0; }
-        if (w_obj != NULL) {
-            if (slot_ll_obj(w_obj, &w) < 0 ||
-                (!end && w - dpayload <= 0 && PyDict_Contains(blocked, sid_obj) != 1)) {
-                PyErr_Clear();
-                Py_DECREF(sid_obj);
-                return 0;
-            }
-            has_w = 1;
-        }
+    PyObject *sid_obj = PyLong_FromLongLong(sid);
+    if (sid_obj == NULL) return -1;
+    flow_t flow;
+    if (!flow_check(conn, ctx, d, sid_obj, dpayload, end, &flow) ||
+        (end && (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams) ||
+                 !end_stream_ok(ctx, st)))) {
+        Py_DECREF(sid_obj);
+        return 0;
     }
 
     /* ---- from here on the row's first bytes are ours ---- */
@@ -1308,7 +1293,7 @@ static int try_data_end(PyObject *conn, ctx_t *ctx, const streaks_t *S, long lon
     /* _data_end */
     Py_INCREF(Py_None);
     if (slot_put(D, d_off[D_DATA_STREAM], Py_None) < 0) goto out;
-    if (known == Py_True && flow_consume(fs, fs_streams, sid_obj, fs_conn, has_w, w, dpayload) < 0) goto out;
+    if (flow_consume(&flow, sid_obj, dpayload) < 0) goto out;
     if (dlen > 0) {
         if (nframes == 0) {
             Py_INCREF(ts);
@@ -1369,11 +1354,7 @@ static int try_data_start(PyObject *conn, ctx_t *ctx, long long d, const unsigne
     PyObject *m = PyList_GET_ITEM(mode, d);
     if (!PyUnicode_CheckExact(m) || PyUnicode_CompareWithASCIIString(m, "grpc") != 0) return 0;
     PyObject *sp = PyList_GET_ITEM(pair, d);
-    if ((PyObject *)Py_TYPE(sp) != grpc_splitter_type) return 0;
-    if (SLOT(sp, g_off[G_DEAD]) != Py_False || SLOT(sp, g_off[G_PROBING]) != Py_False ||
-        SLOT(sp, g_off[G_KEEP_TRAILER]) != Py_False)
-        return 0;
-    if (slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != -1) return 0;
+    if (!splitter_plain(sp) || slot_ll(sp, g_off[G_LEFT], &sp_left) < 0 || sp_left != -1) return 0;
     PyObject *hdr = SLOT(sp, g_off[G_HDR]);
     if (hdr == NULL || !PyByteArray_CheckExact(hdr) || PyByteArray_GET_SIZE(hdr) != 0) return 0;
 
