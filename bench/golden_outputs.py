@@ -26,7 +26,7 @@ from telemetry.store.schema import TABLES  # noqa: E402
 VOLATILE = {"ingest_time", "path"}
 # columns whose values come from a closed vocabulary (parsers/records.py): their distinct
 # values are dumped too, so a test can check each against its vocabulary
-VOCABULARY_COLUMNS = {"tcp_events": ("kind",), "h2_events": ("kind",), "rtt_samples": ("source",),
+VOCABULARY_COLUMNS = {"tcp_events": ("kind", "prompt"), "h2_events": ("kind",), "rtt_samples": ("source",),
                       "connections": ("history",)}
 
 

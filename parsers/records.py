@@ -28,6 +28,7 @@ import numpy as np
 
 from parsers.vocabulary import H2EventKind as H2EventKind
 from parsers.vocabulary import HistoryLetter as HistoryLetter
+from parsers.vocabulary import ResendPrompt as ResendPrompt
 from parsers.vocabulary import RttSource as RttSource
 from parsers.vocabulary import TcpEventKind as TcpEventKind
 from parsers.vocabulary import Vocabulary as Vocabulary
@@ -209,6 +210,7 @@ class TcpEvent:
     frame_no: int
     recovery_ms: float | None = None  # for loss: hole first seen -> filled
     burst_id: int | None = None  # loss burst this event belongs to
+    prompt: str | None = None  # resends: what made the sender resend (ResendPrompt)
 
 
 @dataclass(slots=True)

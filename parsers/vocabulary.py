@@ -51,6 +51,18 @@ class TcpEventKind(Vocabulary):
         "bytes = packets missing, recovery_ms = time since its previous packet")
 
 
+class ResendPrompt(Vocabulary):
+    """``tcp_events.prompt``: what made a sender resend bytes (the retransmission kinds, the
+    spurious one too, whose verdict hides how it was sent)."""
+
+    RECEIVER = "receiver", (
+        "the receiver asked: duplicate ACKs or SACK blocks reported a hole shortly before (a spurious "
+        "one: the original was overtaken on its way, then came; reordering)")
+    TIMER = "timer", (
+        "no report came: a retransmission timeout or a tail-loss probe fired (a spurious one: the ACKs "
+        "were late, a delayed ACK or a stall on their way, not the data)")
+
+
 class RttSource(Vocabulary):
     """``rtt_samples.source``: how a round-trip time was measured (see :mod:`parsers.tcp`)."""
 

@@ -14,7 +14,7 @@ import pytest
 
 from parsers.capture import _format, _packets
 from parsers.h2 import _conn
-from parsers.records import H2EventKind, HistoryLetter, RttSource, TcpEventKind
+from parsers.records import H2EventKind, HistoryLetter, ResendPrompt, RttSource, TcpEventKind
 from parsers.tcp import _fast, _flows
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,8 @@ def test_same_tables_with_and_without_c(tmp_path):
     assert fast[f"{tmp_path.name}/bench.pcap"]["messages"]["rows"] > 10_000
 
 
-VOCABULARIES = {"tcp_events.kind": TcpEventKind, "h2_events.kind": H2EventKind, "rtt_samples.source": RttSource}
+VOCABULARIES = {"tcp_events.kind": TcpEventKind, "tcp_events.prompt": ResendPrompt, "h2_events.kind": H2EventKind,
+                "rtt_samples.source": RttSource}
 
 
 def test_every_kind_written_is_in_its_vocabulary(tmp_path):
@@ -74,6 +75,7 @@ def test_every_kind_written_is_in_its_vocabulary(tmp_path):
     assert set("".join(seen["connections.history"])) <= letters
     # the samples and shared captures show most of each vocabulary
     assert len(seen["tcp_events.kind"]) >= 8 and len(seen["h2_events.kind"]) >= 5
+    assert set(seen["tcp_events.prompt"]) == {m.value for m in ResendPrompt}  # resends of both kinds
 
 
 def test_the_c_paths_read_the_row_layouts_of_records_py():

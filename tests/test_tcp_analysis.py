@@ -115,6 +115,63 @@ def test_eifel_timestamp_check(echo, kind):
     assert r.summary().loss_bursts == (0, 0 if kind.startswith("spurious") else 1)
 
 
+def _prompts(r) -> list[tuple[str, str | None]]:
+    return [(e.kind, e.prompt) for e in r.events if "retrans" in e.kind]
+
+
+def test_spurious_probe_on_a_delayed_ack_was_the_timer():
+    """A tail-loss probe while the client held its ACK (no duplicate ACK, no SACK): the
+    ACK then echoes the original's TSval (Eifel). The data was in time: timer, not a
+    reordering the receiver reported."""
+    f = Flow().handshake(tsval=1000)
+    f.s(1, 1, "A", 100, tsval=2001, tsecr=1001)
+    f.s(101, 1, "A", 100, tsval=2005, tsecr=1001, dt_us=5 * MS)
+    f.s(101, 1, "A", 100, tsval=2025, tsecr=1001, dt_us=19 * MS)  # the probe
+    f.c(1, 201, "A", tsval=1030, tsecr=2001)  # the delayed ACK, sent before the probe came
+    f.c(1, 201, "A", tsval=1031, tsecr=2025, sack=[(101, 201)])  # the probe's D-SACK
+    assert _prompts(analyze(f.batch())) == [("spurious_retransmission", "timer")]
+
+
+def test_spurious_resend_the_sack_asked_for_was_the_receiver():
+    """Reordering past the capture point: the receiver SACKs the segment after a hole, the
+    sender resends the hole's bytes, then the original comes (D-SACK): the receiver asked."""
+    f = _server_burst(Flow().handshake(), 2)
+    f.c(1, 1, "A", sack=[(1001, 2001)])
+    f.s(1, 1, "A", 1000, dt_us=1 * MS)
+    f.c(1, 2001, "A")
+    f.c(1, 2001, "A", sack=[(1, 1001)])
+    r = analyze(f.batch())
+    assert _prompts(r) == [("spurious_retransmission", "receiver")]
+
+
+def test_resend_after_the_hole_filled_was_asked_when_reported():
+    """Capture next to the client, the server's first segment held back upstream: the
+    client SACKs the second, the original comes late, then the resend the SACK asked for
+    arrives (already acknowledged). Asked by the receiver."""
+    f = Flow().handshake(tsval=1000)
+    f.s(1001, 1, "A", 1000, tsval=2002, tsecr=1001)
+    f.c(1, 1, "A", tsval=1003, tsecr=2002, sack=[(1001, 2001)])
+    f.s(1, 1, "A", 1000, tsval=2001, tsecr=1001, dt_us=2 * MS)  # the original, by its TSval
+    f.c(1, 2001, "A", tsval=1005, tsecr=2001)
+    f.s(1, 1, "A", 1000, tsval=2006, tsecr=1003, dt_us=1 * MS)
+    r = analyze(f.batch())
+    assert r.kinds()["out_of_order"] == 1
+    assert _prompts(r) == [("spurious_retransmission", "receiver")]
+
+
+def test_a_dsack_duplicate_ack_reports_no_hole():
+    """A needless resend draws a duplicate ACK carrying a D-SACK: the echo of a duplicate,
+    not a hole. A second needless resend soon after is still the timer's."""
+    f = _server_burst(Flow().handshake(), 1)
+    f.c(1, 1001, "A")
+    f.s(1, 1, "A", 1000, dt_us=15 * MS)
+    f.c(1, 1001, "A", sack=[(1, 1001)])  # duplicate ACK, D-SACK
+    f.s(1, 1, "A", 1000, dt_us=5 * MS)
+    r = analyze(f.batch())
+    assert r.kinds()["dup_ack"] == 1
+    assert _prompts(r) == [("spurious_retransmission", "timer")] * 2
+
+
 # ----------------------------------------------------------------------------- late or lost upstream
 
 

@@ -61,6 +61,7 @@ from parsers.records import (
     RST,
     SYN,
     ConnectionSummary,
+    ResendPrompt,
     RttSample,
     RttSource,
     TcpEvent,
@@ -78,6 +79,7 @@ from parsers.tcp._limits import (
     TOMBSTONE_NS,
     WINDOW_SLACK,
 )
+from parsers.tcp._losses import prompt_of
 from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequential
 
 _SFR = SYN | FIN | RST
@@ -107,6 +109,19 @@ def unwrap(v: int, ref: int) -> int:
     if d >= 0x80000000:
         d -= 0x100000000
     return ref + d
+
+
+def _sack_rel(R: Dir, blocks) -> list[tuple[int, int]]:
+    """SACK blocks about R's data, relative to its first byte."""
+    base, ref = R.base, R.ack_ref
+    return [(unwrap(a, ref) - base, unwrap(b, ref) - base) for a, b in blocks]
+
+
+def _is_dsack(rel: list[tuple[int, int]], arel: int) -> bool:
+    """The first block is a D-SACK (RFC 2883): below the cumulative ACK, or inside the
+    second block: the receiver got those bytes twice."""
+    l0, r0 = rel[0]
+    return r0 <= arel or (len(rel) > 1 and rel[1][0] <= l0 and r0 <= rel[1][1])
 
 
 class PacketPath:
@@ -351,7 +366,8 @@ class PacketPath:
         D.retx += 1
         conn.hist.add_side("T", D.idx)
         rec = (ts - t0) / 1e6 if t0 is not None else None
-        self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.RTO_RETRANSMISSION, 0, 0, fr, rec))
+        self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.RTO_RETRANSMISSION, 0, 0, fr, rec,
+                                     prompt=ResendPrompt.TIMER))
 
     @staticmethod
     def _update_ws(conn: Conn) -> None:
@@ -393,6 +409,8 @@ class PacketPath:
                 R.dupacks += 1
                 R.n_dupacks += 1
                 R.dupack_ts = ts
+                if not (sk and _is_dsack(_sack_rel(R, sk[:2]), arel)):
+                    R.hole_dup_ts = ts  # a hole report, not a duplicate segment's echo
                 self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.DUP_ACK, arel, 0, fr))
         R.keepalive = False
         D.last_win = win
@@ -433,10 +451,9 @@ class PacketPath:
         R.zw_since = None
 
     def _sack(self, conn: Conn, R: Dir, blocks, arel: int, ts: int) -> None:
-        base, ref = R.base, R.ack_ref
-        rel = [(unwrap(a, ref) - base, unwrap(b, ref) - base) for a, b in blocks]
+        rel = _sack_rel(R, blocks)
         l0, r0 = rel[0]
-        if r0 <= arel or (len(rel) > 1 and rel[1][0] <= l0 and r0 <= rel[1][1]):
+        if _is_dsack(rel, arel):
             # D-SACK (RFC 2883): the receiver got these bytes twice
             keep = []
             for p in R.pending_retx:
@@ -577,7 +594,7 @@ class PacketPath:
                     D.retx += 1
                     conn.hist.add_side("T", d)
                     rec = (ts - hole.first_seen) / 1e6
-                    self._events.append(TcpEvent(ts, conn.key, d, kind, srel, wl, fr, rec, burst))
+                    self._events.append(TcpEvent(ts, conn.key, d, kind, srel, wl, fr, rec, burst, prompt_of(kind)))
                     self._fill_holes(conn, D, srel, top, ts, burst)
                     D.segs.append(srel, top, ts, True)
             if erel > D.hi:

@@ -510,6 +510,8 @@ class BulkPath:
             if x["sacks"] is not None:
                 X.sacks = x["sacks"]
             X.sack_hi, X.sack_ts = x["sack_hi"], x["sack_ts"]
+            if x["dupack_ts"] > X.dupack_ts:  # the run's dup ACKs report holes (a D-SACK goes per packet)
+                X.hole_dup_ts = x["dupack_ts"]
             X.dupacks, X.dupack_ts = x["dupacks"], x["dupack_ts"]
             if x["dup_pos"]:
                 rows = idx[_i64(x["dup_pos"])]

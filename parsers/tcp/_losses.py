@@ -4,7 +4,7 @@ spurious), the loss bursts they make up, and holes given up on. The rules are in
 
 from __future__ import annotations
 
-from parsers.records import TcpEvent, TcpEventKind
+from parsers.records import ResendPrompt, TcpEvent, TcpEventKind
 from parsers.tcp import _reassembly as ra
 from parsers.tcp._limits import (
     BURST_GAP_NS,
@@ -34,6 +34,11 @@ def verdict_due(conn: Conn) -> int | None:
             if due is None or t < due:
                 due = t
     return due
+
+
+def prompt_of(kind: str) -> ResendPrompt:
+    """What made a (not yet spurious) resend: the receiver's reports make it fast."""
+    return ResendPrompt.RECEIVER if kind == TcpEventKind.FAST_RETRANSMISSION else ResendPrompt.TIMER
 
 
 class LossPath:
@@ -79,9 +84,15 @@ class LossPath:
         thr = full if full else OOO_DEFAULT_NS
         return ts - hole.first_seen < thr
 
+    @staticmethod
+    def _fast_win(conn: Conn) -> int:
+        """How soon after the receiver's report a resend counts as asked for."""
+        full = conn.full_rtt()
+        return max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
+
     def _retx_kind(self, conn: Conn, D: Dir, s: int, ts: int, t_orig: int | None) -> str:
         full = conn.full_rtt()
-        fast_win = max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
+        fast_win = self._fast_win(conn)
         if D.dupacks >= 2 and s <= D.acked and ts - D.dupack_ts <= fast_win:
             return TcpEventKind.FAST_RETRANSMISSION
         if D.sack_hi > s and ts - D.sack_ts <= fast_win:
@@ -98,14 +109,20 @@ class LossPath:
         D.retx += 1
         conn.hist.add_side("T", D.idx)
         if e <= D.acked or any(a <= s and e <= b for a, b in D.sacks):
-            self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.SPURIOUS_RETRANSMISSION, s, wl, fr))
+            # the hole filled before the resend came (the dup ACK and SACK state is reset by
+            # then; the times of the last reports stay): asked for when the receiver reported
+            # a hole shortly before, a timer's otherwise
+            asked = ts - max(D.hole_dup_ts, D.sack_ts) <= self._fast_win(conn)
+            prompt = ResendPrompt.RECEIVER if asked else ResendPrompt.TIMER
+            self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.SPURIOUS_RETRANSMISSION, s, wl, fr,
+                                         prompt=prompt))
             return
         t_orig = D.segs.orig_ts(s, e)
         kind = self._retx_kind(conn, D, s, ts, t_orig)
         # a retransmission may carry several lost segments (Linux collapses small ones)
         burst = self._burst(conn, D, s, e, ts, D.segs.starts_in(s, e))
         rec = (ts - t_orig) / 1e6 if t_orig is not None else None
-        ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst)
+        ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst, prompt_of(kind))
         D.segs.mark_retx(s, e)
         D.pending_retx.append(PendingRetx(ev, s, e, ts, tsv_u, burst))
 

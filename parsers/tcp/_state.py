@@ -62,7 +62,7 @@ class Dir:
         "hi_ts", "hi_ipid", "hi_tsv", "last_ack32", "last_win", "ws_opt", "ws", "ws_known",
         "mss", "sigd", "sigq", "keepalive", "pkts", "dups", "trunc_bytes",
         # as acknowledged by the far end
-        "ack_ref", "acked", "progress_ts", "acks", "dupacks", "dupack_ts", "sack_hi", "sack_ts", "sacks",
+        "ack_ref", "acked", "progress_ts", "acks", "dupacks", "dupack_ts", "hole_dup_ts", "sack_hi", "sack_ts", "sacks",
         "rwnd", "rwnd_known", "max_edge", "zw_since", "zw_frame", "zw_seq", "pending_retx",
         # RTT of this direction's data (capture point -> far end -> capture point)
         "srtt", "min_rtt",
@@ -115,6 +115,7 @@ class Dir:
         self.acks = AckLog()
         self.dupacks = 0
         self.dupack_ts = 0
+        self.hole_dup_ts = 0  # last duplicate ACK that reported a hole (not a duplicate segment's D-SACK)
         self.sack_hi = 0  # highest SACKed offset (receiver has bytes above a hole)
         self.sack_ts = 0
         self.sacks: list[tuple[int, int]] = []

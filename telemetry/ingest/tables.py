@@ -75,6 +75,7 @@ def tcp_events_table(capture_id: str, parts: Sequence[Part]) -> pa.Table:
         "frame_no": [e.frame_no for e in events],
         "recovery_ms": [e.recovery_ms for e in events],
         "burst_id": [e.burst_id for e in events],
+        "prompt": [e.prompt for e in events],
     })
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from parsers.vocabulary import H2EventKind, HistoryLetter, RttSource, TcpEventKind
+from parsers.vocabulary import H2EventKind, HistoryLetter, ResendPrompt, RttSource, TcpEventKind
 from parsers.vocabulary import describe as vocabulary_doc
 
 if TYPE_CHECKING:
@@ -202,6 +202,7 @@ TCP_EVENTS = _table(
     C("frame_no", INT64, "Packet number in the capture file (1-based), to find it in Wireshark."),
     C("recovery_ms", FLOAT64, "For loss events: time from the hole first seen (or original send) to the segment that filled it, ms."),
     C("burst_id", INT64, "Loss burst the event belongs to (consecutive lost segments of one direction), numbered 1, 2, ... within the connection: (conn_id, burst_id) names a burst."),
+    C("prompt", STRING, "Resends only (the retransmission kinds, spurious_retransmission too): what made the sender resend: " + vocabulary_doc(ResendPrompt) + "."),
 )
 
 RTT_SAMPLES = _table(
