@@ -9,7 +9,9 @@
 --                capture point, resent on timeouts), and its own wait before the capture
 --                point saw it (its bytes resent, or held in the client behind bytes resent
 --                on a timeout: upstream_delay_ms) (for a request never answered, the whole wait)
---   reordering   out-of-order arrivals or spurious retransmissions; delay = how late
+--   reordering   out-of-order arrivals, or spurious retransmissions the receiver asked for
+--                (duplicate ACKs or SACK reporting a hole the original then filled; not
+--                those a timer sent while ACKs were late: tcp_events.prompt); delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= queue_floor_share
 --                of the floor) while in flight (25th percentile) or when its last bytes went
 --                (median of its final 500 ms); delay = the inflation its last bytes met,

@@ -5,8 +5,9 @@
 -- stall they caused (and its own first bytes lost before the capture point; a server
 -- retransmission the client did not need, after client packets were lost upstream, is a
 -- lost ACK: ack_loss, toward the server), reordering (out-of-order arrivals, spurious
--- retransmissions, holes the receiver's duplicate ACKs reported that filled without a
--- resend: late_arrival, a segment overtaken past the capture point, and holes at the
+-- retransmissions the receiver asked for, not those a timer sent while ACKs were late
+-- (tcp_events.prompt), holes the receiver's duplicate ACKs reported (not the ACK a
+-- duplicate segment draws) that filled without a resend: late_arrival, a segment overtaken past the capture point, and holes at the
 -- capture point whose original came after the resend that filled them: late_arrival too,
 -- held back before the capture point, the resend no loss) and how late it was,
 -- the time its response direction went dark (no new data toward the client acknowledged
@@ -32,14 +33,21 @@ dup_runs AS (  -- the receiver's duplicate ACKs for each hole (its next expected
     GROUP BY ALL
 ),
 resends AS (
-    SELECT conn_id, direction, seq, epoch_ns(ts) AS t_ns FROM tcp_events
+    SELECT conn_id, direction, seq, bytes, epoch_ns(ts) AS t_ns FROM tcp_events
     WHERE any_resend(kind)
+),
+holes AS (  -- the runs that report a hole: not the duplicate ACK a resent segment the
+    -- receiver already had drew (at once, RFC 5681; a D-SACK), its bytes below the run's
+    -- next expected byte, resent in the second before the run began
+    SELECT d.* FROM dup_runs AS d
+    ASOF LEFT JOIN resends AS r ON r.conn_id = d.conn_id AND r.direction = d.direction AND r.t_ns <= d.first_ns
+    WHERE r.t_ns IS NULL OR d.first_ns - r.t_ns > 1000000000 OR r.seq + greatest(r.bytes, 1) > d.seq
 ),
 late_arrivals AS (  -- holes the receiver reported that filled without a resend: the segment
     -- came late past the capture point (reordering downstream of it); how late: from the
     -- first duplicate ACK to the last
     SELECT e.* REPLACE ('late_arrival' AS kind, (d.last_ns - d.first_ns) / 1e6 AS recovery_ms)
-    FROM dup_runs AS d
+    FROM holes AS d
     ANTI JOIN resends AS r
       ON r.conn_id = d.conn_id AND r.direction = d.direction AND r.seq = d.seq
      AND r.t_ns BETWEEN d.first_ns AND d.last_ns + 1000000000
@@ -65,6 +73,9 @@ events AS (  -- a server retransmission the client did not need, after the clien
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss'
              WHEN x.seq IS NOT NULL AND e.kind = 'lost_segment' THEN 'late_arrival'
              WHEN x.seq IS NOT NULL AND resent(e.kind) THEN 'held_resend'
+             -- one the receiver did not ask for went on a timer while ACKs were late (a
+             -- delayed ACK; the host or the ACK's path stalled): the data was in time
+             WHEN e.kind = 'spurious_retransmission' AND e.prompt = 'timer' THEN 'spurious_timeout'
              ELSE e.kind END AS kind,
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'to_server' ELSE e.direction END AS direction)
