@@ -35,7 +35,7 @@ calm_windows AS (
 in_calm AS (  -- the calm windows' requests, and whether the network was clean for each
     SELECT e.*,
         e.loss_events = 0 AND e.reorder_events = 0
-            AND NOT coalesce(queued(greatest(e.queue_inflation_ms, e.queue_inflation_end_ms), e.path_floor_ms), false)
+            AND NOT coalesce(queued(e.queue_inflation_seen_ms, e.path_floor_ms), false)
             AS network_clean
     FROM request_evidence AS e
     JOIN calm_windows AS c ON c.method = e.method AND c.window_id = window_of(e.started_at)

@@ -11,7 +11,7 @@ WITH parts AS (
     SELECT
         conn_id, stream_id, method, started_at, latency_eff_ms AS latency_ms,
         coalesce(path_floor_ms, 0) AS path_rtt_ms,
-        CASE WHEN queued(greatest(queue_inflation_ms, queue_inflation_end_ms), path_floor_ms) THEN queue_delay_ms ELSE 0 END AS queueing_ms,
+        CASE WHEN queued(queue_inflation_seen_ms, path_floor_ms) THEN queue_delay_ms ELSE 0 END AS queueing_ms,
         loss_stall_ms AS loss_recovery_ms,
         reorder_wait_ms AS reordering_ms,
         window_wait_ms + flow_control_blocked_ms AS flow_control_ms,

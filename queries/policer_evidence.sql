@@ -22,7 +22,7 @@ WITH req AS (
     SELECT capture_id, started_at, conn_id, stream_id, client_addr, server_addr,
         epoch_ns(started_at) // 1000000000 AS first_second,
         epoch_ns(finished_at) // 1000000000 AS last_second,
-        greatest(queue_inflation_ms, queue_inflation_end_ms) AS queue_inflation_ms, queue_delay_ms,
+        queue_inflation_seen_ms AS queue_inflation_ms, queue_delay_ms,
         path_floor_ms, loss_stall_ms, loss_events
     FROM request_evidence
 ),

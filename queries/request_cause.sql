@@ -13,8 +13,11 @@
 --                (duplicate ACKs or SACK reporting a hole the original then filled; not
 --                those a timer sent while ACKs were late: tcp_events.prompt); delay = how late
 --   queueing     RTT above the path's trailing floor (>= queue_min_ms and >= queue_floor_share
---                of the floor) while in flight (25th percentile) or when its last bytes went
---                (median of its final 500 ms); delay = the inflation its last bytes met,
+--                of the floor) while in flight (25th percentile), when its last bytes went
+--                (median of its final 500 ms) or while its first response message went to
+--                the client (median toward the client until its ACK: a queue that delayed
+--                the first token and was gone by the end of a long stream);
+--                delay = the inflation its last bytes or its first message met,
 --                plus the stall of losses while it was queued, when the path was queued
 --                in the second before them too (the queue overflowing; an inflation that
 --                came only with the losses, from resends and lost ACKs, is the loss's)
@@ -42,7 +45,7 @@ WITH s AS (
 net AS (
     SELECT
         *,
-        coalesce(queued(greatest(queue_inflation_ms, queue_inflation_end_ms), path_floor_ms), false) AS queued,
+        coalesce(queued(queue_inflation_seen_ms, path_floor_ms), false) AS queued,
         -- a policer's drops, and a shaper's when its queue overflows, are the throttling
         loss_events > 0 AND coalesce(throttle_kind, '') NOT IN ('policer', 'shaper') AS lossy,
         coalesce(queued(queue_before_loss_ms, path_floor_ms), false) AS queued_before_loss,
@@ -74,7 +77,7 @@ causes AS (
     SELECT conn_id, stream_id, 'queueing', NULL, queue_direction,
         queue_delay_ms + CASE WHEN lossy AND queued_before_loss THEN loss_stall_ms ELSE 0 END,
         format('RTT {:.1f} ms above the {:.2f} ms path floor ({} samples, {} side)',
-               queue_inflation_ms, path_floor_ms, rtt_samples, queue_direction)
+               queue_inflation_seen_ms, path_floor_ms, rtt_samples, queue_direction)
         || CASE WHEN lossy AND queued_before_loss
                 THEN format('; {} segment(s) lost while it was queued ({:.1f} ms stall)', loss_events, loss_stall_ms)
                 ELSE '' END
@@ -85,7 +88,7 @@ causes AS (
     -- shaper's)
     SELECT conn_id, stream_id, 'queueing', NULL, queue_direction, 0,
         format('RTT {:.1f} ms above the {:.2f} ms path floor: the shaper''s queue, or a bottleneck link at that rate with competing traffic the capture does not see (delay counted under throttling/shaper)',
-               queue_inflation_ms, path_floor_ms)
+               queue_inflation_seen_ms, path_floor_ms)
     FROM net WHERE queued AND throttle_kind = 'shaper'
     UNION ALL
     SELECT conn_id, stream_id, 'throttling', 'receive_window', window_directions, window_wait_ms,

@@ -18,10 +18,13 @@
 -- flow-control blocked time on its stream or the connection, RTT inflation over the
 -- path floor (path_rtt's 100 ms buckets in flight: the 25th percentile of their 25th
 -- percentiles, robust to delayed ACKs; the largest inflation over its final 500 ms,
--- the queue its last bytes met; and the inflation in the second before its first loss,
--- queue_before_loss_ms: a queue that overflowed was there before its drops), and
--- whether the capture saw both directions.
--- depends_on: request_metrics, tcp_events, path_rtt, h2_events, connections, flow_rates
+-- the queue its last bytes met; the median toward the client from its first response
+-- message passing the capture point to the client's ACK of it, the queue its first token
+-- met (one that came and went early in a long stream); queue_inflation_seen_ms, the
+-- largest of the three, is what says whether it was queued; and the inflation in the
+-- second before its first loss, queue_before_loss_ms: a queue that overflowed was there
+-- before its drops), and whether the capture saw both directions.
+-- depends_on: request_metrics, requests_in_range, tcp_events, path_rtt, h2_events, connections, flow_rates
 -- materialize: capture
 WITH upstream_gaps AS (
     SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
@@ -221,6 +224,17 @@ rtt_end AS (  -- the queue its last bytes went through: inflation on the path ov
     JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
     GROUP BY ALL
 ),
+rtt_first AS (  -- the queue its first response message went through: the median inflation
+    -- toward the client from its passing the capture point to the client's ACK of it
+    SELECT f.conn_id, f.stream_id, median(p.inflation_p50_ms) AS inflation_ms
+    FROM (SELECT r.conn_id, r.stream_id, s.client_addr, s.server_addr,
+                 unnest(range(epoch_ns(r.first_message) // 100000000, epoch_ns(r.first_message_acked) // 100000000 + 1)) AS bucket
+          FROM requests_in_range AS r JOIN spans AS s USING (conn_id, stream_id)
+          WHERE r.first_message_acked > r.first_message) AS f
+    JOIN path_rtt AS p USING (client_addr, server_addr, bucket)
+    WHERE p.direction = 'to_client'
+    GROUP BY ALL
+),
 before_loss AS (  -- the path's typical inflation over the second before the request's first
     -- loss (per direction, the median of the 100 ms buckets' 25th percentiles; the larger
     -- direction): a queue that overflowed was there before its drops, while the RTT samples
@@ -276,9 +290,14 @@ SELECT
     -- the queue its last bytes met (median over its final 500 ms): a queue that built up
     -- late in its life shows here and not in the lifetime percentile
     coalesce(rtt_end.inflation_p50_ms, 0) AS queue_inflation_end_ms,
+    coalesce(rtt_first.inflation_ms, 0) AS queue_inflation_first_ms,
+    greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(rtt_end.inflation_p50_ms, 0), coalesce(rtt_first.inflation_ms, 0))
+        AS queue_inflation_seen_ms,
     -- delay a queue added to the request: the inflation its last bytes met (a growing queue
-    -- delays the end more than the median), at least the typical inflation in flight
-    greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(least(rtt_end.inflation_ms, m.latency_eff_ms), 0)) AS queue_delay_ms,
+    -- delays the end more than the median), or its first token, at least the typical
+    -- inflation in flight
+    greatest(coalesce(rtt.queue_inflation_ms, 0), coalesce(least(rtt_end.inflation_ms, m.latency_eff_ms), 0),
+             coalesce(rtt_first.inflation_ms, 0)) AS queue_delay_ms,
     rtt.queue_direction,
     bl.queue_before_loss_ms,
     coalesce(rtt.path_floor_ms, c.rtt_min_ms_to_client + c.rtt_min_ms_to_server, c.handshake_rtt_ms, 0) AS path_floor_ms,
@@ -291,4 +310,5 @@ LEFT JOIN other USING (conn_id, stream_id)
 LEFT JOIN flow USING (conn_id, stream_id)
 LEFT JOIN rtt USING (conn_id, stream_id)
 LEFT JOIN rtt_end USING (conn_id, stream_id)
+LEFT JOIN rtt_first USING (conn_id, stream_id)
 LEFT JOIN before_loss AS bl USING (conn_id, stream_id)
