@@ -32,7 +32,9 @@ def test_a_queued_first_token_is_queueing(tmp_path):
           AND NOT queued(greatest(e.queue_inflation_ms, e.queue_inflation_end_ms), e.path_floor_ms)
         GROUP BY ALL
     """).fetchall()  # fmt: skip
-    assert len(rows) >= 5, rows  # slow on the first token only; no queue over the lifetime or at the end
+    assert len(rows) >= 5, (
+        rows
+    )  # slow on the first token only; no queue over the lifetime or at the end
     for first_ms, client_wait_ms, causes in rows:
         assert causes == ["queueing"], (first_ms, client_wait_ms, causes)
         # the queue it reads is the wait the client saw (the path's median, not its own)

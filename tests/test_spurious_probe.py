@@ -34,7 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBE = ROOT / "samples" / "sweep" / "tls_probe"
 REORDER = ROOT / "samples" / "reorder"
 
-pytestmark = pytest.mark.skipif(shutil.which("tshark") is None, reason="needs tshark (apt-get install tshark)")
+pytestmark = pytest.mark.skipif(
+    shutil.which("tshark") is None, reason="needs tshark (apt-get install tshark)"
+)
 
 
 def _store(tmp_path: Path, run: Path, keylog: KeyLog | None = None):
@@ -88,9 +90,17 @@ def test_probes_on_late_acks_are_not_reordering(tmp_path):
         # tshark: no hole reported by the data's receiver in the second before: a timer sent it
         assert prompt == "timer" and not asked, (t, direction, prompt, asked)
     # decrypted, every request is read; none is slowed by reordering
-    assert con.execute("SELECT count(*) FROM requests WHERE protocol = 'h2-tls'").fetchone()[0] == 82
-    assert con.execute("SELECT count(*) FROM request_evidence WHERE reorder_events > 0").fetchone()[0] == 0
-    assert con.execute("SELECT count(*) FROM request_cause WHERE cause = 'reordering'").fetchone()[0] == 0
+    assert (
+        con.execute("SELECT count(*) FROM requests WHERE protocol = 'h2-tls'").fetchone()[0] == 82
+    )
+    assert (
+        con.execute("SELECT count(*) FROM request_evidence WHERE reorder_events > 0").fetchone()[0]
+        == 0
+    )
+    assert (
+        con.execute("SELECT count(*) FROM request_cause WHERE cause = 'reordering'").fetchone()[0]
+        == 0
+    )
     slow = dict(con.execute("SELECT cause, count(*) FROM request_cause GROUP BY ALL").fetchall())
     assert slow.get("queueing", 0) >= 10, slow  # the window's bottleneck, still read
 
@@ -100,7 +110,12 @@ def test_resends_the_receiver_asked_for_stay_reordering(tmp_path):
     spurious = _spurious(con)
     asked = [s for s in spurious if s[2] == "receiver"]
     assert len(spurious) > 100 and len(asked) >= 0.9 * len(spurious), (len(spurious), len(asked))
-    reports = [t for t, port in _reports(REORDER / "capture.pcap") if port != 50051]  # the client's ACKs
+    reports = [
+        t for t, port in _reports(REORDER / "capture.pcap") if port != 50051
+    ]  # the client's ACKs
     for t, direction, _ in asked:  # tshark saw the client report a hole just before each
         assert direction == "to_client" and any(t - 0.2 <= r <= t for r in reports), t
-    assert con.execute("SELECT count(*) FROM request_cause WHERE cause = 'reordering'").fetchone()[0] >= 10
+    assert (
+        con.execute("SELECT count(*) FROM request_cause WHERE cause = 'reordering'").fetchone()[0]
+        >= 10
+    )

@@ -115,7 +115,7 @@ class Dir:
         self.acks = AckLog()
         self.dupacks = 0
         self.dupack_ts = 0
-        self.hole_dup_ts = 0  # last duplicate ACK that reported a hole (not a duplicate segment's D-SACK)
+        self.hole_dup_ts = 0  # last dup ACK that reported a hole (not a D-SACK echo)
         self.sack_hi = 0  # highest SACKed offset (receiver has bytes above a hole)
         self.sack_ts = 0
         self.sacks: list[tuple[int, int]] = []
