@@ -397,6 +397,7 @@ class PacketPath:
             # acknowledges more than the sender could have sent: a corrupt or stray packet
             self.stats["out_of_window"] += 1
             return
+        rel = _sack_rel(R, sk) if sk else None  # read by the dup ACK check and _sack
         if (
             wl == 0
             and not fl & _SFR
@@ -409,7 +410,7 @@ class PacketPath:
                 R.dupacks += 1
                 R.n_dupacks += 1
                 R.dupack_ts = ts
-                if not (sk and _is_dsack(_sack_rel(R, sk[:2]), arel)):
+                if not (rel and _is_dsack(rel, arel)):
                     R.hole_dup_ts = ts  # a hole report, not a duplicate segment's echo
                 self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.DUP_ACK, arel, 0, fr))
         R.keepalive = False
@@ -436,8 +437,8 @@ class PacketPath:
                 self._rtt(conn, R, ts - conn.synack_ts, ts, RttSource.HANDSHAKE)
                 if conn.syn_n == 1 and conn.syn_ts is not None:
                     conn.hs_rtt = ts - conn.syn_ts
-        if sk:
-            self._sack(conn, R, sk, arel, ts)
+        if rel:
+            self._sack(conn, R, rel, arel, ts)
         if arel > R.acked:
             if a_abs > R.ack_ref:
                 R.ack_ref = a_abs
@@ -450,8 +451,8 @@ class PacketPath:
         )
         R.zw_since = None
 
-    def _sack(self, conn: Conn, R: Dir, blocks, arel: int, ts: int) -> None:
-        rel = _sack_rel(R, blocks)
+    def _sack(self, conn: Conn, R: Dir, rel: list[tuple[int, int]], arel: int, ts: int) -> None:
+        """The far end's SACK blocks about R's data (``rel``: relative, _sack_rel)."""
         l0, r0 = rel[0]
         if _is_dsack(rel, arel):
             # D-SACK (RFC 2883): the receiver got these bytes twice

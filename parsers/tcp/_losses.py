@@ -85,14 +85,14 @@ class LossPath:
         return ts - hole.first_seen < thr
 
     @staticmethod
-    def _fast_win(conn: Conn) -> int:
-        """How soon after the receiver's report a resend counts as asked for."""
-        full = conn.full_rtt()
+    def _fast_win(full: float | None) -> float:
+        """How soon after the receiver's report a resend counts as asked for (``full``:
+        the connection's full RTT, Conn.full_rtt)."""
         return max(FAST_WIN_NS, 2 * full) if full else FAST_WIN_NS
 
     def _retx_kind(self, conn: Conn, D: Dir, s: int, ts: int, t_orig: int | None) -> str:
         full = conn.full_rtt()
-        fast_win = self._fast_win(conn)
+        fast_win = self._fast_win(full)
         if D.dupacks >= 2 and s <= D.acked and ts - D.dupack_ts <= fast_win:
             return TcpEventKind.FAST_RETRANSMISSION
         if D.sack_hi > s and ts - D.sack_ts <= fast_win:
@@ -112,7 +112,7 @@ class LossPath:
             # the hole filled before the resend came (the dup ACK and SACK state is reset by
             # then; the times of the last reports stay): asked for when the receiver reported
             # a hole shortly before, a timer's otherwise
-            asked = ts - max(D.hole_dup_ts, D.sack_ts) <= self._fast_win(conn)
+            asked = ts - max(D.hole_dup_ts, D.sack_ts) <= self._fast_win(conn.full_rtt())
             prompt = ResendPrompt.RECEIVER if asked else ResendPrompt.TIMER
             self._events.append(TcpEvent(ts, conn.key, D.idx, TcpEventKind.SPURIOUS_RETRANSMISSION, s, wl, fr,
                                          prompt=prompt))
