@@ -17,6 +17,7 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
+from telemetry.ingest.columns import TEXT
 from telemetry.ingest.columns import coded_strings as _coded_strings
 from telemetry.ingest.columns import run_strings as _run_strings
 from telemetry.ingest.rates import run_sent as _run_sent
@@ -85,6 +86,12 @@ def test_rtt_stats_are_numpys_percentiles_bit_for_bit():
         assert rtt_stats(values.copy()) == want, (n, trial)
 
 
+def _as_text(table: pa.Table) -> pa.Table:
+    """The table's values, whatever codes its text columns use."""
+    return pa.table([c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c for c in table.columns],
+                    names=table.column_names)
+
+
 def test_coded_strings():
     import random
 
@@ -92,12 +99,22 @@ def test_coded_strings():
     for names in (("to_server", "to_client"), ("new", "retransmission", "", "spurious_retransmission"), ("é",)):
         codes = np.array([rnd.randrange(len(names)) for _ in range(rnd.randrange(0, 500))], np.int64)
         col = _coded_strings(codes, names)
-        assert col.type == pa.string() and col.to_pylist() == [names[c] for c in codes.tolist()]
+        # codes into the vocabulary: the type the store's writer takes text in
+        assert col.type == TEXT and col.to_pylist() == [names[c] for c in codes.tolist()]
     assert _coded_strings(np.zeros(3, np.int64), ("",)).to_pylist() == ["", "", ""]
+    # None in the vocabulary (parsers.llm.semantics.EVENT_NAMES: not an event) is null
+    col = _coded_strings(np.array([0, 2, 1, 0, 2]), (None, "content", "final"))
+    assert col.to_pylist() == [None, "final", "content", None, "final"] and col.null_count == 2
+    assert _coded_strings(np.zeros(2, np.int64), (None,)).to_pylist() == [None, None]
 
 
 def test_run_strings():
-    assert _run_strings(["to_server", "", "response"], [2, 1, 3]).to_pylist() == ["to_server"] * 2 + [""] + ["response"] * 3
+    col = _run_strings(["to_server", "", "response"], [2, 1, 3])
+    assert col.type == TEXT and col.to_pylist() == ["to_server"] * 2 + [""] + ["response"] * 3
+    # a value met again later shares its code; None is null
+    col = _run_strings(["a", None, "b", "a", None], [1, 2, 1, 2, 0])
+    assert col.to_pylist() == ["a", None, None, "b", "a", "a"] and col.dictionary.to_pylist() == ["a", "b"]
+    assert _run_strings([None], [2]).to_pylist() == [None, None]
     assert _run_strings(["x"], [0]).to_pylist() == []
     assert _run_strings([], []).to_pylist() == []
 
@@ -290,7 +307,8 @@ def test_tables_of_many_connections_are_each_connections_tables_in_order():
             build = cases[0][table][0]
             parts = [c[table][1] for c in cases]
             together = build("K", parts)
-            assert together.equals(pa.concat_tables([build("K", [p]) for p in parts])), table
+            alone = pa.concat_tables([build("K", [p]) for p in parts])
+            assert _as_text(together).equals(_as_text(alone)), table
             assert together["conn_id"].to_pylist() == [p.conn_id for p in parts for _ in range(p.n)]
         # a part's flip turns its TCP directions into the session's
         got = rtt_samples_table("K", [c["rtt_samples"][1] for c in cases])["direction"].to_pylist()

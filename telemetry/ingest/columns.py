@@ -1,5 +1,6 @@
-"""Arrow columns built from buffers: strings repeated or in runs, timestamps, floats with
-NaN as null. No Python object per row where a column is the same value many times."""
+"""Arrow columns built from buffers: text as codes into its distinct values, timestamps,
+floats with NaN as null. No Python object per row where a column is the same value many
+times."""
 
 from __future__ import annotations
 
@@ -12,38 +13,36 @@ import pyarrow as pa
 TS = pa.timestamp("ns", tz="UTC")
 NO_TS = np.iinfo(np.int64).min  # a time not known (yet): null in the tables
 
-
-def run_strings(values: list[str], counts: list[int]) -> pa.Array:
-    """String column of runs, ``counts[i]`` times ``values[i]``, built from buffers: no
-    Python str per row (a batch's messages, an RttRun's samples share theirs)."""
-    raw = [v.encode() for v in values]
-    lens = np.repeat(np.array([len(r) for r in raw], dtype=np.int64), counts)
-    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
-        return pa.array([v for v, k in zip(values, counts, strict=True) for _ in range(k)], pa.string())
-    data = b"".join([r * k for r, k in zip(raw, counts, strict=True)])
-    return pa.StringArray.from_buffers(len(lens), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+# text columns are built as dictionary arrays (telemetry.store.parquet writes them so)
+TEXT = pa.dictionary(pa.int32(), pa.string())
 
 
-def coded_strings(codes: np.ndarray, names: Sequence[str]) -> pa.Array:
-    """String column of ``names[codes[i]]``, built from buffers: each row's name taken as
-    one fixed-width item (NUL-padded to the longest name), the padding then cut (no
-    Python str per row; used where runs of one value are short, e.g. samples alternating
-    between two kinds)."""
-    raw = [v.encode() for v in names]
-    lens = np.array([len(r) for r in raw], dtype=np.int64)
-    width = max(int(lens.max(initial=0)), 1)
-    row_lens = lens[codes]
-    offsets = np.zeros(len(codes) + 1, dtype=np.int64)
-    np.cumsum(row_lens, out=offsets[1:])
-    if offsets[-1] >= 2**31:  # beyond 32-bit offsets (never for one flush's rows)
-        return pa.array([names[c] for c in codes.tolist()], pa.string())
-    data = np.array(raw, dtype=f"S{width}")[codes].view(np.uint8)
-    if not (lens == width).all():
-        kept = np.arange(width) < lens[:, None]  # per name: which of its width bytes are its own
-        data = data[kept[codes].reshape(-1)]
-    return pa.StringArray.from_buffers(len(codes), pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data))
+def _text(codes: np.ndarray, values: Sequence[str], nulls: np.ndarray | None = None) -> pa.Array:
+    """Text column of ``values[codes[i]]`` (null where ``nulls``) as a dictionary array:
+    the rows' codes and each distinct value once. Ids and kinds repeat on every row; as
+    codes, no bytes are made per row and the Parquet writer does not hash each row's text
+    again (a third of its time). ``values`` must be distinct."""
+    return pa.DictionaryArray.from_arrays(codes.astype(np.int32, copy=False), pa.array(values, pa.string()), mask=nulls)
+
+
+def run_strings(values: list[str | None], counts: list[int]) -> pa.Array:
+    """Text column of runs, ``counts[i]`` times ``values[i]`` (a batch's messages, an
+    RttRun's samples share theirs); None: null."""
+    code_of: dict[str, int] = {}
+    codes = np.array([0 if v is None else code_of.setdefault(v, len(code_of)) for v in values], dtype=np.int32)
+    nulls = None
+    if None in values:
+        nulls = np.repeat(np.array([v is None for v in values]), counts)
+    return _text(np.repeat(codes, counts), list(code_of) or [""], nulls)
+
+
+def coded_strings(codes: np.ndarray, names: Sequence[str | None]) -> pa.Array:
+    """Text column of ``names[codes[i]]`` (``names`` distinct: a vocabulary; None: null)."""
+    if None not in names:
+        return _text(codes, names)
+    named = np.array([n is not None for n in names])
+    code_of = np.cumsum(named) - 1  # each name's code among the names that are not None
+    return _text(np.maximum(code_of[codes], 0), [n for n in names if n is not None] or [""], ~named[codes])
 
 
 class Part(NamedTuple):
@@ -68,11 +67,8 @@ def id_columns(capture_id: str, parts: Sequence[Part]) -> dict[str, pa.Array]:
 
 
 def repeat(value: str, n: int) -> pa.Array:
-    """A string column of one value, built from buffers (no list of n references, and
-    no pyarrow.compute import)."""
-    raw = value.encode()
-    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+    """A text column of one value (one code per row)."""
+    return _text(np.zeros(n, dtype=np.int32), [value])
 
 
 def float_col(values: np.ndarray) -> pa.Array:

@@ -24,6 +24,7 @@ from parsers.records import (
 )
 from telemetry.ingest.columns import (
     NO_TS,
+    TEXT,
     TS,
     Part,
     coded_strings,
@@ -40,7 +41,6 @@ from telemetry.store.parquet import table_from_columns
 
 APP_THROTTLE_HTTP = (429, 503)
 APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE
-EVENT_NAME_OF = np.array(EVENT_NAMES, dtype=object)
 RTT_SOURCES = tuple(RttSource)
 _SOURCE_CODE = {name: i for i, name in enumerate(RTT_SOURCES)}
 
@@ -338,9 +338,9 @@ def event_columns(ms: Msgs) -> dict[str, pa.Array]:
     """messages.event and messages.tokens (all null without LLM stream events)."""
     n = len(ms)
     if not ms.kind.any():
-        return {"event": pa.nulls(n, pa.string()), "tokens": pa.nulls(n, pa.int64())}
+        return {"event": pa.nulls(n, TEXT), "tokens": pa.nulls(n, pa.int64())}
     return {
-        "event": pa.array(EVENT_NAME_OF[ms.kind], pa.string()),
+        "event": coded_strings(ms.kind, EVENT_NAMES),
         "tokens": pa.array(ms.tokens, pa.int64(), mask=ms.tokens < 0),
     }
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow._compute  # noqa: F401 - see below
 import pyarrow.parquet as pq
 
 from telemetry.store.layout import MODELS as MODELS
@@ -76,6 +77,22 @@ def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
     ts[np.isnan(ts)] = 0  # no time at all: epoch partition, still stored, never dropped
     return (ts // NS_PER_HOUR).astype(np.int64)
 
+
+def _text_as_codes(schema: pa.Schema) -> pa.Schema:
+    """``schema`` with its text columns as dictionary arrays: the form the writer takes rows
+    in. Ids, directions and kinds repeat on every row: given as codes into their distinct
+    values, the Parquet writer writes the codes (its dictionary pages) without hashing
+    every row's text. The files hold plain text columns, read back as the schema says."""
+    text = pa.dictionary(pa.int32(), pa.string())
+    return pa.schema([pa.field(f.name, text) if pa.types.is_string(f.type) else f for f in schema])
+
+
+WRITE_SCHEMAS = {table: _text_as_codes(schema) for table, schema in TABLES.items()}
+# The Parquet writer looks up Arrow compute functions (the statistics of a dictionary
+# column: "unique"). Arrow registers the bulk of them when pyarrow._compute is first
+# imported (by any cast, e.g.): done then in one thread while a write runs in another,
+# the lookup failed now and then ("No function registered with name: unique"). Imported
+# above, before any write thread starts (9 ms).
 
 # each table's columns: zstd, or none where the schema says zstd barely shrinks them
 _COMPRESSION = {table: {c.name: "zstd" if c.compress else "none" for c in cols} for table, cols in COLUMNS.items()}
@@ -158,8 +175,8 @@ class CaptureWriter:
     def append(self, table: str, data: pa.Table) -> None:
         if data.num_rows == 0:
             return
-        if data.schema != TABLES[table]:
-            data = data.select(TABLES[table].names).cast(TABLES[table])
+        if data.schema != WRITE_SCHEMAS[table]:
+            data = data.select(TABLES[table].names).cast(WRITE_SCHEMAS[table])
         self._buffers[table].append(data)
         self._buffered[table] += data.num_rows
         if self._buffered[table] >= self.flush_rows:
@@ -187,7 +204,9 @@ class CaptureWriter:
     def _write(self, table: str, parts: list[pa.Table]) -> None:
         """Write buffered tables into their hours' files (in a write thread)."""
         with self._slots:
-            self._write_hours(table, pa.concat_tables(parts))
+            # one dictionary per text column: the Parquet writer writes codes only while
+            # a row group's dictionary stays the same (else it decodes them all)
+            self._write_hours(table, pa.concat_tables(parts).unify_dictionaries())
 
     def _write_hours(self, table: str, data: pa.Table) -> None:
         """Write a table's rows into the files of their hours."""
@@ -238,11 +257,13 @@ class CaptureWriter:
             # no folders in staging: fewer file system operations for a commit
             path = self.staging / "~".join(place.parts)
             self._staged[path] = place
-            schema = TABLES[table]
             # dictionary-encode the text columns only (ids, kinds, directions): trying it on
             # times and counters costs most of the write and makes the files bigger
-            text = [f.name for f in schema if pa.types.is_string(f.type)]
-            out = pq.ParquetWriter(path, schema, compression=_COMPRESSION[table], use_dictionary=text)
+            text = [f.name for f in TABLES[table] if pa.types.is_string(f.type)]
+            # no Arrow schema in the file: it would say "dictionary" where readers are to
+            # see the text the Parquet columns are
+            out = pq.ParquetWriter(path, WRITE_SCHEMAS[table], compression=_COMPRESSION[table], use_dictionary=text,
+                                   store_schema=False)
             self._files[(table, bucket)] = out
         return out
 
@@ -347,7 +368,7 @@ def table_from_columns(table: str, columns: dict[str, Iterable[object]], *, fill
     does not have is an error, and so is one it has but ``columns`` lacks (unless
     ``fill_missing``: then it is null), so that a writer and telemetry/store/schema.py cannot
     drift apart silently."""
-    schema = TABLES[table]
+    schema = WRITE_SCHEMAS[table]  # text as dictionary arrays: as the writer takes it
     unknown = set(columns) - set(schema.names)
     missing = [] if fill_missing else [name for name in schema.names if name not in columns]
     if unknown or missing:
@@ -359,7 +380,10 @@ def table_from_columns(table: str, columns: dict[str, Iterable[object]], *, fill
         if values is None:
             arrays.append(None)
             continue
-        arr = pa.array(values, type=f.type) if not isinstance(values, pa.Array) else values
+        if not isinstance(values, pa.Array):
+            arr = pa.array(values, type=f.type)
+        else:
+            arr = values if values.type == f.type else values.cast(f.type)
         n = len(arr)
         arrays.append(arr)
     n = n or 0
