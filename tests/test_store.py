@@ -74,6 +74,46 @@ def test_columns_stored_zstd_but_those_the_schema_keeps_plain(tmp_path):
     assert "messages" in seen and want_plain(COLUMNS) == {("messages", "gap_ms")}
 
 
+def test_text_columns_are_written_as_codes_and_read_back_as_text(tmp_path):
+    """The ingest hands text (ids, directions, kinds) to the writer as dictionary arrays;
+    the files are plain Parquet text columns, dictionary-encoded, without an Arrow schema
+    that would say "dictionary": read back, every table has the store schema's types, and
+    DuckDB reads the same values."""
+    import duckdb
+
+    from telemetry.ingest import IngestOptions, ingest_file
+
+    capture = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    store = Store(tmp_path)
+    assert ingest_file(capture, store, IngestOptions(store_models=False)).error is None
+    for table, schema in TABLES.items():
+        for f in store.table_files(table):
+            got = pq.read_table(f)
+            assert got.schema.remove_metadata() == schema, (table, f.name)
+            assert b"ARROW:schema" not in (pq.read_metadata(f).metadata or {})
+            for i, field in enumerate(schema):
+                if field.type == "string":
+                    assert "RLE_DICTIONARY" in pq.read_metadata(f).row_group(0).column(i).encodings, (table, field.name)
+    messages = [str(f) for f in store.table_files("messages")]
+    directions = duckdb.sql(f"SELECT direction, count(*) FROM read_parquet({messages!r}) GROUP BY ALL ORDER BY 1").fetchall()
+    want = pq.read_table(messages[0]).column("direction").to_pylist()
+    assert directions == sorted((d, want.count(d)) for d in set(want)) and len(directions) == 2
+
+
+def test_arrow_compute_is_registered_before_any_write_thread():
+    """The Parquet writer looks up Arrow compute functions (a dictionary column's
+    statistics); Arrow registers them when pyarrow._compute is first imported. Done
+    lazily in one thread (by a cast) while a write ran in another, the write failed now and
+    then ("No function registered with name: unique"): the store imports it up front."""
+    import subprocess
+    import sys
+
+    code = "import sys, telemetry.store.parquet; print('pyarrow._compute' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "True"
+
+
 def want_plain(columns) -> set[tuple[str, str]]:
     return {(t, c.name) for t, cols in columns.items() for c in cols if not c.compress}
 
