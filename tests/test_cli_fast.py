@@ -98,7 +98,7 @@ def test_unusual_command_lines_go_to_typer(argv):
 def test_fast_path_exit_codes(tmp_path, monkeypatch):
     monkeypatch.setattr(analyze, "run_analyze", lambda **kw: EXIT_STORE)
     with pytest.raises(SystemExit) as exc:
-        main.run_fast({"captures": [tmp_path / "a.pcap"]})
+        main.run_fast("analyze", {"captures": [tmp_path / "a.pcap"]})
     assert exc.value.code == EXIT_STORE
 
     def interrupted(**kw):
@@ -106,7 +106,7 @@ def test_fast_path_exit_codes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(analyze, "run_analyze", interrupted)
     with pytest.raises(SystemExit) as exc:
-        main.run_fast({"captures": [tmp_path / "a.pcap"]})
+        main.run_fast("analyze", {"captures": [tmp_path / "a.pcap"]})
     assert exc.value.code == 130
 
 
@@ -137,22 +137,36 @@ def test_unusual_sql_command_lines_go_to_typer(argv):
     assert main.fast_sql_args(argv) is None
 
 
-def test_fast_and_typer_sql_agree(tmp_path):
-    """The same answers, errors and exit codes whichever path runs `tailtap sql`."""
-    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+ENV = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+
+
+def _sample_store(tmp_path: Path) -> Path:
     store = tmp_path / "store"
     sample = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
     subprocess.run([TAILTAP, "analyze", str(sample), "--out", str(store), "--no-report"], check=True,
-                   capture_output=True, timeout=300, env=env)
+                   capture_output=True, timeout=300, env=ENV)
+    return store
+
+
+def _both_paths(verb: str, store: Path, args: list[str], code: int) -> subprocess.CompletedProcess:
+    """Run ``tailtap VERB --store STORE ARGS`` (the fast path) and the same with
+    ``--store=STORE`` (typer's); both must answer alike, with exit code ``code``."""
+    fast = subprocess.run([TAILTAP, verb, "--store", str(store), *args], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    slow = subprocess.run([TAILTAP, verb, f"--store={store}", *args], capture_output=True, text=True,
+                          timeout=120, env=ENV)
+    assert fast.returncode == slow.returncode == code, (fast.stderr, slow.stderr)
+    assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+    return fast
+
+
+def test_fast_and_typer_sql_agree(tmp_path):
+    """The same answers, errors and exit codes whichever path runs `tailtap sql`."""
+    store = _sample_store(tmp_path)
     for query, code in (("SELECT count(*) AS n FROM request_cause", 0), ("SELEC 1", EXIT_INPUT)):
-        fast = subprocess.run([TAILTAP, "sql", "--store", str(store), "-f", "csv", query],
-                              capture_output=True, text=True, timeout=120, env=env)
-        slow = subprocess.run([TAILTAP, "sql", f"--store={store}", "-f", "csv", query],
-                              capture_output=True, text=True, timeout=120, env=env)
-        assert fast.returncode == slow.returncode == code
-        assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+        _both_paths("sql", store, ["-f", "csv", query], code)
     missing = subprocess.run([TAILTAP, "sql", "--store", str(tmp_path / "none"), "SELECT 1"],
-                             capture_output=True, text=True, timeout=120, env=env)
+                             capture_output=True, text=True, timeout=120, env=ENV)
     assert missing.returncode == EXIT_STORE and "no store here" in missing.stderr
 
 
@@ -175,3 +189,29 @@ def test_reading_a_store_imports_neither_pyarrow_nor_numpy(tmp_path, command):
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()  # it did answer
     assert "loaded: []" in proc.stderr, proc.stderr
+
+
+REPORT_PLAIN = [[], ["--store", "st"], ["-s", "st", "-f", "json"], ["--format", "markdown", "--store", "st"]]
+REPORT_UNUSUAL = [["--help"], ["--store=st"], ["--store"], ["-s", "a", "-s", "b"], ["--format", "csv"],
+                  ["--window", "10s"], ["--top", "3"], ["--html", "r.html"], ["extra"]]
+
+
+@pytest.mark.parametrize("argv", REPORT_PLAIN)
+def test_fast_report_command_lines(argv):
+    kw = main.fast_report_args(argv)
+    assert kw is not None and isinstance(kw["store_dir"], Path)
+    assert kw.get("fmt", "table") in ("table", "json", "markdown")
+
+
+@pytest.mark.parametrize("argv", REPORT_UNUSUAL)
+def test_unusual_report_command_lines_go_to_typer(argv):
+    assert main.fast_report_args(argv) is None
+
+
+def test_fast_and_typer_report_agree(tmp_path):
+    """The same report, errors and exit codes whichever path runs `tailtap report`."""
+    store = _sample_store(tmp_path)
+    for target, fmt, code in ((store, "table", 0), (store, "json", 0), (tmp_path / "none", "table", EXIT_STORE)):
+        assert main.fast_report_args(["--store", str(target), "-f", fmt]) is not None
+        out = _both_paths("report", target, ["-f", fmt], code)
+        assert ("spike" in out.stdout) if code == 0 else ("no store here" in out.stderr)

@@ -24,6 +24,7 @@ from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_p
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
+from telemetry.cli.report import note_recomputed, open_store, run_report, write_report_html
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 from telemetry.report.render import output_console
 
@@ -182,12 +183,10 @@ def schema(
 
 
 def _open_store(store_dir: Path):
-    from telemetry.store.layout import StoreLayout
-
-    if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
-        _error_line(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+    store = open_store(store_dir)
+    if store is None:
         raise typer.Exit(EXIT_STORE)
-    return StoreLayout(store_dir)
+    return store
 
 
 @contextmanager
@@ -218,9 +217,6 @@ def report(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
-    from telemetry.report import render
-    from telemetry.report.sections import report_sections
-
     params = {
         "window_s": parse_duration_ms(window) / 1000.0 if window else None,
         "since_ns": parse_time_ns(since),
@@ -228,43 +224,15 @@ def report(
         "slowest_n": top,
         **parse_slo(slo),
     }
-    with _user_errors(html_out):
-        store = _open_store(store_dir)
-        con = _connect(store, params)
-        sections = report_sections(store, params, con)
-        if html_out is not None:
-            write_report_html(store, params, sections, html_out, con)
-    _note_recomputed(con)
-    if fmt == Format.table:
-        from telemetry.report.sections import print_report
-
-        print_report(console, sections)
-    else:
-        render.emit(console, fmt.value, sections, title="tailtap report")
+    code = run_report(store_dir, params, fmt.value, html_out)
+    if code:
+        raise typer.Exit(code)
 
 
 def _connect(store, params: dict):
     from telemetry.models.db import connect
 
     return connect(store, params)
-
-
-def _note_recomputed(con) -> None:
-    """Say why a query over captures whose kept models another version computed was slow."""
-    if con.stale_captures:
-        err.print(f"note: {len(con.stale_captures)} capture(s) keep models computed by another tailtap version: "
-                  "they were computed again for this query, more slowly; `tailtap analyze --force FILE` stores them anew")
-
-
-def write_report_html(store, params: dict, sections: dict, out: Path, con) -> None:
-    """The report (``sections``, from report_sections on ``con``) as one HTML file at
-    ``out``: its plots read the same connection's models."""
-    from telemetry.report.html import report_html
-    from telemetry.report.sections import plot_sections, settings_window_s
-
-    page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
-    out.write_text(page, encoding="utf-8")
-    err.print(escape(f"wrote {out}"))
 
 
 @app.command()
@@ -293,7 +261,7 @@ def explain(
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
             err.print(escape(f"wrote {html_out}"))
-    _note_recomputed(con)
+    note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_explain
 
@@ -336,7 +304,7 @@ def compare(
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
             err.print(escape(f"wrote {html_out}"))
-    _note_recomputed(con)
+    note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_compare
 

@@ -5,7 +5,10 @@ telemetry/cli/analyze.py directly: building the typer app (typer, click, rich, p
 validation) costs ~0.2 s of every run, a tenth of a big capture's whole ingest. Anything
 unusual (help, `--`, `--opt=value`, joined short options, repeated options, values typer
 would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
-own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values.
+own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values. So
+are `tailtap sql --store S QUERY` (telemetry/cli/sql.py) and `tailtap report` with no
+option but --store and --format (telemetry/cli/report.py): scripts and users run them over
+and over, and the typer app costs a quarter of a report on a small store.
 """
 
 from __future__ import annotations
@@ -121,15 +124,41 @@ def fast_sql_args(argv: list[str]) -> dict[str, object] | None:
     return kw
 
 
-def run_fast(kwargs: dict[str, object]) -> None:
-    """Run `analyze` or `sql` as typer's standalone mode would: same exit codes and EPIPE handling."""
+_REPORT_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-f": "fmt"}
+_REPORT_FORMATS = ("table", "json", "markdown")
+
+
+def fast_report_args(argv: list[str]) -> dict[str, object] | None:
+    """Keyword arguments of `report` for a command line of --store and --format alone (the
+    report with its default settings), or None (typer)."""
+    kw: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        name = _REPORT_OPTS.get(argv[i])
+        if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
+            return None
+        kw[name] = argv[i + 1]
+        i += 2
+    if kw.get("fmt", "table") not in _REPORT_FORMATS:
+        return None
+    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    return kw
+
+
+def run_fast(verb: str, kwargs: dict[str, object]) -> None:
+    """Run `analyze`, `sql` or `report` as typer's standalone mode would: same exit codes
+    and EPIPE handling."""
     import errno
 
     try:
-        if "query" in kwargs:
+        if verb == "sql":
             from telemetry.cli.sql import run_sql
 
             code = run_sql(**kwargs)  # type: ignore[arg-type]
+        elif verb == "report":
+            from telemetry.cli.report import run_report
+
+            code = run_report(**kwargs)  # type: ignore[arg-type]
         else:
             from telemetry.cli import analyze
 
@@ -150,13 +179,16 @@ def run_fast(kwargs: dict[str, object]) -> None:
 def main() -> None:
     argv = sys.argv[1:]
     fast = None
-    if argv and argv[0] == "analyze":
+    verb = argv[0] if argv else None
+    if verb == "analyze":
         fast = fast_analyze_args(argv[1:])
-    elif argv and argv[0] == "sql":
+    elif verb == "sql":
         fast = fast_sql_args(argv[1:])
+    elif verb == "report":
+        fast = fast_report_args(argv[1:])
     try:
         if fast is not None:
-            run_fast(fast)
+            run_fast(verb, fast)
         else:
             from telemetry.cli.app import app
 

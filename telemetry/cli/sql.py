@@ -7,20 +7,10 @@ app costs more than answering a small query.
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
+from telemetry.cli.errors import error_line
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
-
-
-def _error(text: str) -> None:
-    if sys.stderr.isatty():
-        from rich.console import Console
-        from rich.markup import escape
-
-        Console(stderr=True).print(f"[red]error:[/red] {escape(text)}")
-    else:
-        print(f"error: {text}", file=sys.stderr)
 
 
 def open_analysis(store_dir: Path, materialize: bool = True):
@@ -29,12 +19,12 @@ def open_analysis(store_dir: Path, materialize: bool = True):
     from telemetry.store.layout import StoreLayout
 
     if not store_dir.is_dir():
-        _error(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+        error_line(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
         return EXIT_STORE
     try:
         return connect(StoreLayout(store_dir), materialize=materialize)
     except RuntimeError as exc:  # a queries/ model does not bind on this store
-        _error(str(exc).splitlines()[0])
+        error_line(str(exc).splitlines()[0])
         return EXIT_INPUT
 
 
@@ -48,7 +38,7 @@ def run_sql(query: str, store_dir: Path, fmt: str = "table") -> int:
     try:
         rows = render.rows_of(con, query)
     except Exception as exc:  # DuckDB errors are the user's SQL: one line, no traceback
-        _error(str(exc).splitlines()[0])
+        error_line(str(exc).splitlines()[0])
         return EXIT_INPUT
     render.emit(render.output_console(), fmt, {"result": rows})
     return EXIT_OK
