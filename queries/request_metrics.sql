@@ -17,9 +17,12 @@
 -- only. Where nothing went wrong toward the client between the bytes passing the capture
 -- point and their ACK (no retransmission, lost segment, out-of-order arrival or duplicate
 -- ACK) and the path was not queued (path_rtt: 25th percentile of its inflation toward the
--- client from 250 ms before they passed to their ACK), they arrived one path delay after they
--- passed (the RTT floor plus that inflation): the rest of the wait, up to the longest a
--- client holds an ACK, was the held ACK (ack_held_ms).
+-- client from 250 ms before they passed to their ACK; or, where a queue was forming as they
+-- passed, of its 100 ms buckets from then to the ACK that hold at least
+-- queue_onset_min_samples samples, so that the request's own held ACK cannot make a quiet
+-- path look queued), they arrived one path delay after they passed (the RTT floor plus
+-- that inflation): the rest of the wait, up to the longest a client holds an ACK, was the
+-- held ACK (ack_held_ms).
 -- A request lost before the capture point is undone too. When its first bytes filled a
 -- hole in the client's bytes (a later packet showed them missing), the client had sent
 -- them before the hole showed, after its last packet seen before (an ACK that gave an RTT
@@ -88,15 +91,21 @@ acks AS (  -- the first and the last response byte: when they passed, when they 
     FROM requests_in_range AS r WHERE r.end_acked > coalesce(r."end", r.last_message)
 ),
 path_queue AS (  -- the path's RTT inflation toward the client around each (path_rtt buckets;
-    -- grouped by a numeric request key: text keys make a long capture's groups spill)
-    SELECT k.rk, k.which, quantile_cont(p.inflation_p25_ms, 0.25) AS inflation_p25_ms
-    FROM (SELECT rk, which, client_addr, server_addr,
+    -- grouped by a numeric request key: text keys make a long capture's groups spill): from
+    -- 250 ms before (a queue only starting then does not count), or, the greater, from the
+    -- bytes passing on, in buckets with enough samples (a queue forming as they passed)
+    SELECT k.rk, k.which,
+        greatest(quantile_cont(p.inflation_p25_ms, 0.25),
+                 quantile_cont(p.inflation_p25_ms, 0.25)
+                     FILTER (WHERE p.bucket >= k.t // 100000000
+                               AND p.samples >= getvariable('queue_onset_min_samples'))) AS inflation_ms
+    FROM (SELECT rk, which, client_addr, server_addr, t,
                  unnest(range((t - 250000000) // 100000000, a // 100000000 + 1)) AS bucket
           FROM acks) AS k
     JOIN path_rtt AS p
       ON p.client_addr = k.client_addr AND p.server_addr = k.server_addr AND p.bucket = k.bucket
      AND p.direction = 'to_client'
-    GROUP BY ALL
+    GROUP BY k.rk, k.which, k.t
 ),
 troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
     SELECT DISTINCT k.conn_id, k.stream_id, k.which
@@ -112,8 +121,8 @@ ack_held AS (  -- how long the client held each ACK beyond the path delay (0 whe
         max(CASE WHEN k.which = 'end' THEN held_ms END) AS end_held_ms
     FROM (
         SELECT k.conn_id, k.stream_id, k.which,
-            CASE WHEN x.conn_id IS NULL AND NOT coalesce(queued(q.inflation_p25_ms, c.rtt_min_ms_to_client), false)
-                 THEN least(greatest((k.a - k.t) / 1e6 - coalesce(c.rtt_min_ms_to_client, 0) - coalesce(q.inflation_p25_ms, 0), 0),
+            CASE WHEN x.conn_id IS NULL AND NOT coalesce(queued(q.inflation_ms, c.rtt_min_ms_to_client), false)
+                 THEN least(greatest((k.a - k.t) / 1e6 - coalesce(c.rtt_min_ms_to_client, 0) - coalesce(q.inflation_ms, 0), 0),
                             delayed_ack_max_ms())
                  ELSE 0 END AS held_ms
         FROM acks AS k

@@ -40,6 +40,9 @@ DEFAULT_PARAMS: dict[str, object] = {
     "slowest_n": 10,
     "queue_min_ms": 5.0,  # RTT inflation that counts as queueing ...
     "queue_floor_share": 0.25,  # ... and at least this share of the path's RTT floor (chosen on the sweep's tuning runs: 0.5 missed queues on long paths)
+    # a 100 ms bucket of a path's RTT samples tells a queue forming (queries/request_metrics.sql's
+    # held ACKs) when it holds this many: the most that kept every gain on the tuning runs (40 lost two)
+    "queue_onset_min_samples": 20,
     # at a client-side capture point, a queue whose response arrivals came back to back
     # (within 0.1 ms) more often than this is a delay, not a shaper (queries/shaper_evidence.sql)
     "shaper_bunched_max": 0.3,
