@@ -17,7 +17,7 @@ from telemetry.store.parquet import CaptureWriter
 # Net new container objects between two runs of the cycle collector while ingesting. A
 # run walks every young object and whatever it references: the pipeline's growing lists
 # of rows (each run 10-45 ms at 50,000, most freeing nothing). On the realistic 1M capture
-# `analyze` cost 5% less CPU at 1,000,000 than at 50,000 (farm-bench, 7 pairs).
+# `analyze` cost 5% less CPU at 1,000,000 than at 50,000 (7 pairs).
 GC_GEN0_THRESHOLD = 1_000_000
 
 
