@@ -17,12 +17,12 @@ from parsers.records import (
     expand_rtts,
     expand_runs,
 )
-from telemetry.ingest.columns import TEXT
 from telemetry.ingest.columns import coded_strings as _coded_strings
 from telemetry.ingest.columns import run_strings as _run_strings
 from telemetry.ingest.rates import run_sent as _run_sent
 from telemetry.ingest.tables import RTT_SOURCES, rtt_stats
 from telemetry.ingest.tables import rtt_columns as _rtt_columns
+from telemetry.store.parquet import TEXT
 
 
 def test_rtt_columns_mix_runs_and_samples_in_order():

@@ -13,12 +13,10 @@ import pyarrow as pa
 TS = pa.timestamp("ns", tz="UTC")
 NO_TS = np.iinfo(np.int64).min  # a time not known (yet): null in the tables
 
-# text columns are built as dictionary arrays (telemetry.store.parquet writes them so)
-TEXT = pa.dictionary(pa.int32(), pa.string())
-
 
 def _text(codes: np.ndarray, values: Sequence[str], nulls: np.ndarray | None = None) -> pa.Array:
-    """Text column of ``values[codes[i]]`` (null where ``nulls``) as a dictionary array:
+    """Text column of ``values[codes[i]]`` (null where ``nulls``) as a dictionary array
+    (telemetry.store.parquet.TEXT, the form the writer takes text in):
     the rows' codes and each distinct value once. Ids and kinds repeat on every row; as
     codes, no bytes are made per row and the Parquet writer does not hash each row's text
     again (a third of its time). ``values`` must be distinct."""

@@ -24,7 +24,6 @@ from parsers.records import (
 )
 from telemetry.ingest.columns import (
     NO_TS,
-    TEXT,
     TS,
     Part,
     coded_strings,
@@ -37,7 +36,7 @@ from telemetry.ingest.columns import (
 from telemetry.ingest.joins import gap_stats
 from telemetry.ingest.sendlog import KIND_NAMES as SEND_KINDS
 from telemetry.ingest.state import Conn, Msgs, Ready
-from telemetry.store.parquet import table_from_columns
+from telemetry.store.parquet import TEXT, table_from_columns
 
 APP_THROTTLE_HTTP = (429, 503)
 APP_THROTTLE_GRPC = (8, 14)  # RESOURCE_EXHAUSTED, UNAVAILABLE

@@ -78,13 +78,16 @@ def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
     return (ts // NS_PER_HOUR).astype(np.int64)
 
 
+# the form the writer takes text columns in: codes into their distinct values
+TEXT = pa.dictionary(pa.int32(), pa.string())
+
+
 def _text_as_codes(schema: pa.Schema) -> pa.Schema:
     """``schema`` with its text columns as dictionary arrays: the form the writer takes rows
     in. Ids, directions and kinds repeat on every row: given as codes into their distinct
     values, the Parquet writer writes the codes (its dictionary pages) without hashing
     every row's text. The files hold plain text columns, read back as the schema says."""
-    text = pa.dictionary(pa.int32(), pa.string())
-    return pa.schema([pa.field(f.name, text) if pa.types.is_string(f.type) else f for f in schema])
+    return pa.schema([pa.field(f.name, TEXT) if pa.types.is_string(f.type) else f for f in schema])
 
 
 WRITE_SCHEMAS = {table: _text_as_codes(schema) for table, schema in TABLES.items()}
