@@ -201,6 +201,14 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
     assert len(lost_to_server) == len(log_drops["to_server"]) == 9
     assert all(inside("drop3", t) for t in lost_to_server)
 
+    # The bridge records when it ran late (shared, noisy machine): frames due then may be
+    # late by that much; every other one must be on time.
+    late_ns = report["late_threshold_ms"] * NS_PER_MS
+    periods = [(p["start_ns"] - NS_PER_MS, p["end_ns"] + NS_PER_MS) for p in report["disturbed"]]
+
+    def disturbed(t_due: int) -> bool:
+        return any(a <= t_due <= b for a, b in periods)
+
     # holds: held replies arrive ~15 ms late and are overtaken; nothing late elsewhere
     held_log = [e for e in events if e["action"] == "hold"]
     assert 40 < len(held_log) < 140
@@ -208,8 +216,27 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
     for k, t_s in srv.items():
         if k[0] == "to_client" and k in cli:
             late[k] = ((cli[k] - t_s) / NS_PER_MS, t_s)
-    held = [d for d, t in late.values() if inside("hold", t) and d > 10]
+    # The bridge logs every frame of the window (forwarded or held); a reply's row is the
+    # one it received nearest the server's capture time (replies are 2 ms apart)
+    hold_rows = sorted(((e["t_rx_ns"], e) for e in events
+                        if e["window"] == "hold" and e["direction"] == "to_client"), key=lambda re: re[0])  # fmt: skip
+    hold_rx = [r for r, _e in hold_rows]
+
+    def bridge_row(t_server: int) -> dict[str, Any]:
+        i = bisect.bisect_left(hold_rx, t_server)
+        return min(hold_rows[max(i - 1, 0) : i + 1], key=lambda re: abs(re[0] - t_server))[1]
+
+    in_hold = [(d, bridge_row(t)) for d, t in late.values() if inside("hold", t)]
+    held = [d for d, row in in_hold if row["action"] == "hold"]
     assert len(held) == len(held_log) and all(14 < d < 35 for d in held)  # hold 15 ms + noise
+    # a forwarded reply late at the client was sent on time by the bridge (the lateness came
+    # after it, on a busy host) or in a period the bridge recorded as disturbed
+    late_forwarded = [(d, row) for d, row in in_hold if row["action"] != "hold" and d > 10]
+    assert len(late_forwarded) <= 0.05 * len(in_hold), late_forwarded
+    assert all(
+        row["t_tx_ns"] - row["release_ns"] <= late_ns or disturbed(row["release_ns"])
+        for _d, row in late_forwarded
+    ), late_forwarded
     in_delay_window = [(k, d, t) for k, (d, t) in late.items() if inside("delay", t)]
     order = sorted((t_c, seq) for (dname, seq), t_c in cli.items() if dname == "to_client")
     inversions = [t for (t, s), (_t2, s2) in zip(order, order[1:], strict=False) if s2 < s]
@@ -218,31 +245,34 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
     )
 
     # delay window: 20 +- 2 ms inside, sub-ms outside every window (apart from holds/backlog)
-    # The bridge records when it ran late (shared, noisy machine): frames due then may be
-    # late by that much; every other one must be on time.
-    periods = [(p["start_ns"] - NS_PER_MS, p["end_ns"] + NS_PER_MS) for p in report["disturbed"]]
-
-    def disturbed(t_due: int) -> bool:
-        return any(a <= t_due <= b for a, b in periods)
-
     # A frame can also be late after the bridge sent it on time (the client's veth or its
     # capture on a busy host): the bridge's own log, received -> sent, tells the two apart
     # (the delayed frame it received nearest the server's capture time: probes are 2 ms apart)
-    delayed = sorted((e["t_rx_ns"], e["t_tx_ns"]) for e in events
+    delayed = sorted((e["t_rx_ns"], e["release_ns"], e["t_tx_ns"]) for e in events
                      if e["action"] == "delay" and e["direction"] == "to_client")  # fmt: skip
-    rx_times = [r for r, _t in delayed]
+    rx_times = [r for r, _p, _t in delayed]
+
+    def nearest(t_server: int) -> tuple[int, int, int]:
+        i = bisect.bisect_left(rx_times, t_server)
+        return min(delayed[max(i - 1, 0) : i + 1], key=lambda e: abs(e[0] - t_server))
 
     def bridge_ms(t_server: int) -> float:
-        i = bisect.bisect_left(rx_times, t_server)
-        r, t = min(delayed[max(i - 1, 0) : i + 1], key=lambda e: abs(e[0] - t_server))
+        r, _p, t = nearest(t_server)
         return (t - r) / NS_PER_MS
 
     d_in = [(d, t) for _k, d, t in in_delay_window]
     assert d_in
-    own = sorted(bridge_ms(t) for _d, t in d_in)
-    assert 19 < own[len(own) // 2] < 21 and all(
-        17.5 < x < 23.5 for x in own[len(own) // 10 : -len(own) // 10]
-    ), own
+    # The model plans 20 +- 2 ms (release - received). The bridge then sends each frame when
+    # due, never early, or records that it ran late (a disturbed period): how late a wake-up
+    # is on a busy host is the host's, so the plan and the bridge's record are judged apart.
+    sent = [nearest(t) for _d, t in d_in]
+    planned = sorted((p - r) / NS_PER_MS for r, p, _t in sent)
+    assert 19 < planned[len(planned) // 2] < 21 and all(
+        17.5 < x < 23.5 for x in planned[len(planned) // 10 : -len(planned) // 10]
+    ), planned
+    assert all(t >= p for _r, p, t in sent)
+    unrecorded = [(p, t - p) for _r, p, t in sent if t - p > late_ns and not disturbed(p)]
+    assert not unrecorded, unrecorded
     off = [(d, t) for d, t in d_in if not 17.5 < d < 23.5]
     assert all(
         disturbed(t + int(d * NS_PER_MS)) or 17.5 < bridge_ms(t) < 23.5 for d, t in off if d > 23.5
