@@ -10,7 +10,8 @@ timing and sizes through TLS record boundaries; padding hides sizes, not timing)
   client records before the answer belong to the same request. In TLS 1.3 the server's
   session tickets may land between the client's first request records: a client record
   within ``TICKET_SPLIT_NS`` of the server's first flight continues the request, and that
-  flight is not counted as an answer. Over HTTP/2 (chosen, or
+  flight is not counted as an answer; over HTTP/2 the server's records before its SETTINGS
+  are its tickets, however late they come. Over HTTP/2 (chosen, or
   offered when TLS 1.3 hides the choice) a client record needs ``REQUEST_MIN_BYTES`` of
   (estimated) plaintext (smaller ones are control frames: WINDOW_UPDATE, PING, SETTINGS
   acknowledgements), the client's first record is its connection preface, and neither
@@ -122,6 +123,11 @@ class KeylessEstimator:
             # the server's connection preface (its SETTINGS), which may come between the
             # client's first request records: not a response chunk
             self.server_preface = True
+            if tls13 and cur is not None and cur.flights:
+                # no HTTP/2 response comes before the server's SETTINGS: what came before
+                # them were its session tickets, however late they came
+                self.server_flights -= len(cur.flights)
+                cur.flights.clear()
             return
         if cur is None or (h2 and size < CONTROL_MAX_BYTES):
             return  # before any request (a session ticket), or HTTP/2 control
