@@ -5,10 +5,11 @@ scenario run against the lab's streaming server on uvicorn (HTTP/1.1) and on hyp
 What is checked: the client's requests (port, stream id / exchange index, request id)
 match the capture (tshark); tailtap finds every one of them, with the client's token
 count as ``completion_tokens``, one message per chunk and no ``[DONE]`` message, the
-model as sent, each 429 as the client got it; and its client-side TTFT estimate (from
-the client's ACKs) agrees with the client's own TTFT, both counted from the request's
-last byte (median within 3 ms: the client is an asyncio Python process on a shared
-machine; over h2c it takes ~1.5 ms between its HEADERS and the end of its request body). How attribution scores on such runs is
+model as sent, each 429 as the client got it; and its client-side TTFT agrees with the
+client's wire (the client's veth is captured too): the raw estimate from the client's
+ACKs, with the client's held ACKs undone (the TTFT attribution judges by), is within
+1 ms median of the wire's, both counted from the request's last byte. The client's
+own TTFT (an asyncio Python process on a shared machine) is printed beside it. How attribution scores on such runs is
 measured by ``bench/score_attribution.py`` (the lab runs are not kept in the repository).
 """
 
@@ -40,7 +41,8 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
     from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
-    labels = run_scenario("resource_exhausted", out, duration=6.0, seed=3, protocol=protocol, log=lambda *_: None)
+    labels = run_scenario("resource_exhausted", out, duration=6.0, seed=3, protocol=protocol, client_capture=True,
+                          log=lambda *_: None)  # fmt: skip
     assert labels["protocol"] == protocol
     check = labels["client_check"]
     assert check["checked"] and check["ok"], check
@@ -66,9 +68,52 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
         assert (status, kind, model, tokens, resp_msgs) == (200, "sse", "lab-llm", messages, messages + 3)
     rejected = [r for r in rows if r[1] == "RESOURCE_EXHAUSTED"]
     assert rejected and all(r[4] == 429 for r in rejected), rejected
-    err = sorted(abs(r[9] - r[3]) for r in gen if r[9] is not None and r[3] is not None)
-    assert len(err) > 0.9 * len(gen)
-    assert median(err) < 3.0, err
+    # The client-side TTFT is of the client's wire: what its own capture shows, from the
+    # request's last byte leaving to the first token arriving. An ACK bounds the arrival
+    # from above only (Linux holds ACKs, more so over h2c where streams share the
+    # connection: the raw estimate is up to 16 ms late there); with held ACKs undone, the
+    # TTFT attribution judges by (request_metrics.ttft_eff_ms) is 0.01-0.4 ms median from
+    # the wire's, p90 0.06-1.8 ms, the host busy or not. The client's process reads the
+    # token later again (an asyncio loop on a shared host: 1-4 ms here), which no packet
+    # shows: that figure is printed, not bounded.
+    eff_err, _n = _wire_ttft_errors(out, tmp_path, store.root)
+    assert len(eff_err) > 0.9 * len(gen)
+    app_err = sorted(abs(r[9] - r[3]) for r in gen if r[9] is not None and r[3] is not None)
+    print(protocol, "raw estimate vs the client's process: median", round(median(app_err), 3), "ms")
+    _bound_wire_errors(protocol, eff_err, len(gen))
+
+
+def _wire_ttft_errors(out, tmp_path, store_root, keylog=None) -> tuple[list[float], int]:
+    """|TTFT attribution judges by - the client's wire TTFT| per request, sorted (ms), and how
+    many requests the capture at the server holds. The wire's is read from the run's capture
+    at the client's veth; the judged one (request_metrics.ttft_eff_ms: held ACKs undone)
+    from the store of its capture at the server, opened as ``tailtap sql`` opens it."""
+    from telemetry.cli.sql import open_analysis
+    from telemetry.ingest import IngestOptions, ingest_file
+    from telemetry.models.db import connect
+    from telemetry.store.parquet import Store
+
+    client_store = Store(tmp_path / "store_client")
+    result = ingest_file(out / "capture_client.pcap", client_store, IngestOptions(keylog=keylog))
+    assert result.error is None, result.error
+    on_wire = {(port, sid): ttft for port, sid, ttft in
+               connect(client_store).execute("SELECT client_port, stream_id, ttft_ms FROM requests").fetchall()}  # fmt: skip
+    analysis = open_analysis(store_root)
+    assert not isinstance(analysis, int)
+    judged = analysis.execute("""
+        SELECT r.client_port, r.stream_id, m.ttft_eff_ms
+        FROM requests AS r JOIN request_metrics AS m USING (conn_id, stream_id)
+        WHERE r.ttft_client_est_ms IS NOT NULL AND r.request_start IS NOT NULL AND r.request_end IS NOT NULL
+    """).fetchall()  # fmt: skip
+    n = analysis.execute("SELECT count(*) FROM requests").fetchone()[0]
+    return sorted(abs(eff - on_wire[port, sid]) for port, sid, eff in judged if on_wire.get((port, sid)) is not None), n
+
+
+def _bound_wire_errors(protocol: str, err: list[float], n_requests: int) -> None:
+    print(protocol, "client TTFT vs the client's wire: median", round(median(err), 3), "ms, p90",
+          round(err[int(0.9 * len(err))], 3), "ms, n", len(err))  # fmt: skip
+    assert len(err) > 0.8 * n_requests
+    assert median(err) < 1.0 and err[int(0.9 * len(err))] < 5.0, err
 
 
 def _estimate_errors(con) -> dict[str, list[float]]:
@@ -111,7 +156,8 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     from telemetry.store.parquet import Store
 
     out = tmp_path / "run"
-    labels = run_scenario("queueing", out, seed=7, protocol=protocol, tls=True, log=lambda *_: None)
+    labels = run_scenario("queueing", out, seed=7, protocol=protocol, tls=True, client_capture=True,
+                          log=lambda *_: None)  # fmt: skip
     assert labels["tls"] == {"keylog": "keys.txt", "sni": "lab-llm.test"}
     check = labels["client_check"]
     assert check["checked"] and check["ok"], check  # tshark, decrypting with the client's key log
@@ -136,20 +182,10 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
             if protocol == "grpc":  # as the client got them
                 want = {c: n for c, n in Counter(t["grpc_status"] for t in truth).items()}
                 assert dict(statuses) == want, (statuses, want)
-            # decrypted timings against the client's own: its TTFT from its request's last
-            # byte, as tailtap's client-side estimate counts it
-            con.execute(f"CREATE OR REPLACE TEMP TABLE truth AS SELECT * FROM read_parquet('{out / 'client.parquet'}')")
-            err = [e for (e,) in con.execute("""
-                SELECT abs(r.ttft_client_est_ms - (t.ttft_ms - (epoch_ns(r.request_end) - epoch_ns(r.request_start)) / 1e6))
-                FROM truth AS t JOIN requests AS r ON t.conn_local_port = r.client_port AND t.stream_id = r.stream_id
-                WHERE t.ttft_ms IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL
-                  AND r.request_start IS NOT NULL AND r.request_end IS NOT NULL  -- both ends of the request seen
-            """).fetchall()]  # fmt: skip
-            # (gRPC: 5 ms; httpx's HTTP/2 in an asyncio loop hands a message over later than
-            # its SSE lines over HTTP/1.1: 2.3 ms median here against 0.6 ms)
-            bound = 3.0 if protocol == "openai-http1" else 5.0
-            assert len(err) > 0.8 * len(truth) and median(err) < bound, (len(err), median(err) if err else None)
-            print(protocol, "decrypted TTFT vs the client's: median", round(median(err), 2), "ms, n", len(err))
+            # decrypted, the TTFT attribution judges by against the client's wire (its veth's
+            # capture, decrypted with the same key log)
+            err, n = _wire_ttft_errors(out, tmp_path, store.root, keylog)
+            _bound_wire_errors(protocol, err, n)
         else:
             assert [p[:3] for p in protocols] == [("tls", True, True)], protocols
             assert abs(protocols[0][3] - len(truth)) <= 0.05 * len(truth), (protocols, len(truth))
