@@ -291,21 +291,21 @@ def _late_ticket_h2_server(port: int, ctx: ssl.SSLContext, connections: int, rea
                 incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
                 tls = ctx.wrap_bio(incoming, outgoing, server_side=True)
 
-                def flush(tls: ssl.SSLObject = tls, outgoing: ssl.MemoryBIO = outgoing, conn: socket.socket = conn) -> None:
+                def flush(outgoing: ssl.MemoryBIO = outgoing, conn: socket.socket = conn) -> None:
                     if data := outgoing.read():
                         conn.sendall(data)
 
-                answered_hello = False
                 while True:
                     try:
                         tls.do_handshake()
                         break
                     except ssl.SSLWantReadError:
-                        flush()
-                        if answered_hello:
+                        if outgoing.pending:  # the server's flight, answering the ClientHello
+                            flush()
                             time.sleep(LATE_TICKET_WAIT_S)  # the client's Finished and request arrive
-                        answered_hello = outgoing.pending == 0 and incoming.pending == 0
-                        incoming.write(conn.recv(65536))
+                        if not (data := conn.recv(65536)):
+                            return
+                        incoming.write(data)
                 flush()  # the session tickets
                 h2c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
                 h2c.initiate_connection()
