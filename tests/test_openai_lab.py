@@ -73,7 +73,7 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
     # from above only (Linux holds ACKs, more so over h2c where streams share the
     # connection: the raw estimate is up to 16 ms late there); with held ACKs undone, the
     # TTFT attribution judges by (request_metrics.ttft_eff_ms) is 0.01-0.4 ms median from
-    # the wire's, p90 0.06-1.8 ms, the host busy or not. The client's process reads the
+    # the wire's, p90 0.06-2.0 ms, the host busy or not. The client's process reads the
     # token later again (an asyncio loop on a shared host: 1-4 ms here), which no packet
     # shows: that figure is printed, not bounded.
     eff_err, _n = _wire_ttft_errors(out, tmp_path, store.root)
