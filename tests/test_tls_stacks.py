@@ -12,6 +12,7 @@ chunks); cut before its handshake, the connection is estimated and says why."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -399,6 +400,53 @@ def test_h2_session_tickets_after_the_first_request_are_not_its_answer(tmp_path)
         assert e[0] == t[0]  # the request's first record holds its HEADERS
         assert e[1] == t[1], ((e[1] - t[1]) / 1e6, "ms from the first response byte")
         assert e[2] == t[2]
+
+
+@needs_capture
+def test_keyless_http1_server_to_a_client_that_offered_h2(tmp_path):
+    """curl offers h2 and http/1.1; uvicorn selects no ALPN and speaks HTTP/1.1, and TLS 1.3
+    hides that. Without keys the estimator cannot rule HTTP/2 out; the client's first
+    record (its request, no HTTP/2 preface) shows none of HTTP/2's session-ticket rule
+    applies: every request keeps its answer, as decrypted."""
+    if rs.CURL is None:
+        pytest.skip("needs curl (apt-get install curl)")
+    cert, key = self_signed(tmp_path)
+    port = rs.free_port()
+    code = f"import test_tls_stacks as t; t.serve_tls('uvicorn', {port}, {str(cert)!r}, {str(key)!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rs.TESTS, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": f"{rs.TESTS}{os.pathsep}{rs.TESTS.parent}"})  # fmt: skip
+    keylog = tmp_path / "keys.txt"
+    capture = tmp_path / "curl.pcap"
+    try:
+        rs.wait_port(port, proc, "uvicorn")
+        cap = rs.Capture(port, capture)
+        for i, n in enumerate(rs.TOKENS[:4]):
+            r = subprocess.run([rs.CURL, "-sk", "-N", "--tlsv1.3", f"https://localhost:{port}/v1/chat/completions",
+                                "-H", "Content-Type: application/json", "-d", json.dumps(rs.body_of(f"curl-{i}", n))],
+                               env={**os.environ, "SSLKEYLOGFILE": str(keylog)}, capture_output=True, text=True,
+                               timeout=30)  # fmt: skip
+            assert "[DONE]" in r.stdout, r.stdout[-300:] + r.stderr
+        cap.stop()
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    con, _ = ingest(capture, tmp_path, keylog)
+    assert con.execute("SELECT DISTINCT protocol, tls_version, tls_alpn FROM connections").fetchall() == [
+        ("http1-tls", "TLS 1.3", None)
+    ]
+    truth = con.execute("""SELECT epoch_ns(request_start), epoch_ns(first_byte), epoch_ns("end")
+                           FROM requests ORDER BY request_start""").fetchall()  # fmt: skip
+    con, _ = ingest(capture, tmp_path, None)
+    est = con.execute("""SELECT epoch_ns(request_start), epoch_ns(first_byte), epoch_ns("end")
+                         FROM requests ORDER BY request_start""").fetchall()  # fmt: skip
+    assert len(est) == len(truth) == 4
+    for e, t in zip(est, truth, strict=True):
+        assert e[0] == t[0] and e[1] is not None and e[2] is not None, (e, t)
+        assert abs(e[1] - t[1]) / 1e6 <= KEYLESS_FIRST_BYTE_MEDIAN_MS and abs(e[2] - t[2]) / 1e6 <= KEYLESS_END_MEDIAN_MS
 
 
 OPENSSL = shutil.which("openssl")

@@ -10,8 +10,9 @@ timing and sizes through TLS record boundaries; padding hides sizes, not timing)
   client records before the answer belong to the same request. In TLS 1.3 the server's
   session tickets may land between the client's first request records: a client record
   within ``TICKET_SPLIT_NS`` of the server's first flight continues the request, and that
-  flight is not counted as an answer; over HTTP/2 the server's records before its SETTINGS
-  are its tickets, however late they come. Over HTTP/2 (chosen, or
+  flight is not counted as an answer; over HTTP/2 (the client's first record its preface
+  alone) the server's records before its SETTINGS are its tickets, however late they
+  come. Over HTTP/2 (chosen, or
   offered when TLS 1.3 hides the choice) a client record needs ``REQUEST_MIN_BYTES`` of
   (estimated) plaintext (smaller ones are control frames: WINDOW_UPDATE, PING, SETTINGS
   acknowledgements), the client's first record is its connection preface, and neither
@@ -82,6 +83,7 @@ class KeylessEstimator:
         self.hello: Hello | None = None
         self.client_protected = 0  # the client's protected records so far
         self.client_app = 0  # the client's application-data records so far
+        self.client_preface = False  # HTTP/2: the client's first record was its preface alone
         self.server_preface = False  # HTTP/2: the server's SETTINGS record went by
         self.server_flights = 0  # the server's flights counted as response chunks so far
         self.estimates: list[_Estimate] = []
@@ -108,7 +110,10 @@ class KeylessEstimator:
         if role == 0:
             first = self.client_app == 0
             self.client_app += 1
-            if h2 and (size < REQUEST_MIN_BYTES or (first and size < PREFACE_MAX_BYTES)):
+            if h2 and first and size < PREFACE_MAX_BYTES:
+                self.client_preface = True
+                return
+            if h2 and size < REQUEST_MIN_BYTES:
                 return
             if (tls13 and cur is not None and self.server_flights == 1 and len(cur.flights) == 1
                     and rec.ts_ns - cur.flights[0][0] < TICKET_SPLIT_NS):
@@ -123,9 +128,11 @@ class KeylessEstimator:
             # the server's connection preface (its SETTINGS), which may come between the
             # client's first request records: not a response chunk
             self.server_preface = True
-            if tls13 and cur is not None and cur.flights:
+            if tls13 and self.client_preface and cur is not None and cur.flights:
                 # no HTTP/2 response comes before the server's SETTINGS: what came before
-                # them were its session tickets, however late they came
+                # them were its session tickets, however late they came (only where the
+                # client's first record was its preface: a client that offered h2 and speaks
+                # HTTP/1.1, the choice hidden, sends its request first)
                 self.server_flights -= len(cur.flights)
                 cur.flights.clear()
             return
