@@ -362,10 +362,6 @@ def clean_staging(root: str | os.PathLike[str]) -> None:
     shutil.rmtree(Path(root) / STAGING, ignore_errors=True)
 
 
-def empty_table(table: str) -> pa.Table:
-    return TABLES[table].empty_table()
-
-
 def table_from_columns(table: str, columns: dict[str, Iterable[object]], *, fill_missing: bool = False) -> pa.Table:
     """Build a table of the given schema from column lists or arrays. A column the schema
     does not have is an error, and so is one it has but ``columns`` lacks (unless
