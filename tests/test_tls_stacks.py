@@ -12,6 +12,7 @@ chunks); cut before its handshake, the connection is estimated and says why."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from statistics import median
 
@@ -72,6 +74,26 @@ def serve_tls(kind: str, port: int, cert: str, key: str) -> None:
         asyncio.run(hserve(rs.sse_app, cfg))
     else:
         raise SystemExit(f"unknown server {kind}")
+
+
+@contextlib.contextmanager
+def tls_server(kind: str, tmp: Path) -> Iterator[int]:
+    """``serve_tls`` in its own process on a free port (yielded), stopped on leaving."""
+    cert, key = self_signed(tmp)
+    port = rs.free_port()
+    code = f"import test_tls_stacks as t; t.serve_tls({kind!r}, {port}, {str(cert)!r}, {str(key)!r})"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rs.TESTS, stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": f"{rs.TESTS}{os.pathsep}{rs.TESTS.parent}"})  # fmt: skip
+    try:
+        rs.wait_port(port, proc, kind)
+        yield port
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def run_client(port: int, http2: bool, name: str, keylog: Path) -> list[rs.Seen]:
@@ -126,25 +148,12 @@ def _pct(values: list[float], q: float) -> float:
 @needs_capture
 @pytest.mark.parametrize(("server", "http2"), [("uvicorn", False), ("hypercorn", True)])
 def test_real_tls_stack_decrypted_and_estimated(tmp_path, server, http2):
-    cert, key = self_signed(tmp_path)
-    port = rs.free_port()
-    code = f"import test_tls_stacks as t; t.serve_tls({server!r}, {port}, {str(cert)!r}, {str(key)!r})"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rs.TESTS, stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": f"{rs.TESTS}{os.pathsep}{rs.TESTS.parent}"})  # fmt: skip
-    try:
-        rs.wait_port(port, proc, server)
-        capture = tmp_path / f"{server}.pcap"
-        keylog = tmp_path / "keys.txt"
+    capture = tmp_path / f"{server}.pcap"
+    keylog = tmp_path / "keys.txt"
+    with tls_server(server, tmp_path) as port:
         cap = rs.Capture(port, capture)
         seen = run_client(port, http2, server, keylog)
         cap.stop()
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     # with keys: the cleartext bars
     con, _ = ingest(capture, tmp_path, keylog)
     rs.check_against_clients(con, seen, f"{server} TLS ({'h2' if http2 else 'http/1.1'}) + httpx, decrypted")
@@ -410,16 +419,9 @@ def test_keyless_http1_server_to_a_client_that_offered_h2(tmp_path):
     applies: every request keeps its answer, as decrypted."""
     if rs.CURL is None:
         pytest.skip("needs curl (apt-get install curl)")
-    cert, key = self_signed(tmp_path)
-    port = rs.free_port()
-    code = f"import test_tls_stacks as t; t.serve_tls('uvicorn', {port}, {str(cert)!r}, {str(key)!r})"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=rs.TESTS, stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, "PYTHONPATH": f"{rs.TESTS}{os.pathsep}{rs.TESTS.parent}"})  # fmt: skip
     keylog = tmp_path / "keys.txt"
     capture = tmp_path / "curl.pcap"
-    try:
-        rs.wait_port(port, proc, "uvicorn")
+    with tls_server("uvicorn", tmp_path) as port:
         cap = rs.Capture(port, capture)
         for i, n in enumerate(rs.TOKENS[:4]):
             r = subprocess.run([rs.CURL, "-sk", "-N", "--tlsv1.3", f"https://localhost:{port}/v1/chat/completions",
@@ -428,12 +430,6 @@ def test_keyless_http1_server_to_a_client_that_offered_h2(tmp_path):
                                timeout=30)  # fmt: skip
             assert "[DONE]" in r.stdout, r.stdout[-300:] + r.stderr
         cap.stop()
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
     con, _ = ingest(capture, tmp_path, keylog)
     assert con.execute("SELECT DISTINCT protocol, tls_version, tls_alpn FROM connections").fetchall() == [
         ("http1-tls", "TLS 1.3", None)
