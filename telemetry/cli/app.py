@@ -24,6 +24,7 @@ from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_p
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
+from telemetry.cli.errors import user_error_text
 from telemetry.cli.report import note_recomputed, open_store, run_report, write_report_html
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 from telemetry.report.render import output_console
@@ -197,11 +198,8 @@ def _user_errors(html_out: Path | None, *not_found: type[Exception]) -> Iterator
         yield
     except typer.Exit:  # (click's Exit is a RuntimeError: an exit code chosen inside stays)
         raise
-    except (RuntimeError, *not_found) as exc:
-        _error_line(f"{exc}".splitlines()[0])
-        raise typer.Exit(EXIT_INPUT) from None
-    except OSError as exc:
-        _error_line(f"cannot write {html_out}: {exc.strerror or exc}")
+    except (RuntimeError, OSError, *not_found) as exc:
+        _error_line(user_error_text(exc, html_out))
         raise typer.Exit(EXIT_INPUT) from None
 
 

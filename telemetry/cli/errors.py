@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 
 def error_line(text: str, label: str | None = "error") -> None:
@@ -16,3 +17,12 @@ def error_line(text: str, label: str | None = "error") -> None:
         Console(stderr=True).print(head + escape(text))
     else:
         print(f"{label}: {text}" if label else text, file=sys.stderr)
+
+
+def user_error_text(exc: Exception, written: Path | None) -> str:
+    """What a user error says in its one line: a file that cannot be written (OSError)
+    names ``written``; anything else (a model that cannot answer on this store, a request
+    not in it) says its first line."""
+    if isinstance(exc, OSError):
+        return f"cannot write {written}: {exc.strerror or exc}"
+    return f"{exc}".splitlines()[0]

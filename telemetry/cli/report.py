@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from telemetry.cli.errors import error_line
+from telemetry.cli.errors import error_line, user_error_text
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
 
 
@@ -61,11 +61,8 @@ def run_report(store_dir: Path, params: dict[str, object] | None = None, fmt: st
         sections = report_sections(store, params, con)
         if html_out is not None:
             write_report_html(store, params, sections, html_out, con)
-    except RuntimeError as exc:  # a queries/ model that cannot answer on this store
-        error_line(f"{exc}".splitlines()[0])
-        return EXIT_INPUT
-    except OSError as exc:
-        error_line(f"cannot write {html_out}: {exc.strerror or exc}")
+    except (RuntimeError, OSError) as exc:  # a queries/ model that cannot answer, the HTML file
+        error_line(user_error_text(exc, html_out))
         return EXIT_INPUT
     note_recomputed(con)
     console = render.output_console()
