@@ -1,5 +1,5 @@
 """What tailtap stores does not depend on how the capture was cut into batches: a file is
-read 262,144 packets (or 64 MiB) at a time, a live capture (the daemon) in the files its
+read 524,288 packets (or 96 MiB) at a time, a live capture (the daemon) in the files its
 ring rotates.
 
 A stream seen mid-connection whose response ended before the HTTP/2 layer knew which side
