@@ -19,6 +19,7 @@ from capture_builders import ether, ipv4, pcap, tcp
 
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
+SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 T0 = 1_700_000_000_000_000_000
 
 
@@ -133,6 +134,23 @@ def test_analyze_report_json_rerun_and_gzip(tmp_path):
     story = json.loads(proc.stdout)
     events = [e["event"] for e in story["timeline"]]
     assert events[0] == "request headers" and events.count("response message #0") == 1
+
+
+def test_unwritable_html_is_one_line_the_same_from_every_verb(tmp_path):
+    """An HTML page that cannot be written: one unwrapped line on standard error (however
+    long the path), saying the same from analyze --html as from report --html, exit 1."""
+    store = tmp_path / "store"
+    page = tmp_path / ("a-folder-that-is-not-there-" * 3) / "report.html"
+    lines = []
+    for args in (["analyze", str(SAMPLES / "mixed" / "capture.pcap"), "--out", str(store), "--no-report"],
+                 ["report", "--store", str(store)]):
+        proc = run(*args, "--html", str(page))
+        assert proc.returncode == 1, proc.stderr
+        assert_no_traceback(proc)
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1, proc.stderr
+        lines.append(errors[0])
+    assert lines[0] == lines[1] == f"error: cannot write {page}: No such file or directory", lines
 
 
 def test_bad_sql_and_missing_store(tmp_path):

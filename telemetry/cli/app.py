@@ -24,7 +24,7 @@ from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_p
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
-from telemetry.cli.errors import user_error_text
+from telemetry.cli.errors import error_line, user_error_text
 from telemetry.cli.report import note_recomputed, open_store, run_report, write_report_html
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 from telemetry.report.render import output_console
@@ -43,11 +43,6 @@ app = typer.Typer(
 )
 console = output_console()
 err = Console(stderr=True)
-
-
-def _error_line(text: str) -> None:
-    """One error line on standard error; the text (paths, messages) shown as it is."""
-    err.print("[red]error:[/red] " + escape(text))
 
 
 T = TypeVar("T")
@@ -116,7 +111,7 @@ def analyze(
         except typer.Exit as exc:  # no store to draw from (it said so): before RuntimeError, its base
             code = code or exc.exit_code
         except (RuntimeError, OSError) as exc:
-            _error_line(f"cannot write {html_out}: {exc}".splitlines()[0])
+            error_line(user_error_text(exc, html_out))
             code = code or EXIT_INPUT
     if code:
         raise typer.Exit(code)
@@ -162,7 +157,7 @@ def _shell(con) -> None:
             try:
                 render.print_tables(console, {"result": render.rows_of(con, buf.strip().rstrip(";"))})
             except Exception as exc:
-                _error_line(str(exc).splitlines()[0])
+                error_line(str(exc).splitlines()[0])
             buf = ""
 
 
@@ -176,7 +171,7 @@ def schema(
     names = [table] if table else list(TABLES)
     for name in names:
         if name not in TABLES:
-            _error_line(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
+            error_line(f"unknown table {name!r}; tables: {', '.join(TABLES)}")
             raise typer.Exit(EXIT_USAGE)
         console.rule(f"[bold]{name}")
         for col, typ, doc in describe(name):
@@ -199,7 +194,7 @@ def _user_errors(html_out: Path | None, *not_found: type[Exception]) -> Iterator
     except typer.Exit:  # (click's Exit is a RuntimeError: an exit code chosen inside stays)
         raise
     except (RuntimeError, OSError, *not_found) as exc:
-        _error_line(user_error_text(exc, html_out))
+        error_line(user_error_text(exc, html_out))
         raise typer.Exit(EXIT_INPUT) from None
 
 
@@ -258,7 +253,7 @@ def explain(
             from telemetry.report.html import explain_html
 
             html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
-            err.print(escape(f"wrote {html_out}"))
+            error_line(f"wrote {html_out}", label=None)
     note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_explain
@@ -301,7 +296,7 @@ def compare(
             from telemetry.report.html import compare_html
 
             html_out.write_text(compare_html(sections, f"tailtap compare {a} vs {b}"), encoding="utf-8")
-            err.print(escape(f"wrote {html_out}"))
+            error_line(f"wrote {html_out}", label=None)
     note_recomputed(con)
     if fmt == Format.table:
         from telemetry.report.sections import print_compare
@@ -370,7 +365,7 @@ def dashboards_push(
     try:
         urls = push(url, token, folder_uid)
     except Exception as exc:  # network and HTTP errors: one line, no traceback
-        _error_line(f"pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        error_line(f"pushing to {url}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
         raise typer.Exit(EXIT_INPUT) from None
     for u in urls:
         console.print(escape(f"pushed {u}"))
