@@ -20,7 +20,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,19 @@ def _udp_probes(path: Path) -> dict[tuple[str, int], int]:
         elif sport == PROBE_PORT:
             out[("to_client", seq)] = ts
     return out
+
+
+def _nearest_received(rows: list[dict[str, Any]]) -> Callable[[int], dict[str, Any]]:
+    """The bridge log row of ``rows`` that the bridge received nearest a given time (a
+    frame's capture time at the server: the probes are 2 ms apart)."""
+    rows = sorted(rows, key=lambda e: e["t_rx_ns"])
+    received = [e["t_rx_ns"] for e in rows]
+
+    def nearest(t_ns: int) -> dict[str, Any]:
+        i = bisect.bisect_left(received, t_ns)
+        return min(rows[max(i - 1, 0) : i + 1], key=lambda e: abs(e["t_rx_ns"] - t_ns))
+
+    return nearest
 
 
 def _pct(v: list[float], q: float) -> float:
@@ -218,13 +231,7 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
             late[k] = ((cli[k] - t_s) / NS_PER_MS, t_s)
     # The bridge logs every frame of the window (forwarded or held); a reply's row is the
     # one it received nearest the server's capture time (replies are 2 ms apart)
-    hold_rows = sorted(((e["t_rx_ns"], e) for e in events
-                        if e["window"] == "hold" and e["direction"] == "to_client"), key=lambda re: re[0])  # fmt: skip
-    hold_rx = [r for r, _e in hold_rows]
-
-    def bridge_row(t_server: int) -> dict[str, Any]:
-        i = bisect.bisect_left(hold_rx, t_server)
-        return min(hold_rows[max(i - 1, 0) : i + 1], key=lambda re: abs(re[0] - t_server))[1]
+    bridge_row = _nearest_received([e for e in events if e["window"] == "hold" and e["direction"] == "to_client"])
 
     in_hold = [(d, bridge_row(t)) for d, t in late.values() if inside("hold", t)]
     held = [d for d, row in in_hold if row["action"] == "hold"]
@@ -248,30 +255,25 @@ def test_bridge_acts_only_inside_its_windows(tmp_path: Path, no_leftovers: None)
     # A frame can also be late after the bridge sent it on time (the client's veth or its
     # capture on a busy host): the bridge's own log, received -> sent, tells the two apart
     # (the delayed frame it received nearest the server's capture time: probes are 2 ms apart)
-    delayed = sorted((e["t_rx_ns"], e["release_ns"], e["t_tx_ns"]) for e in events
-                     if e["action"] == "delay" and e["direction"] == "to_client")  # fmt: skip
-    rx_times = [r for r, _p, _t in delayed]
-
-    def nearest(t_server: int) -> tuple[int, int, int]:
-        i = bisect.bisect_left(rx_times, t_server)
-        return min(delayed[max(i - 1, 0) : i + 1], key=lambda e: abs(e[0] - t_server))
+    delayed_row = _nearest_received([e for e in events if e["action"] == "delay" and e["direction"] == "to_client"])
 
     def bridge_ms(t_server: int) -> float:
-        r, _p, t = nearest(t_server)
-        return (t - r) / NS_PER_MS
+        row = delayed_row(t_server)
+        return (row["t_tx_ns"] - row["t_rx_ns"]) / NS_PER_MS
 
     d_in = [(d, t) for _k, d, t in in_delay_window]
     assert d_in
     # The model plans 20 +- 2 ms (release - received). The bridge then sends each frame when
     # due, never early, or records that it ran late (a disturbed period): how late a wake-up
     # is on a busy host is the host's, so the plan and the bridge's record are judged apart.
-    sent = [nearest(t) for _d, t in d_in]
-    planned = sorted((p - r) / NS_PER_MS for r, p, _t in sent)
+    sent = [delayed_row(t) for _d, t in d_in]
+    planned = sorted((e["release_ns"] - e["t_rx_ns"]) / NS_PER_MS for e in sent)
     assert 19 < planned[len(planned) // 2] < 21 and all(
         17.5 < x < 23.5 for x in planned[len(planned) // 10 : -len(planned) // 10]
     ), planned
-    assert all(t >= p for _r, p, t in sent)
-    unrecorded = [(p, t - p) for _r, p, t in sent if t - p > late_ns and not disturbed(p)]
+    assert all(e["t_tx_ns"] >= e["release_ns"] for e in sent)
+    unrecorded = [(e["release_ns"], e["t_tx_ns"] - e["release_ns"]) for e in sent
+                  if e["t_tx_ns"] - e["release_ns"] > late_ns and not disturbed(e["release_ns"])]  # fmt: skip
     assert not unrecorded, unrecorded
     off = [(d, t) for d, t in d_in if not 17.5 < d < 23.5]
     assert all(
