@@ -34,6 +34,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from statistics import median
 
@@ -745,7 +746,8 @@ def _pb_int(no: int, v: int) -> bytes:
 
 def test_grpc_js_token_stream_and_kserve_model(tmp_path):
     """grpc-js (Node.js) streams tokens to grpcio and answers KServe ModelInfer: tailtap
-    finds every call with the client's message count and TTFT, and reads ModelInfer's
+    finds every call with the client's message count and its TTFT as on the client's wire
+    (tshark's reading of the loopback capture), and reads ModelInfer's
     model_name (protobuf field 1) as the client sent it (grpc-js decoded it with
     protobufjs and echoed it: both ends agree)."""
     grpc = pytest.importorskip("grpc")
@@ -792,8 +794,11 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
         assert (msgs, status) == (n, 0)
         assert 0 <= arrivals[0] - first < 50_000_000  # seen before the client got it, and soon
         fig.ttft_err_ms.append(ttft_ms - (arrivals[0] - start) / 1e6)
+    # printed, not bounded: grpcio hands a message to Python from its own threads, which a
+    # shared 2-core host delays by 1-3 ms at times (median 2.5 ms in one CI run); what the
+    # TTFT is judged by is the client's wire, which on loopback is the capture: tshark's
+    # reading of it below
     FIGURES.append(fig.line())
-    assert median(sorted(abs(x) for x in fig.ttft_err_ms)) < TTFT_BAR_MS, fig.line()
     got = [r[0] for r in con.execute("""SELECT model FROM requests WHERE path = '/inference.GRPCInferenceService/ModelInfer'
                                         ORDER BY request_start""").fetchall()]  # fmt: skip
     assert got == models
@@ -816,3 +821,29 @@ def test_grpc_js_token_stream_and_kserve_model(tmp_path):
         """SELECT r.client_port, m.stream_id, m.direction, count(*) FROM messages AS m
            JOIN requests AS r USING (conn_id, stream_id) GROUP BY ALL""").fetchall()}  # fmt: skip
     assert ours == theirs
+    # TTFT on the client's wire, as tshark reads the capture: from the packet with the
+    # request's HEADERS to the one that completes its first response message, per stream
+    r = subprocess.run([TSHARK, "-r", str(cap.out), "-d", f"tcp.port=={port},http2", "-o", "tcp.reassemble_out_of_order:TRUE",
+                        "-Y", "http2", "-T", "fields", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "http2.streamid",
+                        "-e", "http2.type", "-e", "grpc.message_length"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    headers_at: dict[int, int] = {}
+    first_message_at: dict[int, int] = {}
+    for line in r.stdout.splitlines():
+        epoch, sport, sids, types, lens = line.split("\t")
+        t_ns = int(Decimal(epoch) * 10**9)
+        frames = list(zip(sids.split(","), types.split(","), strict=True))
+        if int(sport) != port:
+            for sid, typ in frames:
+                if typ == "1":
+                    headers_at.setdefault(int(sid), t_ns)
+        elif lens:
+            data_ids = [sid for sid, typ in frames if typ == "0"]
+            for k in range(len(lens.split(","))):
+                first_message_at.setdefault(int(data_ids[min(k, len(data_ids) - 1)]), t_ns)
+    wire = con.execute("""SELECT stream_id, epoch_ns(request_start), epoch_ns(first_message), ttft_ms FROM requests
+                          WHERE path = '/tailtap.test.LLM/Generate' ORDER BY request_start""").fetchall()  # fmt: skip
+    assert len(wire) == len(calls) + 1  # and the warm-up call
+    for sid, start_ns, first_ns, ttft_ms in wire:
+        assert (start_ns, first_ns) == (headers_at[sid], first_message_at[sid]), (sid, start_ns, first_ns)
+        assert ttft_ms == pytest.approx((first_message_at[sid] - headers_at[sid]) / 1e6, abs=1e-6)
