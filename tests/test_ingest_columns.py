@@ -235,27 +235,40 @@ def test_c_smoothed_rtt_rounds_like_python():
     assert _fast._speedups.ewma(None, np.zeros(0, np.int64)) is None
 
 
-def test_last_times_like_a_dict():
+def test_stream_times_like_a_dict():
+    """StreamTimes holds every connection's streams in one sorted array; it must behave as
+    a dict of (connection, stream, direction) -> last time, streams and connections
+    that are over dropped (lazily, before the next lookup)."""
     import random
 
-    from telemetry.ingest.state import LastTimes as _LastTimes
+    from telemetry.ingest.state import StreamTimes, stream_keys
 
     rnd = random.Random(7)
-    held, model = _LastTimes(), {}
-    for _ in range(200):
-        keys = np.array(sorted(rnd.sample(range(60), rnd.randrange(0, 12))), np.int64)
-        last = np.array([rnd.randrange(10**12) for _ in keys], np.int64)
+    held, model = StreamTimes(), {}
+    for _ in range(300):
+        triples = sorted(rnd.sample([(c, s, d) for c in (1, 2, 7) for s in range(20) for d in (0, 1)], rnd.randrange(0, 12)))
+        cols = [np.array([t[i] for t in triples], np.int64) for i in range(3)]
+        keys = stream_keys(*cols)
+        assert keys.tolist() == sorted(keys.tolist())  # key order is (connection, stream, direction)
+        last = np.array([rnd.randrange(10**12) for _ in triples], np.int64)
         known, prev = held.swap(keys, last)
-        for k, kn, p, t in zip(keys.tolist(), known.tolist(), prev.tolist(), last.tolist(), strict=True):
-            assert kn == (k in model) and (not kn or p == model[k])
-            model[k] = t
+        for t, kn, p, ts in zip(triples, known.tolist(), prev.tolist(), last.tolist(), strict=True):
+            assert kn == (t in model) and (not kn or p == model[t])
+            model[t] = ts
         if rnd.random() < 0.3:
-            streams = rnd.sample(range(30), 3)
-            held.forget(streams)
+            conn, streams = rnd.choice((1, 2, 7)), rnd.sample(range(2**31 - 3, 2**31) if rnd.random() < 0.1 else range(20), 3)
+            held.forget(conn, streams)
             for s in streams:
-                model.pop(s * 2, None)
-                model.pop(s * 2 + 1, None)
-        assert held.keys.tolist() == sorted(model) and held.ts.tolist() == [model[k] for k in sorted(model)]
+                model.pop((conn, s, 0), None)
+                model.pop((conn, s, 1), None)
+        if rnd.random() < 0.1:
+            conn = rnd.choice((1, 2, 7))
+            held.forget_connection(conn)
+            model = {t: v for t, v in model.items() if t[0] != conn}
+        held.swap(np.zeros(0, np.int64), np.zeros(0, np.int64))  # what is over is dropped before a lookup
+        want = sorted(model)
+        assert held.keys.tolist() == stream_keys(*(np.array([t[i] for t in want], np.int64) for i in range(3))).tolist()
+        assert held.ts.tolist() == [model[t] for t in want]
 
 
 def test_tables_of_many_connections_are_each_connections_tables_in_order():
@@ -317,3 +330,63 @@ def test_tables_of_many_connections_are_each_connections_tables_in_order():
         sends = [c["segment_sends"][1] for c in cases]
         got = segment_sends_table("K", sends)["direction"].to_pylist()
         assert got == [DIRECTION_NAMES[d ^ p.flip] for p in sends for d in p.rows[0].tolist()]
+
+
+def test_messages_of_many_connections_taken_at_once_as_one_by_one():
+    """The pipeline takes every connection's message rows of a batch in one pass: the
+    waiting messages (with their gaps) and the response gaps must be what taking each
+    connection's rows alone gives, whatever mix of gRPC messages and LLM events,
+    tuples and columns, streams ending and connections closing."""
+    import random
+
+    from telemetry.ingest.joins import take_messages
+    from telemetry.ingest.state import Conn, StreamTimes
+
+    rnd = random.Random(5)
+    fields = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked", "kind", "tokens")
+    for _ in range(25):
+        keys = rnd.sample(range(1, 40), rnd.randrange(1, 6))
+        together, alone = {k: Conn(k) for k in keys}, {k: Conn(k) for k in keys}
+        times_together, times_alone = StreamTimes(), StreamTimes()
+        clock = dict.fromkeys(keys, 0)
+        offsets = {k: [0, 0] for k in keys}
+        for _batch in range(4):
+            taken = []
+            for k in keys:
+                if rnd.random() < 0.2:
+                    continue
+                events = rnd.random() < 0.4
+                rows = []
+                for _m in range(rnd.randrange(1, 30)):
+                    d = rnd.randrange(2)
+                    clock[k] += rnd.randrange(1, 10**6)
+                    offsets[k][d] += rnd.randrange(5, 500)
+                    kind = rnd.choice((0, 1, 2, 3, 5)) if events else 0
+                    flags = rnd.randrange(2) | (kind << 8) | (rnd.randrange(0, 4) << 12)
+                    rows.append((rnd.randrange(1, 12) * 2 - 1, d, rnd.randrange(5), clock[k], rnd.randrange(900), flags, offsets[k][d]))
+                taken.append((k, rows if rnd.random() < 0.5 else np.array(rows, np.int64).reshape(len(rows), 7)))
+            if taken:
+                take_messages([(together[k], rows) for k, rows in taken], times_together)
+            for k, rows in taken:
+                take_messages([(alone[k], rows)], times_alone)
+            for k in rnd.sample(keys, min(2, len(keys))):  # some streams end
+                streams = rnd.sample(range(1, 24, 2), 3)
+                times_together.forget(k, streams)
+                times_alone.forget(k, streams)
+            if rnd.random() < 0.2:  # a connection closes; its key is not used again
+                k = keys.pop()
+                times_together.forget_connection(k)
+                times_alone.forget_connection(k)
+                if not keys:
+                    break
+        for k in keys:
+            for d in (0, 1):
+                a, b = together[k].pending[d], alone[k].pending[d]
+                assert (a is None) == (b is None)
+                if a is not None:
+                    for f in fields:
+                        assert np.array_equal(getattr(a, f), getattr(b, f), equal_nan=f == "gap"), (k, d, f)
+            ga, gb = together[k].response_gaps, alone[k].response_gaps
+            assert sorted(ga) == sorted(gb)
+            for sid in ga:
+                assert np.array_equal(np.concatenate(ga[sid]), np.concatenate(gb[sid]))

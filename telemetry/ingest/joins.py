@@ -13,7 +13,7 @@ from parsers.records import TO_CLIENT, TO_SERVER, ConnectionSummary
 from parsers.records import MessageColumn as MC
 from parsers.tcp import TcpAnalyzer
 from telemetry.ingest.columns import NO_TS
-from telemetry.ingest.state import Conn, Msgs, Ready
+from telemetry.ingest.state import STREAM_KEY_SHIFT, Conn, Msgs, Ready, StreamTimes, stream_keys
 
 # messages TTFT and token gaps are measured on (the others are LLM stream events that carry
 # no generated content: role, usage, finish, ping...), by kind (a message row's 4 kind
@@ -22,48 +22,60 @@ IS_GAP_KIND = np.zeros(16, dtype=bool)
 IS_GAP_KIND[sorted(TOKEN_KINDS)] = True
 
 
-def take_messages(conn: Conn, rows: list[tuple] | np.ndarray) -> None:
-    """Session message rows (MessageRow tuples or their (n, 7) int64 columns) ->
-    per-direction columns waiting for their ACK, with the gap since the previous
-    message of the same stream and direction."""
-    n = len(rows)
-    if isinstance(rows, np.ndarray):
-        a = rows
-    else:
-        a = np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * n).reshape(n, 7)
+def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: StreamTimes) -> None:
+    """Session message rows of several connections (each MessageRow tuples or their
+    (n, 7) int64 columns) -> per-connection, per-direction columns waiting for their
+    ACK, with the gap since the previous message of the same stream and direction. One
+    pass for every connection of a batch: a numpy call costs microseconds whatever its
+    size, and per connection they were most of the work on captures of thousands."""
+    parts = [
+        rows if isinstance(rows, np.ndarray)
+        else np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * len(rows)).reshape(len(rows), 7)
+        for _conn, rows in taken
+    ]
+    a = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    n = len(a)
+    owner = np.repeat(np.arange(len(taken)), [len(p) for p in parts])  # position in ``taken``
+    conn_keys = np.array([conn.key for conn, _rows in taken], dtype=np.int64)
     dirs = a[:, MC.DIRECTION]
-    flags = a[:, MC.FLAGS]
-    kinds = (flags >> 8) & 0xF
-    if kinds.any():  # LLM stream events: gaps only between those carrying content
-        gap = np.full(n, np.nan)
-        sel = np.flatnonzero(IS_GAP_KIND[kinds])
-        if len(sel):
-            gap[sel] = stream_gaps(conn, a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
+    # gaps between messages and between LLM stream events carrying content only
+    sel = np.flatnonzero(IS_GAP_KIND[(a[:, MC.FLAGS] >> 8) & 0xF])
+    if len(sel) == n:
+        gap = stream_gaps(taken, times, conn_keys[owner], a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
     else:
-        gap = stream_gaps(conn, a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
-    for d in (TO_SERVER, TO_CLIENT):
-        sel = np.flatnonzero(dirs == d)
-        m = len(sel)
-        if not m:
-            continue
-        # whole rows gathered once; the fields stay (strided) views of them
-        part, part_gap = (a, gap) if m == n else (a[sel], gap[sel])
+        gap = np.full(n, np.nan)
+        if len(sel):
+            gap[sel] = stream_gaps(taken, times, conn_keys[owner[sel]], a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
+    # each connection's rows of each direction, in their order
+    group = owner * 2 + dirs
+    order = np.argsort(group, kind="stable")
+    bounds = (np.flatnonzero(np.diff(group[order])) + 1).tolist()
+    starts, stops = [0, *bounds], [*bounds, n]
+    for g, lo, hi in zip(group[order[starts]].tolist(), starts, stops, strict=True):
+        conn, d = taken[g >> 1][0], g & 1
+        rows = order[lo:hi]
+        # whole rows gathered once (a copy: a connection's waiting messages must not
+        # keep the batch alive); the fields stay (strided) views of them
+        part, part_gap = a[rows], gap[rows]
         pf = part[:, MC.FLAGS]
         block = Msgs(
             part[:, MC.STREAM_ID], part[:, MC.INDEX], part[:, MC.TS_NS], part[:, MC.SIZE], (pf & 1) != 0,
             part[:, MC.END_OFFSET], part_gap,
-            np.full(m, NO_TS, dtype=np.int64), (pf >> 8) & 0xF, (pf >> 12) - 1,
+            np.full(hi - lo, NO_TS, dtype=np.int64), (pf >> 8) & 0xF, (pf >> 12) - 1,
         )
         old = conn.pending[d]
         conn.pending[d] = block if old is None else Msgs.concat([old, block])
 
 
-def stream_gaps(conn: Conn, sid: np.ndarray, dirs: np.ndarray, ts: np.ndarray) -> np.ndarray:
-    """ms since the previous message of the same stream and direction (NaN: none
-    known) of message rows in completion order; the response gaps are kept for the
+def stream_gaps(
+    taken: list[tuple[Conn, object]], times: StreamTimes, conn_keys: np.ndarray, sid: np.ndarray,
+    dirs: np.ndarray, ts: np.ndarray,
+) -> np.ndarray:
+    """ms since the previous message of the same connection, stream and direction (NaN:
+    none known) of message rows in completion order; the response gaps are kept for the
     requests' gap statistics."""
     n = len(sid)
-    key = sid * 2 + dirs
+    key = stream_keys(conn_keys, sid, dirs)
     order = np.argsort(key, kind="stable")
     ks, tso = key[order], ts[order]
     first = np.ones(n, dtype=bool)  # first row of its key in this batch
@@ -72,14 +84,15 @@ def stream_gaps(conn: Conn, sid: np.ndarray, dirs: np.ndarray, ts: np.ndarray) -
     lasts = np.append(firsts[1:] - 1, n - 1)
     prev = np.empty(n, dtype=np.int64)
     prev[1:] = tso[:-1]
-    known, held = conn.last_ts.swap(ks[firsts], tso[lasts])
+    known, held = times.swap(ks[firsts], tso[lasts])
     prev[firsts] = held
     has = ~first  # a previous message is known
     has[firsts] = known
     diff = tso - prev  # ns since the previous message of the stream and direction
     gap = np.empty(n, dtype=np.float64)
     gap[order] = np.where(has, diff / 1e6, np.nan)
-    note_response_gaps(conn.response_gaps, ks, diff, has)
+    by_key = {conn.key: conn.response_gaps for conn, _rows in taken}
+    note_response_gaps(by_key, ks, diff, has)
     return gap
 
 
@@ -91,7 +104,7 @@ def ack_arrays(tcp: TcpAnalyzer, conn: Conn, session_dir: int, summary: Connecti
     return tcp.ack_progress(conn.key, tcp_dir)
 
 
-def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None) -> None:
+def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None, times: StreamTimes) -> None:
     """Give messages their ACK time and requests their client-side times; hand over
     what is resolved (everything, at close); then forget ACK progress nothing needs."""
     final = summary is not None
@@ -152,7 +165,7 @@ def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None
     first_acked = np.where(first_acked == NO_TS, found[k:], first_acked)
     # the streams are over: their last message times are not needed again (bounded
     # memory on long connections)
-    conn.last_ts.forget(sids)
+    times.forget(conn.key, sids)
     gaps_of = conn.response_gaps
     gaps = [gaps_of.pop(s, None) for s in sids]
     floor = conn.rtt_floor_ms(TO_CLIENT ^ conn.flip) or 0.0
@@ -191,23 +204,29 @@ def acked_many(
     return np.where(ok, got, NO_TS)
 
 
-def note_response_gaps(held: dict[int, list[np.ndarray]], keys: np.ndarray, diff: np.ndarray, has: np.ndarray) -> None:
+def note_response_gaps(
+    held: dict[int, dict[int, list[np.ndarray]]], keys: np.ndarray, diff: np.ndarray, has: np.ndarray
+) -> None:
     """Keep the gaps (ns) between consecutive response messages of each stream, from a
-    batch's message rows sorted by stream * 2 + direction (``has``: a previous message
-    is known, ``diff``: ns since it)."""
+    batch's message rows sorted by :func:`stream_keys` (``held``: each connection's
+    gaps by stream, by conn key; ``has``: a previous message is known, ``diff``: ns
+    since it)."""
     resp = np.flatnonzero(has & ((keys & 1) == TO_CLIENT))
     if not len(resp):
         return
-    sids = keys[resp] >> 1
+    streams = keys[resp] >> 1  # conn key and stream id
     gaps = diff[resp]  # grouped by stream, each in order
-    cuts = (np.flatnonzero(sids[1:] != sids[:-1]) + 1).tolist()
-    starts, stops = [0, *cuts], [*cuts, len(sids)]
-    for sid, a, z in zip(sids[starts].tolist(), starts, stops, strict=True):
+    cuts = (np.flatnonzero(streams[1:] != streams[:-1]) + 1).tolist()
+    starts, stops = [0, *cuts], [*cuts, len(streams)]
+    conn_shift, sid_mask = STREAM_KEY_SHIFT - 1, (1 << (STREAM_KEY_SHIFT - 1)) - 1
+    for stream, a, z in zip(streams[starts].tolist(), starts, stops, strict=True):
         # a copy unless whole: a long stream must not keep every batch's array alive
         part = gaps if len(starts) == 1 else gaps[a:z].copy()
-        arrays = held.get(sid)
+        of_conn = held[stream >> conn_shift]
+        sid = stream & sid_mask
+        arrays = of_conn.get(sid)
         if arrays is None:
-            held[sid] = [part]
+            of_conn[sid] = [part]
         else:
             arrays.append(part)
 

@@ -43,7 +43,7 @@ from telemetry.ingest.rates import (
     flow_rates_table,
 )
 from telemetry.ingest.sendlog import SendLog
-from telemetry.ingest.state import Conn, ConnRows, Ready
+from telemetry.ingest.state import Conn, ConnRows, Ready, StreamTimes
 from telemetry.ingest.tables import (
     connection_row,
     connections_table,
@@ -93,6 +93,7 @@ class CapturePipeline:
         self.issues: list[DecodeIssue] = []
         self.tcp = TcpAnalyzer(share=(peer.index, 2) if peer is not None else None)
         self.conns: dict[int, Conn] = {}
+        self.stream_times = StreamTimes()  # last message time of every open stream
         self.sessions: dict[int, AppSession] = {}  # conn key -> session, for the chunk loop
         self.compressed = False
         self.first_ts: int | None = None
@@ -206,12 +207,20 @@ class CapturePipeline:
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
                 conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
         self._take_tcp_events()
-        waiting: list[tuple[int, Conn]] = []
+        taken: list[tuple[Conn, object]] = []
         for conn in self.conns.values():
             if conn.session is not None:
                 requests, rows, h2_events = conn.session.take_columns()
-                self._take(conn, requests, rows, h2_events)
-                resolve_acks(self.tcp, conn, None)
+                conn.rows.h2.extend(h2_events)
+                conn.pending_requests.extend(requests)
+                if len(rows):
+                    taken.append((conn, rows))
+        if taken:
+            take_messages(taken, self.stream_times)  # every connection's in one pass
+        waiting: list[tuple[int, Conn]] = []
+        for conn in self.conns.values():
+            if conn.session is not None:
+                resolve_acks(self.tcp, conn, None, self.stream_times)
             n = len(conn.rows) + conn.rate_buckets() + self.sendlog.pending(conn.key)
             if n >= FLUSH_CONN_ROWS:
                 self._flush_open(conn)
@@ -285,7 +294,7 @@ class CapturePipeline:
     def _take(self, conn: Conn, requests, rows, h2_events) -> None:
         conn.rows.h2.extend(h2_events)
         if len(rows):
-            take_messages(conn, rows)
+            take_messages([(conn, rows)], self.stream_times)
         conn.pending_requests.extend(requests)
 
     def _flush_open(self, conn: Conn) -> bool:
@@ -328,7 +337,8 @@ class CapturePipeline:
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = summary.ack_progress[tcp_dir]
                 conn.note_rates(tcp_dir, ts, off)
-        resolve_acks(self.tcp, conn, summary)
+        resolve_acks(self.tcp, conn, summary, self.stream_times)
+        self.stream_times.forget_connection(conn.key)
         if conn.flip:
             summary = flip_summary(summary)
         self._write_rows(conn, summary)

@@ -1,6 +1,7 @@
 """What the pipeline holds for each open connection: messages waiting for the ACK that
-covers them, requests waiting to be resolved, the last message time of each open stream,
-RTT samples, flow_rates buckets, and the rows not yet handed to the writer."""
+covers them, requests waiting to be resolved, RTT samples, flow_rates buckets, and the
+rows not yet handed to the writer; and for all of them at once, the last message time
+of each open stream."""
 
 from __future__ import annotations
 
@@ -47,17 +48,32 @@ class Msgs:
         return Msgs(*(np.concatenate([getattr(p, f) for p in parts]) for f in _MSG_FIELDS))
 
 
+# a stream's key in StreamTimes: conn key << STREAM_KEY_SHIFT | stream id << 1 | direction
+# (stream ids are HTTP/2's 31 bits or an HTTP/1.1 exchange's index; conn keys count the
+# capture's connections from 1)
+STREAM_KEY_SHIFT = 34
+
+
+def stream_keys(conn_keys: np.ndarray, streams: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    return (conn_keys << STREAM_KEY_SHIFT) | (streams << 1) | directions
+
+
 @dataclass(slots=True)
-class LastTimes:
-    """Time of the last message per stream * 2 + direction (the connection's open
-    streams), as sorted columns: looked up and updated once per batch, not per stream."""
+class StreamTimes:
+    """Time of the last message per open connection, stream and direction (keys from
+    :func:`stream_keys`), as sorted columns: looked up and updated once per batch for
+    every connection at once, not per connection or per stream. Streams and connections
+    that are over are dropped before the next lookup, all in one pass."""
 
     keys: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
     ts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    _gone: list[np.ndarray] = field(default_factory=list)  # keys of streams that are over
+    _gone_conns: list[int] = field(default_factory=list)  # connections that are over
 
     def swap(self, keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique ``keys``: whether a time was held for each and which (0:
         none); ``last`` becomes their time."""
+        self._drop()
         pos = np.searchsorted(self.keys, keys)
         known = pos < len(self.keys)
         known[known] = self.keys[pos[known]] == keys[known]
@@ -70,15 +86,34 @@ class LastTimes:
             self.ts = np.insert(self.ts, pos[new], last[new])
         return known, held
 
-    def forget(self, streams: list[int]) -> None:
-        """Drop both directions of these streams (they are over)."""
+    def forget(self, conn_key: int, streams: list[int]) -> None:
+        """Drop both directions of these streams of a connection (they are over)."""
         if len(self.keys) and streams:
-            key = np.array(streams, dtype=np.int64) * 2
-            key = np.concatenate((key, key + 1))
-            pos = np.minimum(np.searchsorted(self.keys, key), len(self.keys) - 1)
-            gone = pos[self.keys[pos] == key]
-            if len(gone):
-                self.keys, self.ts = np.delete(self.keys, gone), np.delete(self.ts, gone)
+            key = stream_keys(np.int64(conn_key), np.array(streams, dtype=np.int64), np.int64(0))
+            self._gone += (key, key + 1)
+            self._drop_if_many()
+
+    def forget_connection(self, conn_key: int) -> None:
+        """Drop every stream of a connection (it is closed)."""
+        if len(self.keys):
+            self._gone_conns.append(conn_key)
+            self._drop_if_many()
+
+    def _drop_if_many(self) -> None:
+        if len(self._gone) + len(self._gone_conns) > 4096:  # bounded between lookups
+            self._drop()
+
+    def _drop(self) -> None:
+        if not (self._gone or self._gone_conns):
+            return
+        keep = np.ones(len(self.keys), dtype=bool)
+        if self._gone:
+            keep &= ~np.isin(self.keys, np.concatenate(self._gone))
+        if self._gone_conns:
+            keep &= ~np.isin(self.keys >> STREAM_KEY_SHIFT, np.array(self._gone_conns, dtype=np.int64))
+        if not keep.all():
+            self.keys, self.ts = self.keys[keep], self.ts[keep]
+        self._gone, self._gone_conns = [], []
 
 
 @dataclass
@@ -126,7 +161,6 @@ class Conn:
     # stream -> ns between its consecutive response messages (one array per batch), kept
     # until its request is resolved: the request's gap statistics
     response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    last_ts: LastTimes = field(default_factory=lambda: LastTimes())
     # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
     # doubles, as every sample of a long connection is kept for its exact percentiles
     rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
