@@ -112,7 +112,7 @@ causes AS (
     FROM net WHERE throttle_kind IS NOT NULL
 ),
 explained AS (
-    SELECT conn_id, stream_id, sum(delay_ms) AS network_ms FROM causes GROUP BY ALL
+    SELECT conn_id, stream_id, sum_ms(delay_ms) AS network_ms FROM causes GROUP BY ALL
 )
 SELECT conn_id, stream_id, cause, kind, direction, round(delay_ms, 3) AS delay_ms, evidence FROM causes
 UNION ALL

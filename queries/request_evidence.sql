@@ -163,8 +163,9 @@ loss AS (
         max(segments) AS longest_burst,
         -- a dark stretch's wait and the stalls of the bursts inside it are the same time:
         -- the larger of the two, not their sum
-        greatest(coalesce(sum(stall_ms) FILTER (WHERE NOT dark), 0), coalesce(sum(stall_ms) FILTER (WHERE dark), 0)) AS loss_stall_ms,
-        coalesce(sum(stall_ms) FILTER (WHERE dark), 0) AS dark_wait_ms,
+        greatest(coalesce(sum_ms(CASE WHEN NOT dark THEN stall_ms END), 0),
+                 coalesce(sum_ms(CASE WHEN dark THEN stall_ms END), 0)) AS loss_stall_ms,
+        coalesce(sum_ms(CASE WHEN dark THEN stall_ms END), 0) AS dark_wait_ms,
         string_agg(DISTINCT direction, ',' ORDER BY direction) AS loss_directions
     FROM loss_bursts GROUP BY ALL
 ),
@@ -172,10 +173,10 @@ other AS (
     SELECT conn_id, stream_id,
         count(*) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_events,
         string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_directions,
-        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival')) AS reorder_wait_ms,
+        sum_ms(CASE WHEN kind IN ('out_of_order', 'spurious_retransmission', 'late_arrival') THEN coalesce(recovery_ms, 0) END) AS reorder_wait_ms,
         count(*) FILTER (WHERE kind = 'dup_ack') AS dup_acks,
         count(*) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_events,
-        sum(coalesce(recovery_ms, 0)) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_wait_ms,
+        sum_ms(CASE WHEN kind IN ('zero_window', 'window_full') THEN coalesce(recovery_ms, 0) END) AS window_wait_ms,
         string_agg(DISTINCT direction, ',' ORDER BY direction) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_directions,
         count(*) FILTER (WHERE kind = 'capture_loss') AS capture_loss_events
     FROM ev GROUP BY ALL
@@ -183,7 +184,7 @@ other AS (
 flow AS (
     SELECT m.conn_id, m.stream_id,
         count(*) AS flow_control_blocks,
-        sum(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms,
+        sum_ms(coalesce(h.duration_ms, 0)) AS flow_control_blocked_ms,
         string_agg(DISTINCT h.direction, ',' ORDER BY h.direction) AS flow_control_directions
     FROM (SELECT conn_id, stream_id, started_at, finished_at,
                  unnest(seconds_between(started_at, finished_at)) AS sec

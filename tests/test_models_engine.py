@@ -115,3 +115,21 @@ def test_a_small_store_is_queried_on_one_thread(lossy_store, monkeypatch):
     default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
     assert large.execute("SELECT current_setting('threads')").fetchone()[0] == default
     assert _rows(small, "request_metrics") == _rows(large, "request_metrics")
+
+
+@needs_samples
+def test_sums_of_durations_do_not_depend_on_row_order(lossy_store):
+    """request_evidence sums stalls and waits with sum_ms: as whole ns, so the order in
+    which DuckDB's threads hand a group's rows over cannot move the last bits (a plain
+    sum of doubles gave loss_stall_ms a unit in the last place apart run to run)."""
+    con = connect(lossy_store).con
+    con.execute("SET threads = 1")  # rows summed in the order given
+    values = [0.1, 0.2, 0.3, 127.257087, 58.728181, 1e-6]
+    sums = set()
+    for order in (values, values[::-1], sorted(values), values[2:] + values[:2]):
+        rows = ", ".join(f"({i}, {v!r})" for i, v in enumerate(order))
+        sums.add(con.execute(f"SELECT sum_ms(x) FROM (SELECT * FROM (VALUES {rows}) AS t(i, x) ORDER BY i)").fetchone()[0])
+    assert sums == {186.585269}
+    # rows left out are NULL; none at all: NULL, as sum gives
+    assert con.execute("SELECT sum_ms(CASE WHEN x > 1 THEN x END), sum_ms(CASE WHEN x > 9 THEN x END) "
+                       "FROM (VALUES (0.5), (2.25)) AS t(x)").fetchone() == (2.25, None)
