@@ -27,7 +27,7 @@ from parsers.records import (
     PacketBatch,
     RttRun,
 )
-from parsers.session import AppSession
+from parsers.session import AppSession, SessionResult
 from parsers.tcp import TcpAnalyzer, flip_summary
 from parsers.tls import KeyLog
 from telemetry import __version__
@@ -288,14 +288,15 @@ class CapturePipeline:
                 session = self._open_session(chunk.conn_key)
             session.feed(chunk)
         self._take_tcp_events()
-        for summary in summaries:
-            self._close(summary)
-
-    def _take(self, conn: Conn, requests, rows, h2_events) -> None:
-        conn.rows.h2.extend(h2_events)
-        if len(rows):
-            take_messages([(conn, rows)], self.stream_times)
-        conn.pending_requests.extend(requests)
+        ended = [(summary, *self._end_session(summary)) for summary in summaries]
+        # the closing connections' last message rows in one pass (at the end of a
+        # capture, every connection closes at once)
+        taken = [(conn, result.message_rows) for _s, conn, result in ended
+                 if result is not None and len(result.message_rows)]
+        if taken:
+            take_messages(taken, self.stream_times)
+        for summary, conn, result in ended:
+            self._close(summary, conn, result)
 
     def _flush_open(self, conn: Conn) -> bool:
         """Write an open connection's rows so memory does not grow with its length.
@@ -324,15 +325,21 @@ class CapturePipeline:
         return self.tcp.open_summary(key)
 
     # -- connection end ----------------------------------------------------------------
-    def _close(self, summary: ConnectionSummary) -> None:
+    def _end_session(self, summary: ConnectionSummary) -> tuple[Conn, SessionResult | None]:
+        """A closed connection's state, out of the open ones, and its session's last rows."""
         conn = self.conns.pop(summary.conn_key, None) or Conn(summary.conn_key)
         self.sessions.pop(summary.conn_key, None)
+        return conn, conn.session.finish(summary.end_ns) if conn.session is not None else None
+
+    def _close(self, summary: ConnectionSummary, conn: Conn, result: SessionResult | None) -> None:
+        """Resolve and write what a closed connection holds (its last message rows are
+        taken already)."""
         protocol, tls = "unknown", None
-        if conn.session is not None:
-            result = conn.session.finish(summary.end_ns)
+        if result is not None:
             protocol, tls = result.protocol, result.tls
             self.issues.extend(result.issues)
-            self._take(conn, result.requests, result.message_rows, result.h2_events)
+            conn.rows.h2.extend(result.h2_events)
+            conn.pending_requests.extend(result.requests)
         if summary.ack_progress is not None:
             for tcp_dir in (TO_SERVER, TO_CLIENT):
                 ts, off = summary.ack_progress[tcp_dir]
