@@ -51,6 +51,20 @@ def test_small_batches_store_the_same_rows(sample, tmp_path, monkeypatch):
         assert small[table] == rows, table
 
 
+@pytest.mark.parametrize("sample", ["mixed", "sweep/server_jitter"])
+def test_message_rows_taken_per_connection_or_together_store_the_same_rows(sample, tmp_path, monkeypatch):
+    """The pipeline takes the message rows of many connections in one pass (up to
+    TAKE_ROWS rows): a pass per connection stores the same rows."""
+    capture = SAMPLES / sample / "capture.pcap"
+    monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
+    together = _ingest(capture, tmp_path / "together")
+    monkeypatch.setattr(pipeline, "TAKE_ROWS", 1)
+    alone = _ingest(capture, tmp_path / "alone")
+    assert together["messages"] and together["requests"]
+    for table, rows in together.items():
+        assert alone[table] == rows, table
+
+
 def test_mid_connection_stream_ended_before_orientation_gets_its_own_ack(tmp_path, monkeypatch):
     """Every request of the mid-connection sample has its end ACKed within 0.1 s (the
     path is 9.2 ms plus 14 ms of jitter), however small the batches."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Iterable, Iterator
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -60,6 +61,8 @@ from telemetry.store.parquet import CaptureWriter, table_from_columns
 IDLE_CLOSE_NS = 120 * 1_000_000_000
 FLUSH_CONN_ROWS = 20_000  # write a long connection's rows out once this many are waiting
 PENDING_ROWS = 2_000_000  # ... and the largest connections' rows once all hold this many
+# message rows of several connections taken in one pass (see _take_messages)
+TAKE_ROWS = 65_536
 # requests of all connections, and closed connections, are built into one table each once
 # this many wait (their ~35-50 columns cost more per table than per row)
 BATCH_TABLE_ROWS = 4096
@@ -207,16 +210,7 @@ class CapturePipeline:
                 ts, off = self.tcp.ack_progress(key, tcp_dir)
                 conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
         self._take_tcp_events()
-        taken: list[tuple[Conn, object]] = []
-        for conn in self.conns.values():
-            if conn.session is not None:
-                requests, rows, h2_events = conn.session.take_columns()
-                conn.rows.h2.extend(h2_events)
-                conn.pending_requests.extend(requests)
-                if len(rows):
-                    taken.append((conn, rows))
-        if taken:
-            take_messages(taken, self.stream_times)  # every connection's in one pass
+        self._take_messages(self._session_rows())
         waiting: list[tuple[int, Conn]] = []
         for conn in self.conns.values():
             if conn.session is not None:
@@ -289,14 +283,38 @@ class CapturePipeline:
             session.feed(chunk)
         self._take_tcp_events()
         ended = [(summary, *self._end_session(summary)) for summary in summaries]
-        # the closing connections' last message rows in one pass (at the end of a
-        # capture, every connection closes at once)
-        taken = [(conn, result.message_rows) for _s, conn, result in ended
-                 if result is not None and len(result.message_rows)]
-        if taken:
-            take_messages(taken, self.stream_times)
+        # the closing connections' last message rows together (at the end of a capture,
+        # every connection closes at once)
+        self._take_messages((conn, result.message_rows) for _s, conn, result in ended
+                            if result is not None and len(result.message_rows))
         for summary, conn, result in ended:
             self._close(summary, conn, result)
+
+    def _session_rows(self) -> Iterator[tuple[Conn, object]]:
+        """Each open connection's message rows of the batch (its requests and HTTP/2
+        events go to the connection as they are taken)."""
+        for conn in self.conns.values():
+            if conn.session is not None:
+                requests, rows, h2_events = conn.session.take_columns()
+                conn.rows.h2.extend(h2_events)
+                conn.pending_requests.extend(requests)
+                if len(rows):
+                    yield conn, rows
+
+    def _take_messages(self, items: Iterable[tuple[Conn, object]]) -> None:
+        """Message rows of many connections, taken TAKE_ROWS rows or so a pass: a pass
+        per connection costs ~100 us of numpy calls each, one pass for all holds every
+        connection's rows and their temporaries at once."""
+        taken: list[tuple[Conn, object]] = []
+        rows_taken = 0
+        for conn, rows in items:
+            taken.append((conn, rows))
+            rows_taken += len(rows)
+            if rows_taken >= TAKE_ROWS:
+                take_messages(taken, self.stream_times)
+                taken, rows_taken = [], 0
+        if taken:
+            take_messages(taken, self.stream_times)
 
     def _flush_open(self, conn: Conn) -> bool:
         """Write an open connection's rows so memory does not grow with its length.
