@@ -238,37 +238,45 @@ def test_c_smoothed_rtt_rounds_like_python():
 def test_stream_times_like_a_dict():
     """StreamTimes holds every connection's streams in one sorted array; it must behave as
     a dict of (connection, stream, direction) -> last time, streams and connections
-    that are over dropped (lazily, before the next lookup)."""
+    that are over dropped (lazily, before the next lookup), a closed connection's slot
+    reused by a new one. Conn keys count every connection of a daemon's capture run:
+    past 2**40 they must still be told apart."""
     import random
 
     from telemetry.ingest.state import StreamTimes, stream_keys
 
     rnd = random.Random(7)
     held, model = StreamTimes(), {}
-    for _ in range(300):
-        triples = sorted(rnd.sample([(c, s, d) for c in (1, 2, 7) for s in range(20) for d in (0, 1)], rnd.randrange(0, 12)))
-        cols = [np.array([t[i] for t in triples], np.int64) for i in range(3)]
-        keys = stream_keys(*cols)
-        assert keys.tolist() == sorted(keys.tolist())  # key order is (connection, stream, direction)
+    live = [1, 2, 7]
+    fresh = iter(range(2**40, 2**41))
+    for _ in range(400):
+        triples = sorted({(rnd.choice(live), rnd.randrange(20), rnd.randrange(2)) for _ in range(rnd.randrange(0, 12))},
+                         key=lambda t: (held.slot(t[0]), t[1], t[2]))
+        keys = stream_keys(*(np.array(col, np.int64) for col in
+                             ([held.slot(t[0]) for t in triples], [t[1] for t in triples], [t[2] for t in triples])))
+        assert keys.tolist() == sorted(set(keys.tolist()))
         last = np.array([rnd.randrange(10**12) for _ in triples], np.int64)
         known, prev = held.swap(keys, last)
         for t, kn, p, ts in zip(triples, known.tolist(), prev.tolist(), last.tolist(), strict=True):
             assert kn == (t in model) and (not kn or p == model[t])
             model[t] = ts
         if rnd.random() < 0.3:
-            conn, streams = rnd.choice((1, 2, 7)), rnd.sample(range(2**31 - 3, 2**31) if rnd.random() < 0.1 else range(20), 3)
+            conn, streams = rnd.choice(live), rnd.sample(range(2**31 - 3, 2**31) if rnd.random() < 0.1 else range(20), 3)
             held.forget(conn, streams)
             for s in streams:
                 model.pop((conn, s, 0), None)
                 model.pop((conn, s, 1), None)
-        if rnd.random() < 0.1:
-            conn = rnd.choice((1, 2, 7))
+        if rnd.random() < 0.15:  # a connection closes, a new one opens
+            conn = rnd.choice(live)
             held.forget_connection(conn)
             model = {t: v for t, v in model.items() if t[0] != conn}
+            live[live.index(conn)] = next(fresh)
         held.swap(np.zeros(0, np.int64), np.zeros(0, np.int64))  # what is over is dropped before a lookup
-        want = sorted(model)
-        assert held.keys.tolist() == stream_keys(*(np.array([t[i] for t in want], np.int64) for i in range(3))).tolist()
+        want = sorted(model, key=lambda t: (held.slot(t[0]), t[1], t[2]))
+        cols = ([held.slot(t[0]) for t in want], [t[1] for t in want], [t[2] for t in want])
+        assert held.keys.tolist() == stream_keys(*(np.array(c, np.int64) for c in cols)).tolist()
         assert held.ts.tolist() == [model[t] for t in want]
+    assert held._next_slot <= len(live) + 1  # slots are reused, not counted up
 
 
 def test_tables_of_many_connections_are_each_connections_tables_in_order():

@@ -36,16 +36,16 @@ def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: Str
     a = parts[0] if len(parts) == 1 else np.concatenate(parts)
     n = len(a)
     owner = np.repeat(np.arange(len(taken)), [len(p) for p in parts])  # position in ``taken``
-    conn_keys = np.array([conn.key for conn, _rows in taken], dtype=np.int64)
+    slots = np.array([times.slot(conn.key) for conn, _rows in taken], dtype=np.int64)
     dirs = a[:, MC.DIRECTION]
     # gaps between messages and between LLM stream events carrying content only
     sel = np.flatnonzero(IS_GAP_KIND[(a[:, MC.FLAGS] >> 8) & 0xF])
     if len(sel) == n:
-        gap = stream_gaps(taken, times, conn_keys[owner], a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
+        gap = stream_gaps(taken, slots, times, slots[owner], a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
     else:
         gap = np.full(n, np.nan)
         if len(sel):
-            gap[sel] = stream_gaps(taken, times, conn_keys[owner[sel]], a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
+            gap[sel] = stream_gaps(taken, slots, times, slots[owner[sel]], a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
     # each connection's rows of each direction, in their order
     group = owner * 2 + dirs
     order = np.argsort(group, kind="stable")
@@ -68,14 +68,15 @@ def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: Str
 
 
 def stream_gaps(
-    taken: list[tuple[Conn, object]], times: StreamTimes, conn_keys: np.ndarray, sid: np.ndarray,
-    dirs: np.ndarray, ts: np.ndarray,
+    taken: list[tuple[Conn, object]], slots: np.ndarray, times: StreamTimes, row_slots: np.ndarray,
+    sid: np.ndarray, dirs: np.ndarray, ts: np.ndarray,
 ) -> np.ndarray:
     """ms since the previous message of the same connection, stream and direction (NaN:
-    none known) of message rows in completion order; the response gaps are kept for the
-    requests' gap statistics."""
+    none known) of message rows in completion order (``row_slots``: each row's
+    connection's StreamTimes slot; ``slots``: those of ``taken``); the response gaps
+    are kept for the requests' gap statistics."""
     n = len(sid)
-    key = stream_keys(conn_keys, sid, dirs)
+    key = stream_keys(row_slots, sid, dirs)
     order = np.argsort(key, kind="stable")
     ks, tso = key[order], ts[order]
     first = np.ones(n, dtype=bool)  # first row of its key in this batch
@@ -91,8 +92,8 @@ def stream_gaps(
     diff = tso - prev  # ns since the previous message of the stream and direction
     gap = np.empty(n, dtype=np.float64)
     gap[order] = np.where(has, diff / 1e6, np.nan)
-    by_key = {conn.key: conn.response_gaps for conn, _rows in taken}
-    note_response_gaps(by_key, ks, diff, has)
+    by_slot = {slot: conn.response_gaps for (conn, _rows), slot in zip(taken, slots.tolist(), strict=True)}
+    note_response_gaps(by_slot, ks, diff, has)
     return gap
 
 
@@ -209,7 +210,7 @@ def note_response_gaps(
 ) -> None:
     """Keep the gaps (ns) between consecutive response messages of each stream, from a
     batch's message rows sorted by :func:`stream_keys` (``held``: each connection's
-    gaps by stream, by conn key; ``has``: a previous message is known, ``diff``: ns
+    gaps by stream, by StreamTimes slot; ``has``: a previous message is known, ``diff``: ns
     since it)."""
     resp = np.flatnonzero(has & ((keys & 1) == TO_CLIENT))
     if not len(resp):

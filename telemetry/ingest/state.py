@@ -48,14 +48,15 @@ class Msgs:
         return Msgs(*(np.concatenate([getattr(p, f) for p in parts]) for f in _MSG_FIELDS))
 
 
-# a stream's key in StreamTimes: conn key << STREAM_KEY_SHIFT | stream id << 1 | direction
-# (stream ids are HTTP/2's 31 bits or an HTTP/1.1 exchange's index; conn keys count the
-# capture's connections from 1)
+# a stream's key in StreamTimes: connection slot << STREAM_KEY_SHIFT | stream id << 1 |
+# direction. Stream ids are HTTP/2's 31 bits or an HTTP/1.1 exchange's index. A slot
+# numbers the connections with open streams, reused once one closes: conn keys count
+# every connection of a capture run, without bound in a daemon's.
 STREAM_KEY_SHIFT = 34
 
 
-def stream_keys(conn_keys: np.ndarray, streams: np.ndarray, directions: np.ndarray) -> np.ndarray:
-    return (conn_keys << STREAM_KEY_SHIFT) | (streams << 1) | directions
+def stream_keys(slots: np.ndarray, streams: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    return (slots << STREAM_KEY_SHIFT) | (streams << 1) | directions
 
 
 @dataclass(slots=True)
@@ -67,13 +68,27 @@ class StreamTimes:
 
     keys: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
     ts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    _slots: dict[int, int] = field(default_factory=dict)  # conn key -> slot
+    _free: list[int] = field(default_factory=list)  # slots of closed connections
+    _next_slot: int = 0
     _gone: list[np.ndarray] = field(default_factory=list)  # keys of streams that are over
-    _gone_conns: list[int] = field(default_factory=list)  # connections that are over
+    _gone_slots: list[int] = field(default_factory=list)  # connections that are over
+
+    def slot(self, conn_key: int) -> int:
+        """The connection's slot (a new one on its first message)."""
+        slot = self._slots.get(conn_key)
+        if slot is None:
+            if self._free:
+                slot = self._free.pop()
+            else:
+                slot, self._next_slot = self._next_slot, self._next_slot + 1
+            self._slots[conn_key] = slot
+        return slot
 
     def swap(self, keys: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For sorted unique ``keys``: whether a time was held for each and which (0:
         none); ``last`` becomes their time."""
-        self._drop()
+        self._drop()  # first: a reused slot's keys are the old connection's until now
         pos = np.searchsorted(self.keys, keys)
         known = pos < len(self.keys)
         known[known] = self.keys[pos[known]] == keys[known]
@@ -88,32 +103,35 @@ class StreamTimes:
 
     def forget(self, conn_key: int, streams: list[int]) -> None:
         """Drop both directions of these streams of a connection (they are over)."""
-        if len(self.keys) and streams:
-            key = stream_keys(np.int64(conn_key), np.array(streams, dtype=np.int64), np.int64(0))
+        slot = self._slots.get(conn_key)
+        if slot is not None and len(self.keys) and streams:
+            key = stream_keys(np.int64(slot), np.array(streams, dtype=np.int64), np.int64(0))
             self._gone += (key, key + 1)
             self._drop_if_many()
 
     def forget_connection(self, conn_key: int) -> None:
-        """Drop every stream of a connection (it is closed)."""
-        if len(self.keys):
-            self._gone_conns.append(conn_key)
+        """Drop every stream of a connection (it is closed); its slot is free again."""
+        slot = self._slots.pop(conn_key, None)
+        if slot is not None:
+            self._gone_slots.append(slot)
+            self._free.append(slot)
             self._drop_if_many()
 
     def _drop_if_many(self) -> None:
-        if len(self._gone) + len(self._gone_conns) > 4096:  # bounded between lookups
+        if len(self._gone) + len(self._gone_slots) > 4096:  # bounded between lookups
             self._drop()
 
     def _drop(self) -> None:
-        if not (self._gone or self._gone_conns):
+        if not (self._gone or self._gone_slots):
             return
         keep = np.ones(len(self.keys), dtype=bool)
         if self._gone:
             keep &= ~np.isin(self.keys, np.concatenate(self._gone))
-        if self._gone_conns:
-            keep &= ~np.isin(self.keys >> STREAM_KEY_SHIFT, np.array(self._gone_conns, dtype=np.int64))
+        if self._gone_slots:
+            keep &= ~np.isin(self.keys >> STREAM_KEY_SHIFT, np.array(self._gone_slots, dtype=np.int64))
         if not keep.all():
             self.keys, self.ts = self.keys[keep], self.ts[keep]
-        self._gone, self._gone_conns = [], []
+        self._gone, self._gone_slots = [], []
 
 
 @dataclass
