@@ -9,13 +9,14 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * ``tailtap report --store S`` and ``tailtap sql --store S "SELECT 1"`` on that store;
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``.
 
-Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, the
-lab's captures (real kernel TCP), and the ideal capture of bench/gen_grpc_capture.py as
-one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
+Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
+at 1M with 2,000 connections instead of 200 and a seed of its own (costs that grow with the
+connections, not the packets, show there), the lab's captures (real kernel TCP), and the
+ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
 
 Usage: python bench/bench_users.py [--sizes 200k,1m,10m] [--runs 3] [--cache DIR]
-       [--out bench/results/users.md] [--no-tshark-above 10000000]
+       [--out bench/results/users.md] [--no-lab] [--no-ideal] [--no-many]
 """
 
 from __future__ import annotations
@@ -133,6 +134,17 @@ def realistic(cache: Path, size: str) -> Path:
     return path
 
 
+def many_connections(cache: Path) -> Path:
+    """1M packets over 2,000 connections, seed 7 (the 200-connection captures use the
+    generator's default seed, 1)."""
+    path = cache / "realistic-1m-2000c-seed7.pcap"
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_realistic.py"), str(path), "--packets", "1000000",
+                        "--connections", "2000", "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+    return path
+
+
 def ideal(cache: Path) -> Path:
     path = cache / "ideal-1m.pcap"
     if not path.exists():
@@ -150,6 +162,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "users.md")
     ap.add_argument("--no-lab", action="store_true")
     ap.add_argument("--no-ideal", action="store_true")
+    ap.add_argument("--no-many", action="store_true", help="leave out the 2,000-connection capture")
     args = ap.parse_args()
     if shutil.which("tshark") is None:
         sys.exit("tshark is needed as the peer (apt-get install tshark)")
@@ -161,6 +174,9 @@ def main() -> None:
     for size in filter(None, args.sizes.split(",")):
         runs = 1 if SIZES[size] >= 10_000_000 else args.runs
         rows.append(bench_input(f"realistic {size.upper()}", realistic(args.cache, size), runs, tshark=True))
+        print(table(rows[-1:]), flush=True)
+    if not args.no_many:
+        rows.append(bench_input("realistic 1M, 2,000 connections", many_connections(args.cache), args.runs, tshark=True))
         print(table(rows[-1:]), flush=True)
     if not args.no_lab:
         for name in LAB:
