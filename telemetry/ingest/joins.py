@@ -26,8 +26,8 @@ def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: Str
     """Session message rows of several connections (each MessageRow tuples or their
     (n, 7) int64 columns) -> per-connection, per-direction columns waiting for their
     ACK, with the gap since the previous message of the same stream and direction. One
-    pass for every connection of a batch: a numpy call costs microseconds whatever its
-    size, and per connection they were most of the work on captures of thousands."""
+    pass for many connections: a numpy call costs microseconds whatever its size, and a
+    pass per connection was most of the work on captures of thousands of them."""
     parts = [
         rows if isinstance(rows, np.ndarray)
         else np.fromiter(chain.from_iterable(rows), dtype=np.int64, count=7 * len(rows)).reshape(len(rows), 7)
@@ -36,16 +36,18 @@ def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: Str
     a = parts[0] if len(parts) == 1 else np.concatenate(parts)
     n = len(a)
     owner = np.repeat(np.arange(len(taken)), [len(p) for p in parts])  # position in ``taken``
-    slots = np.array([times.slot(conn.key) for conn, _rows in taken], dtype=np.int64)
+    slot_of = [times.slot(conn.key) for conn, _rows in taken]
+    slots = np.array(slot_of, dtype=np.int64)
+    gaps_by_slot = {slot: conn.response_gaps for (conn, _rows), slot in zip(taken, slot_of, strict=True)}
     dirs = a[:, MC.DIRECTION]
     # gaps between messages and between LLM stream events carrying content only
     sel = np.flatnonzero(IS_GAP_KIND[(a[:, MC.FLAGS] >> 8) & 0xF])
     if len(sel) == n:
-        gap = stream_gaps(taken, slots, times, slots[owner], a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
+        gap = stream_gaps(times, gaps_by_slot, slots[owner], a[:, MC.STREAM_ID], dirs, a[:, MC.TS_NS])
     else:
         gap = np.full(n, np.nan)
         if len(sel):
-            gap[sel] = stream_gaps(taken, slots, times, slots[owner[sel]], a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
+            gap[sel] = stream_gaps(times, gaps_by_slot, slots[owner[sel]], a[sel, MC.STREAM_ID], dirs[sel], a[sel, MC.TS_NS])
     # each connection's rows of each direction, in their order
     group = owner * 2 + dirs
     order = np.argsort(group, kind="stable")
@@ -68,13 +70,13 @@ def take_messages(taken: list[tuple[Conn, list[tuple] | np.ndarray]], times: Str
 
 
 def stream_gaps(
-    taken: list[tuple[Conn, object]], slots: np.ndarray, times: StreamTimes, row_slots: np.ndarray,
+    times: StreamTimes, gaps_by_slot: dict[int, dict[int, list[np.ndarray]]], row_slots: np.ndarray,
     sid: np.ndarray, dirs: np.ndarray, ts: np.ndarray,
 ) -> np.ndarray:
     """ms since the previous message of the same connection, stream and direction (NaN:
     none known) of message rows in completion order (``row_slots``: each row's
-    connection's StreamTimes slot; ``slots``: those of ``taken``); the response gaps
-    are kept for the requests' gap statistics."""
+    connection's StreamTimes slot); the response gaps go to each connection's response
+    gaps (``gaps_by_slot``), for the requests' gap statistics."""
     n = len(sid)
     key = stream_keys(row_slots, sid, dirs)
     order = np.argsort(key, kind="stable")
@@ -92,8 +94,7 @@ def stream_gaps(
     diff = tso - prev  # ns since the previous message of the stream and direction
     gap = np.empty(n, dtype=np.float64)
     gap[order] = np.where(has, diff / 1e6, np.nan)
-    by_slot = {slot: conn.response_gaps for (conn, _rows), slot in zip(taken, slots.tolist(), strict=True)}
-    note_response_gaps(by_slot, ks, diff, has)
+    note_response_gaps(gaps_by_slot, ks, diff, has)
     return gap
 
 
@@ -210,20 +211,20 @@ def note_response_gaps(
 ) -> None:
     """Keep the gaps (ns) between consecutive response messages of each stream, from a
     batch's message rows sorted by :func:`stream_keys` (``held``: each connection's
-    gaps by stream, by StreamTimes slot; ``has``: a previous message is known, ``diff``: ns
-    since it)."""
+    gaps by stream, by StreamTimes slot; ``has``: a previous message is known, ``diff``:
+    ns since it)."""
     resp = np.flatnonzero(has & ((keys & 1) == TO_CLIENT))
     if not len(resp):
         return
-    streams = keys[resp] >> 1  # conn key and stream id
+    streams = keys[resp] >> 1  # slot and stream id
     gaps = diff[resp]  # grouped by stream, each in order
     cuts = (np.flatnonzero(streams[1:] != streams[:-1]) + 1).tolist()
     starts, stops = [0, *cuts], [*cuts, len(streams)]
-    conn_shift, sid_mask = STREAM_KEY_SHIFT - 1, (1 << (STREAM_KEY_SHIFT - 1)) - 1
+    slot_shift, sid_mask = STREAM_KEY_SHIFT - 1, (1 << (STREAM_KEY_SHIFT - 1)) - 1
     for stream, a, z in zip(streams[starts].tolist(), starts, stops, strict=True):
         # a copy unless whole: a long stream must not keep every batch's array alive
         part = gaps if len(starts) == 1 else gaps[a:z].copy()
-        of_conn = held[stream >> conn_shift]
+        of_conn = held[stream >> slot_shift]
         sid = stream & sid_mask
         arrays = of_conn.get(sid)
         if arrays is None:
