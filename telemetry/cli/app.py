@@ -25,7 +25,8 @@ from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.args import parse_time_ns as _parse_time_ns
 from telemetry.cli.errors import error_line, user_error_text
-from telemetry.cli.report import note_recomputed, open_store, run_report, write_report_html
+from telemetry.cli.report import note_recomputed, run_report, write_report_html
+from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 from telemetry.report.render import output_console
 

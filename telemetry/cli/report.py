@@ -11,17 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from telemetry.cli.errors import error_line, user_error_text
+from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
-
-
-def open_store(store_dir: Path):
-    """The store at ``store_dir`` (a StoreLayout), or None when there is none there (said)."""
-    from telemetry.store.layout import StoreLayout
-
-    if not (store_dir / "requests").is_dir() and not (store_dir / "captures").is_dir():
-        error_line(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
-        return None
-    return StoreLayout(store_dir)
 
 
 def note_recomputed(con) -> None:

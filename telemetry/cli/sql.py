@@ -10,19 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from telemetry.cli.errors import error_line
+from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
 
 
 def open_analysis(store_dir: Path, materialize: bool = True):
     """The store's Analysis connection, or an exit code and a one-line error."""
     from telemetry.models.db import connect
-    from telemetry.store.layout import StoreLayout
 
-    if not store_dir.is_dir():
-        error_line(f"{store_dir}: no store here (run `tailtap analyze CAPTURE --out {store_dir}` first)")
+    store = open_store(store_dir)
+    if store is None:
         return EXIT_STORE
     try:
-        return connect(StoreLayout(store_dir), materialize=materialize)
+        return connect(store, materialize=materialize)
     except RuntimeError as exc:  # a queries/ model does not bind on this store
         error_line(str(exc).splitlines()[0])
         return EXIT_INPUT
