@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from capture_builders import ether, ipv4, pcap, tcp
 
+from telemetry.exit_codes import EXIT_STORE
+
 CAPTURES = Path(__file__).resolve().parents[2] / "shared" / "captures"
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -301,3 +303,27 @@ def test_report_says_when_kept_models_are_another_versions(tmp_path):
     request = json.loads(fresh.stdout)["slowest_requests"][0]
     story = run("explain", "--store", str(store), "--request", f"{request['conn_id']}:{request['stream_id']}")
     assert story.returncode == 0 and "another tailtap version" in story.stderr
+
+
+def test_every_verb_says_the_same_of_a_directory_that_holds_no_store(tmp_path):
+    """`sql` answered SELECT 1 from an empty directory (exit 0) where `report` said there
+    was no store: one check now, the same line and exit code from each verb, and the
+    directory is left as it was."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    said = set()
+    for verb in (["sql", "SELECT 1"], ["report"], ["sql", "-f", "csv", "SELECT 1"]):
+        proc = run(verb[0], "--store", str(empty), *verb[1:])
+        assert proc.returncode == EXIT_STORE, (verb, proc.stdout, proc.stderr)
+        assert_no_traceback(proc)
+        said.add(proc.stderr.strip())
+    assert said == {f"error: {empty}: no store here (run `tailtap analyze CAPTURE --out {empty}` first)"}
+    assert list(empty.iterdir()) == []
+
+
+def test_a_table_narrower_than_its_title_keeps_the_title_on_one_line(tmp_path):
+    store = tmp_path / "store"
+    assert run("analyze", str(SAMPLES / "mixed" / "capture.pcap"), "--out", str(store), "--no-report").returncode == 0
+    proc = run("sql", "--store", str(store), "SELECT 1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].strip() == "result", proc.stdout

@@ -117,7 +117,9 @@ def print_tables(console: Console, sections: dict[str, Rows | str], title: str |
         if isinstance(rows, str):
             console.print(f"[bold]{name.replace('_', ' ')}[/bold]: {escaped(rows)}")
             continue
-        table = Table(title=name.replace("_", " "), title_justify="left", show_lines=False)
+        label = name.replace("_", " ")
+        # at least as wide as its title: a narrow table wrapped it ("resul" over "t")
+        table = Table(title=label, title_justify="left", show_lines=False, min_width=len(label))
         if not rows:
             console.print(f"[bold]{name.replace('_', ' ')}[/bold]: (none)")
             continue
