@@ -13,8 +13,8 @@ counts AS (
         rc.kind,
         count(DISTINCT (rc.conn_id, rc.stream_id)) FILTER (WHERE s.period = 'a') AS slow_requests_a,
         count(DISTINCT (rc.conn_id, rc.stream_id)) FILTER (WHERE s.period = 'b') AS slow_requests_b,
-        sum(rc.delay_ms) FILTER (WHERE s.period = 'a') AS delay_ms_a,
-        sum(rc.delay_ms) FILTER (WHERE s.period = 'b') AS delay_ms_b
+        sum_ms(CASE WHEN s.period = 'a' THEN rc.delay_ms END) AS delay_ms_a,
+        sum_ms(CASE WHEN s.period = 'b' THEN rc.delay_ms END) AS delay_ms_b
     FROM request_cause AS rc JOIN slow AS s USING (conn_id, stream_id)
     GROUP BY ALL
 ),

@@ -35,7 +35,7 @@ msg AS (
 ),
 blocked AS (
     SELECT conn_id, epoch_ns(ts) // (SELECT bucket_ns FROM params) AS bucket,
-        sum(coalesce(duration_ms, 0)) AS flow_control_blocked_ms
+        sum_ms(coalesce(duration_ms, 0)) AS flow_control_blocked_ms
     FROM h2_events WHERE kind = 'flow_control_blocked' GROUP BY ALL
 ),
 keys AS (

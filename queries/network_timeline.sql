@@ -18,7 +18,7 @@ net AS (
         sum(lost_segments) AS lost_segments,
         sum(out_of_order) AS out_of_order,
         sum(window_stalls) AS window_stalls,
-        sum(flow_control_blocked_ms) AS flow_control_blocked_ms,
+        sum_ms(flow_control_blocked_ms) AS flow_control_blocked_ms,
         max(rtt_p50_ms_client_side) AS rtt_p50_ms_client_side,
         max(rtt_p50_ms_server_side) AS rtt_p50_ms_server_side
     FROM conn_timeline

@@ -17,7 +17,7 @@ totals AS (
     SELECT window_id, count(*) AS slow_requests FROM slow GROUP BY window_id
 ),
 delay_totals AS (
-    SELECT window_id, sum(delay_ms) AS total_delay_ms FROM caused GROUP BY window_id
+    SELECT window_id, sum_ms(delay_ms) AS total_delay_ms FROM caused GROUP BY window_id
 ),
 concentration AS (
     SELECT window_id, cause, kind, dimension, string_agg(value || ' (' || n || ')', ', ' ORDER BY n DESC, value) AS top
@@ -44,8 +44,8 @@ SELECT
     nullif(c.kind, '') AS kind,
     count(*) AS slow_requests,
     round(count(*) / any_value(t.slow_requests), 3) AS request_share,
-    round(sum(c.delay_ms), 1) AS delay_ms,
-    round(sum(c.delay_ms) / nullif(any_value(d.total_delay_ms), 0), 3) AS delay_share,
+    round(sum_ms(c.delay_ms), 1) AS delay_ms,
+    round(sum_ms(c.delay_ms) / nullif(any_value(d.total_delay_ms), 0), 3) AS delay_share,
     any_value(cc.top) AS top_connections,
     any_value(ca.top) AS top_clients,
     any_value(cm.top) AS top_methods,
