@@ -125,33 +125,29 @@ def growth(rows: list[dict[str, object]]) -> str:
     return "From 1M to 10M packets (x10): " + "; ".join(out) + "."
 
 
-def realistic(cache: Path, size: str) -> Path:
-    path = cache / f"realistic-{size}.pcap"
+def generated(cache: Path, name: str, generator: str, *args: str) -> Path:
+    """``cache/name``, made by ``bench/generator OUT args`` the first time it is asked for."""
+    path = cache / name
     if not path.exists():
         cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_realistic.py"), str(path), "--packets", str(SIZES[size])],
+        subprocess.run([sys.executable, str(ROOT / "bench" / generator), str(path), *args],
                        check=True, stdout=subprocess.DEVNULL)
     return path
+
+
+def realistic(cache: Path, size: str) -> Path:
+    return generated(cache, f"realistic-{size}.pcap", "gen_realistic.py", "--packets", str(SIZES[size]))
 
 
 def many_connections(cache: Path) -> Path:
     """1M packets over 2,000 connections, seed 7 (the 200-connection captures use the
     generator's default seed, 1)."""
-    path = cache / "realistic-1m-2000c-seed7.pcap"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_realistic.py"), str(path), "--packets", "1000000",
-                        "--connections", "2000", "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
-    return path
+    return generated(cache, "realistic-1m-2000c-seed7.pcap", "gen_realistic.py",
+                     "--packets", "1000000", "--connections", "2000", "--seed", "7")
 
 
 def ideal(cache: Path) -> Path:
-    path = cache / "ideal-1m.pcap"
-    if not path.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, str(ROOT / "bench" / "gen_grpc_capture.py"), str(path), "--packets", "1000000"],
-                       check=True, stdout=subprocess.DEVNULL)
-    return path
+    return generated(cache, "ideal-1m.pcap", "gen_grpc_capture.py", "--packets", "1000000")
 
 
 def main() -> None:
