@@ -100,8 +100,9 @@ def _state(s: AppSession) -> tuple | None:
     h2 = s._h2
     if h2 is None:
         return None
-    splitters = [(st.sid, [(type(sp).__name__, getattr(sp, "left", None), getattr(sp, "probing", None))
-                           for sp in st.splitter]) for st in h2.streams.values()]
+    splitters = [(st.sid, st.headers_known, list(st.mode),
+                  [(type(sp).__name__, getattr(sp, "left", None), getattr(sp, "probing", None)) for sp in st.splitter])
+                 for st in h2.streams.values()]
     # the open streams' counters (a finished stream's are in its record)
     counters = [tuple(getattr(st, f) for f in _STREAM_COUNTERS) for st in h2.streams.values()]
     return (
@@ -558,6 +559,72 @@ def _request_mix(seed: int, max_streams: int | None = None) -> list[PayloadChunk
             cv.send(1, headers(sid, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.6)
         sid += 2
     return cv.chunks
+
+
+def _seen_from_the_middle(seed: int) -> list[PayloadChunk]:
+    """A connection the capture joins in its middle: both HPACK encoders already hold
+    entries it never saw (one peer's content-type among them), so header blocks come with
+    unknown indexes; they repeat (decoded from the cache) and change. Requests whose
+    content-type is hidden, or known while :authority is not; responses whose content-type
+    is hidden (bodies probed for gRPC framing), streaming or unary, trailers, a stream
+    answered while another opens."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    hidden_ct = rnd.random() < 0.5  # the client's content-type too, or only its :authority
+    # before the capture: entries the decoder never sees
+    hc.block([(":authority", "before:1"), ("user-agent", "old/1")] + ([("content-type", "application/grpc")] if hidden_ct else []))
+    hs.block([("content-type", "application/grpc"), ("server", "before")])
+    t = 0.0
+    sid = 101
+    for k in range(30):
+        t += 1
+        req = [(":method", "POST"), (":scheme", "http"), (":path", f"/pkg.Svc/M{rnd.randrange(2)}"),
+               (":authority", "before:1"), ("content-type", "application/grpc"), ("te", "trailers"),
+               ("user-agent", "old/1")]
+        if rnd.random() < 0.2:
+            req.append(("x-req", str(k)))  # a new value: the block inserts, the cache starts over
+        cv.send(0, headers(sid, hc.block(req)) + data(sid, grpc_msg(b"q" * rnd.randrange(1, 40)), end=True), t)
+        resp = headers(sid, hs.block([(":status", "200"), ("content-type", "application/grpc")]))
+        toks = [data(sid, grpc_msg(b"tok%d" % j)) for j in range(rnd.randrange(1, 5))]
+        trailers = headers(sid, hs.block([("grpc-status", "0")]), end_stream=True)
+        if rnd.random() < 0.5:  # one write: headers, messages, trailers
+            cv.send(1, resp + b"".join(toks) + trailers, t + 0.1)
+        else:
+            cv.send(1, resp, t + 0.1)
+            for j, tok in enumerate(toks):
+                cv.send(1, tok, t + 0.2 + j / 100)
+            cv.send(1, trailers, t + 0.5)
+        sid += 2
+    return cv.chunks
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_connection_seen_from_its_middle_same_with_and_without_c(monkeypatch, seed):
+    chunks = _seen_from_the_middle(seed)
+    _assert_same(chunks, monkeypatch)
+    _assert_same_whole(chunks, monkeypatch)
+    # the blocks with unknown indexes were reported, and went through the C path
+    rows, reqs, _msgs, events, _state = _run(chunks, False, monkeypatch)
+    kinds = [e[4] for _r, _m, evs in rows for e in evs] + [e[4] for e in events]
+    assert kinds.count("headers_unknown") >= 30
+    assert len(reqs) + sum(len(r) for r, _m, _e in rows) == 30
+    # and C took most of those blocks (Python decodes a block the first times it is seen)
+    from parsers.h2._handlers import FrameHandlers
+
+    blocks = {"n": 0}
+    python_block = FrameHandlers._block
+
+    def counted(self, *args):
+        blocks["n"] += 1
+        return python_block(self, *args)
+
+    monkeypatch.setattr(FrameHandlers, "_block", counted)
+    _run(chunks, True, monkeypatch)
+    in_python = blocks["n"]
+    blocks["n"] = 0
+    _run(chunks, False, monkeypatch, runs=True)
+    assert blocks["n"] < in_python / 2, (blocks["n"], in_python)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])

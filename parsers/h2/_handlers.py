@@ -383,11 +383,7 @@ class FrameHandlers:
         h = blk.as_dict()  # shared with the decoder's cache: stored, never changed
         unknown = bool(blk.unknown or blk.error)
         if unknown:
-            if blk.error:
-                self._issue("hpack_error", f"stream {sid}: {blk.error}")
-            if blk.unknown:
-                idx = ",".join(str(x) for x in blk.unknown_indexes[:16])
-                self._event(ts, sid, d, H2EventKind.HEADERS_UNKNOWN, blk.unknown, f"indexes={idx}")
+            self._unknown_block(ts, sid, d, blk)
         if ftype == PUSH_PROMISE:
             self._orient(1 - d)
             self._event(ts, sid, d, H2EventKind.PUSH_PROMISE, promised, h.get(":path"))
@@ -448,11 +444,7 @@ class FrameHandlers:
                 ct = h.get("content-type")
                 st.set_content_type(ct, d, is_resp, h.get(":path"))
                 if ct is None and unknown:
-                    # content-type may be hidden behind an unknown index: probe bodies
-                    for k in (0, 1):
-                        if st.mode[k] == "http" and st.data_frames[k] == 0:
-                            st.mode[k] = "probe"
-                            st.splitter[k] = GrpcSplitter(probing=True)
+                    st.probe_hidden_bodies()
                 if flags & FLAG_END_STREAM and "grpc-status" in h and is_resp:
                     st.trailers_only = True
         else:
@@ -462,6 +454,15 @@ class FrameHandlers:
         st.last_off[d] = end_off
         if flags & FLAG_END_STREAM:
             self._end_stream(st, d, ts, end_off)
+
+    def _unknown_block(self, ts: int, sid: int, d: int, blk: DecodedBlock) -> None:
+        """Report a header block HPACK could not wholly decode (the C fast path calls this
+        too, for blocks with unknown indexes)."""
+        if blk.error:
+            self._issue("hpack_error", f"stream {sid}: {blk.error}")
+        if blk.unknown:
+            idx = ",".join(str(x) for x in blk.unknown_indexes[:16])
+            self._event(ts, sid, d, H2EventKind.HEADERS_UNKNOWN, blk.unknown, f"indexes={idx}")
 
     def _may_open(self, sid: int, is_request: bool) -> bool:
         """Stream ids only grow (RFC 9113 5.1.1): a new request on an id at or below the

@@ -654,6 +654,37 @@ static PyObject *frame_dir(PyObject *conn, ctx_t *ctx, long long d, long long of
     return D;
 }
 
+/* _block on a header block with unknown indexes: conn._unknown_block(ts, sid, d, blk)
+ * (its headers_unknown event; Python code that reads none of what a streak holds). */
+static int unknown_block(PyObject *conn, PyObject *ts, PyObject *sid_obj, long long d, PyObject *blk) {
+    static PyObject *name;
+    if (name == NULL && (name = PyUnicode_InternFromString("_unknown_block")) == NULL) return -1;
+    PyObject *dd = PyLong_FromLongLong(d);
+    if (dd == NULL) return -1;
+    Py_INCREF(blk); /* (borrowed from the decoder's cache) */
+    PyObject *args[] = {conn, ts, sid_obj, dd, blk};
+    PyObject *r = PyObject_VectorcallMethod(name, args, 5 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    Py_DECREF(blk);
+    Py_DECREF(dd);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
+/* ... and on the stream: its headers are not all known; with `probe` (its first headers,
+ * without a content-type: set_content_type had nothing to do)
+ * Stream.probe_hidden_bodies(), which touches only the stream. */
+static int hidden_headers(PyObject *st, int probe) {
+    static PyObject *name;
+    if (slot_put(st, x_off[X_HEADERS_KNOWN], (Py_INCREF(Py_False), Py_False)) < 0) return -1;
+    if (!probe) return 0;
+    if (name == NULL && (name = PyUnicode_InternFromString("probe_hidden_bodies")) == NULL) return -1;
+    PyObject *r = PyObject_CallMethodNoArgs(st, name);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* A whole HEADERS frame b[0:n] of direction d at direction offset `offset`, with
  * END_HEADERS and without padding or priority, whose header block the direction's
  * TolerantDecoder holds in its cache (decoded without unknowns or errors): what
@@ -689,8 +720,8 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
     Py_DECREF(key);
     if (blk == NULL) return PyErr_Occurred() ? -1 : 0;
     if (Py_TYPE(blk) != block_type) return 0;
-    long long unknown;
-    if (slot_ll(blk, b_off[B_UNKNOWN], &unknown) < 0 || unknown != 0 || SLOT(blk, b_off[B_ERROR]) != Py_None) return 0;
+    long long unknown; /* header fields behind indexes this side never saw (a connection seen from its middle) */
+    if (slot_ll(blk, b_off[B_UNKNOWN], &unknown) < 0 || unknown < 0 || SLOT(blk, b_off[B_ERROR]) != Py_None) return 0;
     PyObject *h = SLOT(blk, b_off[B_AS_DICT_MEMO]);
     if (h == NULL || !PyDict_CheckExact(h)) return 0;
 
@@ -744,6 +775,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
              PyUnicode_CompareWithASCIIString(path, "/inference.GRPCInferenceService/ModelStreamInfer") == 0))
             return 0;
         /* ---- from here on the frame is ours ---- */
+        if (unknown && unknown_block(conn, ts, sid_obj, d, blk) < 0) return -1;
         st = new_stream(sid_obj);
         if (st == NULL) return -1;
         int ok = Py_TYPE(st) == stream_type && SLOT(st, x_off[X_MID]) == Py_False;
@@ -781,6 +813,7 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
                 if (list_set(lists[S_SPLITTER], k, new_splitter(web)) < 0) goto new_out;
             }
         }
+        if (unknown && hidden_headers(st, ct == NULL) < 0) goto new_out;
         if (end && grpc_status && is_resp && slot_put(st, x_off[X_TRAILERS_ONLY], (Py_INCREF(Py_True), Py_True)) < 0)
             goto new_out;
         ret = headers_frame_done(ctx, st, lists, D, d, dframes, end_off, end, ts, sid_obj);
@@ -818,6 +851,8 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
     /* ---- from here on the frame is ours ---- */
     Py_INCREF(st); /* do_end_stream may drop conn.streams' reference */
     int ret = -1;
+    if (unknown && (unknown_block(conn, ts, sid_obj, d, blk) < 0 || hidden_headers(st, first && ct == NULL) < 0))
+        goto old_out;
     Py_INCREF(h);
     if (list_set(lists[first ? S_HDR : S_TRAILERS], d, h) < 0) goto old_out;
     if (first) {

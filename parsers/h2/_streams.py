@@ -137,6 +137,15 @@ class Stream:
                 self.splitter[d] = sp
                 self.mode[d] = ("ndjson" if sp.ndjson else "sse") if isinstance(sp, EventSplitter) else "http"
 
+    def probe_hidden_bodies(self) -> None:
+        """The first headers' content-type may be hidden behind an unknown HPACK index (a
+        connection seen from its middle): bodies not read yet are probed for gRPC framing
+        (the C fast path calls this too)."""
+        for k in (0, 1):
+            if self.mode[k] == "http" and self.data_frames[k] == 0:
+                self.mode[k] = "probe"
+                self.splitter[k] = GrpcSplitter(probing=True)
+
     def late_tap(self, d: int) -> GrpcSplitter | EventSplitter | JsonBodyTap | None:
         """The body reader of direction d at its first DATA frame, when its headers did not
         choose one (a JSON request body; the C fast path opens request streams without
