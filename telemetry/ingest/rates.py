@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -31,22 +31,41 @@ _EMPTY_I64 = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(slots=True)
-class Rates:
-    """flow_rates buckets of one TCP direction not written yet, as sorted columns: bytes
-    and segments sent (zero when none) and the highest acked offset (-1: no ACK progress
-    in that bucket). A bucket is kept when it saw either."""
+class RateRows:
+    """flow_rates buckets as sorted columns: bytes and segments sent (zero when none) and
+    the highest acked offset (-1: no ACK progress in that bucket)."""
 
-    bucket: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
-    sent_bytes: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
-    sent_pkts: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
-    acked: np.ndarray = field(default_factory=lambda: _EMPTY_I64)
+    bucket: np.ndarray
+    sent_bytes: np.ndarray
+    sent_pkts: np.ndarray
+    acked: np.ndarray
 
     def __len__(self) -> int:
         return len(self.bucket)
 
+
+class Rates:
+    """flow_rates buckets of one TCP direction not written yet (:class:`RateRows` when
+    taken). A bucket is kept when it saw either bytes sent or ACK progress.
+
+    Held as runs of rows in bucket order, each run's buckets after the last one's: a
+    batch's rows are appended, not copied into everything held before (a connection
+    holds up to RATE_HOLD_NS of buckets), and the count of buckets with something is kept
+    as they come (the pipeline asks for it every batch)."""
+
+    __slots__ = ("_runs", "_last", "_counted")
+
+    def __init__(self) -> None:
+        self._runs: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._last: int | None = None  # the last bucket held
+        self._counted = 0
+
+    def __len__(self) -> int:
+        return sum(len(r[0]) for r in self._runs)
+
     def counted(self) -> int:
         """Buckets with bytes sent plus buckets with ACK progress."""
-        return int((self.sent_pkts > 0).sum()) + int((self.acked >= 0).sum())
+        return self._counted
 
     def add(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
         """Fold rows in (any order, repeated buckets allowed): sums sent, max acked."""
@@ -64,39 +83,67 @@ class Rates:
                 acked = np.maximum.reduceat(acked, starts)
         elif not n:
             return
-        k = len(self.bucket)
-        if k and bucket[0] < self.bucket[-1]:
-            self._fold(bucket, sent_bytes, sent_pkts, acked)
-            return
-        # the usual case, time going forward: append, the first bucket maybe onto the last
-        same = int(k > 0 and bucket[0] == self.bucket[-1])
-        self.bucket = np.concatenate((self.bucket, bucket[same:]))
-        sb = np.concatenate((self.sent_bytes, sent_bytes[same:]))
-        sp = np.concatenate((self.sent_pkts, sent_pkts[same:]))
-        ac = np.concatenate((self.acked, acked[same:]))
-        if same:  # (fresh arrays: the inputs may share memory)
-            sb[k - 1] += sent_bytes[0]
-            sp[k - 1] += sent_pkts[0]
-            ac[k - 1] = max(ac[k - 1], acked[0])
-        self.sent_bytes, self.sent_pkts, self.acked = sb, sp, ac
+        first = int(bucket[0])
+        if self._last is not None and first <= self._last:
+            if first < self._last:
+                self._fold(bucket, sent_bytes, sent_pkts, acked)
+                return
+            # the usual case, time going forward: the first bucket adds onto the last held
+            # (fresh arrays: the inputs may share memory)
+            _b, held_bytes, held_pkts, held_acked = self._pop_last()
+            sent_bytes, sent_pkts, acked = sent_bytes.copy(), sent_pkts.copy(), acked.copy()
+            sent_bytes[0] += held_bytes
+            sent_pkts[0] += held_pkts
+            if held_acked > acked[0]:
+                acked[0] = held_acked
+        self._append((bucket, sent_bytes, sent_pkts, acked))
+
+    def _append(self, run: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self._runs.append(run)
+        self._last = int(run[0][-1])
+        self._counted += int(np.count_nonzero(run[2] > 0)) + int(np.count_nonzero(run[3] >= 0))
+
+    def _pop_last(self) -> tuple[int, int, int, int]:
+        """Remove the last bucket held; returns its row."""
+        bucket, sent_bytes, sent_pkts, acked = self._runs[-1]
+        row = (int(bucket[-1]), int(sent_bytes[-1]), int(sent_pkts[-1]), int(acked[-1]))
+        self._counted -= (row[2] > 0) + (row[3] >= 0)
+        if len(bucket) > 1:
+            self._runs[-1] = (bucket[:-1], sent_bytes[:-1], sent_pkts[:-1], acked[:-1])
+        else:
+            self._runs.pop()
+        return row
+
+    def _held(self) -> RateRows:
+        """Everything held, as one set of columns (kept as the one run)."""
+        runs = self._runs
+        if not runs:
+            return RateRows(_EMPTY_I64, _EMPTY_I64, _EMPTY_I64, _EMPTY_I64)
+        if len(runs) > 1:
+            runs[:] = [concat_columns(runs)]
+        return RateRows(*runs[0])
 
     def _fold(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray, acked: np.ndarray) -> None:
         """:meth:`add` for rows in any order: sort everything, reduce per bucket."""
-        b = np.concatenate((self.bucket, bucket))
+        held = self._held()
+        b = np.concatenate((held.bucket, bucket))
         order = np.argsort(b, kind="stable")
         b = b[order]
         starts = np.flatnonzero(np.concatenate(([True], b[1:] != b[:-1])))
-        self.bucket = b[starts]
-        self.sent_bytes = np.add.reduceat(np.concatenate((self.sent_bytes, sent_bytes))[order], starts)
-        self.sent_pkts = np.add.reduceat(np.concatenate((self.sent_pkts, sent_pkts))[order], starts)
-        self.acked = np.maximum.reduceat(np.concatenate((self.acked, acked))[order], starts)
+        self._runs, self._counted = [], 0
+        self._append((b[starts],
+                      np.add.reduceat(np.concatenate((held.sent_bytes, sent_bytes))[order], starts),
+                      np.add.reduceat(np.concatenate((held.sent_pkts, sent_pkts))[order], starts),
+                      np.maximum.reduceat(np.concatenate((held.acked, acked))[order], starts)))
 
-    def take(self, upto: int | None) -> Rates:
+    def take(self, upto: int | None) -> RateRows:
         """Remove and return the buckets before ``upto`` (all of them: None)."""
-        k = len(self.bucket) if upto is None else int(np.searchsorted(self.bucket, upto, side="left"))
-        out = Rates(self.bucket[:k], self.sent_bytes[:k], self.sent_pkts[:k], self.acked[:k])
-        self.bucket, self.sent_bytes = self.bucket[k:], self.sent_bytes[k:]
-        self.sent_pkts, self.acked = self.sent_pkts[k:], self.acked[k:]
+        held = self._held()
+        k = len(held) if upto is None else int(np.searchsorted(held.bucket, upto, side="left"))
+        out = RateRows(held.bucket[:k], held.sent_bytes[:k], held.sent_pkts[:k], held.acked[:k])
+        self._runs, self._last, self._counted = [], None, 0
+        if k < len(held):
+            self._append((held.bucket[k:], held.sent_bytes[k:], held.sent_pkts[k:], held.acked[k:]))
         return out
 
 

@@ -198,8 +198,11 @@ class Conn:
     ) -> None:
         """Fold ACK progress not yet seen into the per-bucket highest acked offset, and
         ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
+        seen = self.ack_seen_ns[tcp_direction]
+        if sent is None and (not len(ts) or ts[-1] <= seen):
+            return  # nothing new (most open connections in a batch of many)
         rows = [sent] if sent is not None else []
-        start = int(np.searchsorted(ts, self.ack_seen_ns[tcp_direction], side="right"))
+        start = int(np.searchsorted(ts, seen, side="right"))
         if start < len(ts):
             new_ts, new_off = ts[start:], offsets[start:]
             buckets = new_ts // RATE_BUCKET_NS
