@@ -627,6 +627,50 @@ def test_connection_seen_from_its_middle_same_with_and_without_c(monkeypatch, se
     assert blocks["n"] < in_python / 2, (blocks["n"], in_python)
 
 
+def _python_block_calls(chunks: list[PayloadChunk], monkeypatch) -> dict[str, int]:
+    """How often the Python header-block paths ran, with C, feeding ChunkRuns."""
+    from parsers.h2._handlers import FrameHandlers
+
+    calls = {"_block": 0, "_headers_decoded": 0}
+    for name in calls:
+        python = getattr(FrameHandlers, name)
+
+        def counted(self, *args, _python=python, _name=name):
+            calls[_name] += 1
+            return _python(self, *args)
+
+        monkeypatch.setattr(FrameHandlers, name, counted)
+    _run(chunks, False, monkeypatch, runs=True)
+    return calls
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_header_blocks_seen_for_the_first_time_decoded_once_in_c(monkeypatch, seed):
+    """A block not in the decoder's cache (new values, a fresh connection's first
+    requests) is decoded by C and applied there, or, where C does not apply it (a 1xx, an
+    event stream, a stream id jump...), handed to Python decoded: the HPACK state moves
+    once either way, and the results are Python's."""
+    chunks = _request_mix(seed)
+    _assert_same(chunks, monkeypatch)
+    calls = _python_block_calls(chunks, monkeypatch)
+    assert calls["_headers_decoded"] > 0  # decoded in C, applied in Python
+    # every request and response sends new values: no block is ever a cache hit
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings(), 0)
+    cv.send(1, settings() + settings(ack=True), 0.1)
+    for k in range(40):
+        sid = 2 * k + 1
+        cv.send(0, headers(sid, hc.block(grpc_request_headers() + [("x-req", str(k))]))
+                + data(sid, grpc_msg(b"q"), end=True), k + 1)
+        cv.send(1, headers(sid, hs.block(GRPC_RESPONSE + [("x-id", str(k))])) + data(sid, grpc_msg(b"r"))
+                + headers(sid, hs.block([("grpc-status", "0"), ("x-n", str(k))]), end_stream=True), k + 1.5)
+    _assert_same(cv.chunks, monkeypatch)
+    _assert_same_whole(cv.chunks, monkeypatch)
+    calls = _python_block_calls(cv.chunks, monkeypatch)
+    assert calls["_block"] + calls["_headers_decoded"] < 10, calls  # of 120 blocks
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3, 4])
 @pytest.mark.parametrize("max_streams", [None, 1, 100])
 def test_request_shapes_same_with_and_without_c(monkeypatch, seed, max_streams):

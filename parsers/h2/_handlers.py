@@ -379,7 +379,31 @@ class FrameHandlers:
         end_off: int,
         promised: int,
     ) -> None:
-        blk: DecodedBlock = D.hpack.decode(frag)
+        self._block_decoded(D, d, ftype, flags, sid, D.hpack.decode(frag), ts, end_off, promised)
+
+    def _headers_decoded(self, d: int, flags: int, sid: int, blk: DecodedBlock, ts: int, end_off: int,
+                         frame_no: int) -> None:
+        """A whole HEADERS frame of _parse's common case (END_HEADERS, no padding or
+        priority, the direction plain) whose block the C fast path decoded but did not
+        apply: what _parse and feed do with it from there."""
+        self._frame_no = frame_no
+        D = self.dirs[d]
+        D.frames += 1
+        self._block_decoded(D, d, HEADERS, flags, sid, blk, ts, end_off, 0)
+        D.base = end_off
+
+    def _block_decoded(
+        self,
+        D: _Dir,
+        d: int,
+        ftype: int,
+        flags: int,
+        sid: int,
+        blk: DecodedBlock,
+        ts: int,
+        end_off: int,
+        promised: int,
+    ) -> None:
         h = blk.as_dict()  # shared with the decoder's cache: stored, never changed
         unknown = bool(blk.unknown or blk.error)
         if unknown:

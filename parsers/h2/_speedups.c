@@ -685,40 +685,18 @@ static int hidden_headers(PyObject *st, int probe) {
     return 0;
 }
 
-/* A whole HEADERS frame b[0:n] of direction d at direction offset `offset`, with
- * END_HEADERS and without padding or priority, whose header block the direction's
- * TolerantDecoder holds in its cache (decoded without unknowns or errors): what
- * H2Connection._parse + _block (+ _end_stream, _finalize) do with it when it opens a
- * request stream or brings a stream's response headers or trailers, the orientation
- * being final and in agreement. 1 handled; 0 not this case, nothing changed; -1 error */
-static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
-                       long long offset, PyObject *ts) {
+/* A whole HEADERS frame b[0:n] of direction d (D: its _Dir, plain, at `base`), with
+ * END_HEADERS and without padding or priority, and its decoded header block `blk`
+ * (without an HPACK error; unknown indexes are reported): what H2Connection._parse +
+ * _block_decoded (+ _end_stream, _finalize) do with it when it opens a request stream or
+ * brings a stream's response headers or trailers, the orientation being final and in
+ * agreement. 1 handled; 0 not this case, nothing changed; -1 error */
+static int headers_apply(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                         PyObject *ts, PyObject *D, long long base, long long dframes, PyObject *blk) {
     PyObject *lists[S_N];
-    if ((d != 0 && d != 1) || n < 9) return 0;
-    long long length = n - 9;
-    if ((long long)(((unsigned long)b[0] << 16) | ((unsigned long)b[1] << 8) | b[2]) != length || b[3] != 1) return 0;
     unsigned int flags = b[4];
-    if ((flags & ~0x2Du) || (flags & 0x2C) != 0x04) return 0; /* END_HEADERS [END_STREAM] only */
     int end = flags & 0x01;
     unsigned long sid = be32(b + 5);
-    if (sid == 0 || (sid & 0x80000000UL)) return 0;
-
-    long long base, dframes;
-    PyObject *D = frame_dir(conn, ctx, d, offset, length, &base, &dframes);
-    if (D == NULL) return 0;
-    /* the decoded block, from the decoder's cache (TolerantDecoder.decode on a hit) */
-    PyObject *dec = SLOT(D, d_off[D_HPACK]);
-    long long gen, cache_gen;
-    if (dec == NULL || Py_TYPE(dec) != decoder_type) return 0;
-    if (slot_ll(dec, h_off[H_GEN], &gen) < 0 || slot_ll(dec, h_off[H_CACHE_GEN], &cache_gen) < 0 || gen != cache_gen)
-        return 0;
-    PyObject *cache = SLOT(dec, h_off[H_CACHE]);
-    if (cache == NULL || !PyDict_CheckExact(cache)) return 0;
-    PyObject *key = PyBytes_FromStringAndSize((const char *)b + 9, (Py_ssize_t)length);
-    if (key == NULL) return -1;
-    PyObject *blk = PyDict_GetItemWithError(cache, key); /* borrowed: the cache keeps it */
-    Py_DECREF(key);
-    if (blk == NULL) return PyErr_Occurred() ? -1 : 0;
     if (Py_TYPE(blk) != block_type) return 0;
     long long unknown; /* header fields behind indexes this side never saw (a connection seen from its middle) */
     if (slot_ll(blk, b_off[B_UNKNOWN], &unknown) < 0 || unknown < 0 || SLOT(blk, b_off[B_ERROR]) != Py_None) return 0;
@@ -864,6 +842,66 @@ static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned c
 old_out:
     Py_DECREF(st);
     return ret;
+}
+
+/* try_headers: headers_apply on the frame's decoded block. A block the direction's
+ * decoder holds in its cache (decoded before, changing nothing) is read from there; one
+ * not decoded yet is decoded here (TolerantDecoder.decode: the HPACK state moves on, as
+ * _parse would move it), then applied in C, or, when that is not the fast case, handed
+ * back decoded (*decoded, return 2) for _headers_decoded to apply in Python: once
+ * decoded, a block cannot go to the pure-Python _parse again. The frame's conditions are
+ * those of _parse's whole-HEADERS branch (END_HEADERS, no padding or priority, the
+ * direction plain). 1 handled; 0 not this case, nothing changed; 2 decoded, to apply; -1
+ * error. */
+static int try_headers(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                       long long offset, PyObject *ts, PyObject **decoded) {
+    static PyObject *s_decode, *s_as_dict;
+    if (s_decode == NULL && (s_decode = PyUnicode_InternFromString("decode")) == NULL) return -1;
+    if (s_as_dict == NULL && (s_as_dict = PyUnicode_InternFromString("as_dict")) == NULL) return -1;
+    if ((d != 0 && d != 1) || n < 9) return 0;
+    long long length = n - 9;
+    if ((long long)(((unsigned long)b[0] << 16) | ((unsigned long)b[1] << 8) | b[2]) != length || b[3] != 1) return 0;
+    unsigned int flags = b[4];
+    if ((flags & ~0x2Du) || (flags & 0x2C) != 0x04) return 0; /* END_HEADERS [END_STREAM] only */
+    unsigned long sid = be32(b + 5);
+    if (sid == 0 || (sid & 0x80000000UL)) return 0;
+
+    long long base, dframes;
+    PyObject *D = frame_dir(conn, ctx, d, offset, length, &base, &dframes);
+    if (D == NULL) return 0;
+    PyObject *dec = SLOT(D, d_off[D_HPACK]);
+    long long gen, cache_gen;
+    if (dec == NULL || Py_TYPE(dec) != decoder_type) return 0;
+    if (slot_ll(dec, h_off[H_GEN], &gen) < 0 || slot_ll(dec, h_off[H_CACHE_GEN], &cache_gen) < 0) return 0;
+    PyObject *cache = SLOT(dec, h_off[H_CACHE]);
+    if (cache == NULL || !PyDict_CheckExact(cache)) return 0;
+    PyObject *key = PyBytes_FromStringAndSize((const char *)b + 9, (Py_ssize_t)length);
+    if (key == NULL) return -1;
+    PyObject *blk = gen == cache_gen ? PyDict_GetItemWithError(cache, key) : NULL; /* borrowed: the cache keeps it */
+    if (blk != NULL || PyErr_Occurred()) {
+        Py_DECREF(key);
+        return blk == NULL ? -1 : headers_apply(conn, ctx, d, b, n, ts, D, base, dframes, blk);
+    }
+    if (decoded == NULL) {
+        Py_DECREF(key);
+        return 0;
+    }
+    /* ---- from here on the frame is ours (in C, or decoded for _headers_decoded) ---- */
+    blk = PyObject_CallMethodOneArg(dec, s_decode, key);
+    Py_DECREF(key);
+    if (blk == NULL) return -1;
+    int r = 0;
+    if (Py_TYPE(blk) == block_type) { /* _block reads as_dict() of every block (it is kept on it) */
+        PyObject *h = PyObject_CallMethodNoArgs(blk, s_as_dict);
+        r = h == NULL ? -1 : headers_apply(conn, ctx, d, b, n, ts, D, base, dframes, blk);
+        Py_XDECREF(h);
+    }
+    if (r == 0) {
+        *decoded = blk;
+        return 2;
+    }
+    Py_DECREF(blk);
+    return r;
 }
 
 /* 1: handled; 0: not the fast case, nothing changed; -1: error (exception set) */
@@ -1412,6 +1450,32 @@ static int try_data_start(PyObject *conn, ctx_t *ctx, long long d, const unsigne
     return 1;
 }
 
+/* A HEADERS frame try_headers decoded but did not apply (2): conn._headers_decoded(d,
+ * flags, sid, blk, ts, end offset, frame no), once everything held in C is written back
+ * (Python code runs). 1 done, -1 error. */
+static int headers_in_python(PyObject *conn, ctx_t *ctx, streaks_t *S, long long d, const unsigned char *f,
+                             Py_ssize_t flen, long long offset, PyObject *ts, long long fr, PyObject *blk) {
+    static PyObject *name;
+    if (name == NULL && (name = PyUnicode_InternFromString("_headers_decoded")) == NULL) return -1;
+    if (streaks_flush_all(S) < 0) return -1;
+    ctx_clear(ctx);
+    PyObject *dd = PyLong_FromLongLong(d), *fl = PyLong_FromLong(f[4]), *sid = PyLong_FromUnsignedLong(be32(f + 5));
+    PyObject *end_off = PyLong_FromLongLong(offset + flen), *fno = PyLong_FromLongLong(fr);
+    PyObject *r = NULL;
+    if (dd && fl && sid && end_off && fno) {
+        PyObject *args[] = {conn, dd, fl, sid, blk, ts, end_off, fno};
+        r = PyObject_VectorcallMethod(name, args, 8 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    }
+    Py_XDECREF(dd);
+    Py_XDECREF(fl);
+    Py_XDECREF(sid);
+    Py_XDECREF(end_off);
+    Py_XDECREF(fno);
+    if (r == NULL) return -1;
+    Py_DECREF(r);
+    return 1;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
@@ -1506,9 +1570,14 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (ts == NULL && (ts = PyLong_FromLongLong(t)) == NULL) { fast = -1; break; }
             if (f[3] == 0)
                 fast = try_fast_raw(conn, &ctx, d, f, flen, so + pos, ts, NULL);
-            else if (f[3] == 1)
-                fast = try_headers(conn, &ctx, d, f, flen, so + pos, ts);
-            else
+            else if (f[3] == 1) {
+                PyObject *decoded = NULL; /* a block decoded here but applied by Python */
+                fast = try_headers(conn, &ctx, d, f, flen, so + pos, ts, &decoded);
+                if (fast == 2) {
+                    fast = headers_in_python(conn, &ctx, &S, d, f, flen, so + pos, ts, fr, decoded);
+                    Py_DECREF(decoded);
+                }
+            } else
                 fast = 0;
             if (fast == 1) {
                 pos += flen;
