@@ -42,6 +42,7 @@ from parsers.records import (
     MessageRow,
     PayloadChunk,
     RequestRecord,
+    RunColumn,
     message_flags,
     message_from_row,
 )
@@ -235,9 +236,10 @@ class AppSession:
                 return
             h2 = self._h2
             assert h2 is not None
-            h2.feed(
-                d, chunk.data, chunk.ts_ns, chunk.frame_no, chunk.stream_offset, chunk.gap_before
-            )
+            # (the C fast path's equivalent of h2.feed for the chunk, while the other
+            # direction has not started: a connection seen from its middle whose client
+            # only sends ACKs keeps it so)
+            h2.chunk_feeder()(chunk)
             if not (self._fresh[0] or self._fresh[1] or self._strip[0] or self._strip[1]):
                 # steady state: hand chunks straight to the HTTP/2 fast path; the instance
                 # attribute shadows this method, so callers skip one Python call per chunk
@@ -266,10 +268,17 @@ class AppSession:
         first = 0
         if self.fast_feed is None:
             # chunk by chunk until the HTTP/2 steady state, often a few rows in; rows
-            # become PayloadChunks in growing slices, so few are made in vain
+            # become PayloadChunks in growing slices, so few are made in vain. Rows of a
+            # direction HTTP/2 already reads go to it as a run meanwhile.
             n = len(run)
             step = 16
             while first < n and self.fast_feed is None:
+                ready = self._h2_run_rows(run, first)
+                if ready > first:
+                    assert self._h2 is not None
+                    self._h2.feed_run(ChunkRun(run.conn_key, run.rows[first:ready], run.buf))
+                    first = ready
+                    continue
                 for c in run.chunks(first, first + step):
                     self.feed(c)
                     first += 1
@@ -281,6 +290,19 @@ class AppSession:
         h2 = self._h2
         assert h2 is not None  # fast_feed is set only in the HTTP/2 steady state
         h2.feed_run(run, first)
+
+    def _h2_run_rows(self, run: ChunkRun, first: int) -> int:
+        """Before the HTTP/2 steady state: the end of the rows from ``first`` on that
+        :meth:`feed` would hand to HTTP/2 as they are (``first``: none), those before the
+        first of a direction that has not started (its first bytes may be a preface) or
+        is still dropping one."""
+        if self._mode != "h2":
+            return first
+        waiting = [d for d in (0, 1) if self._fresh[d] or self._strip[d]]
+        if len(waiting) != 1:
+            return first
+        hit = np.flatnonzero(run.rows[first:, RunColumn.DIRECTION] == waiting[0])
+        return first + int(hit[0]) if len(hit) else len(run)
 
     def take_records(self) -> tuple[list[RequestRecord], list[MessageRecord], list[H2Event]]:
         reqs, rows, evs = self.take_rows()

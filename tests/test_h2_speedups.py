@@ -644,6 +644,33 @@ def _python_block_calls(chunks: list[PayloadChunk], monkeypatch) -> dict[str, in
     return calls
 
 
+def test_one_side_of_a_connection_seen_from_its_middle_goes_to_c_before_the_other_starts(monkeypatch):
+    """A capture that joins a connection while the server streams an answer and the client
+    only ACKs: the server's bytes go to the C fast path (as a ChunkRun) before the
+    client's first bytes (which might have been a preface) come; the results are Python's."""
+    cv = Conv()
+    hs = Hpack()
+    for k in range(60):  # stream 7's answer, its request before the capture
+        cv.send(1, data(7, grpc_msg(b"tok%d" % k)), 1 + k / 10)
+    cv.send(1, headers(7, hs.block([("grpc-status", "0")]), end_stream=True), 8)
+    hc = Hpack()  # then the client's next request, and its answer
+    cv.send(0, headers(9, hc.block(grpc_request_headers())) + data(9, grpc_msg(b"q"), end=True), 9)
+    cv.send(1, headers(9, hs.block(GRPC_RESPONSE)) + data(9, grpc_msg(b"r")), 9.5)
+    cv.send(1, headers(9, hs.block([("grpc-status", "0")]), end_stream=True), 9.6)
+    _assert_same(cv.chunks, monkeypatch)
+    _assert_same_whole(cv.chunks, monkeypatch)
+    feeds = {"n": 0}
+    python_feed = _conn.H2Connection.feed
+
+    def counted(self, *args):
+        feeds["n"] += 1
+        return python_feed(self, *args)
+
+    monkeypatch.setattr(_conn.H2Connection, "feed", counted)
+    _run_whole(cv.chunks, False, monkeypatch, runs=True)
+    assert feeds["n"] < 10, feeds  # of 64 chunks
+
+
 @pytest.mark.parametrize("seed", [1, 2])
 def test_header_blocks_seen_for_the_first_time_decoded_once_in_c(monkeypatch, seed):
     """A block not in the decoder's cache (new values, a fresh connection's first
