@@ -748,6 +748,9 @@ def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
     """The history letters a bulk run's rows add (a side's first pure ACK, its first
     data), in the order of their first rows, as the per-packet path adds them."""
     hist = conn.hist
+    seen = hist.counts
+    if "A" in seen and "D" in seen and "a" in seen and "d" in seen:
+        return  # (the usual case once a connection has both sides' data and pure ACKs)
     missing = [(ch, d) for ch, d in _RUN_LETTERS if not hist.has(ch if d == 0 else ch.lower())]
     if not missing:
         return
