@@ -292,10 +292,10 @@ class AppSession:
         h2.feed_run(run, first)
 
     def _h2_run_rows(self, run: ChunkRun, first: int) -> int:
-        """Before the HTTP/2 steady state: the end of the rows from ``first`` on that
-        :meth:`feed` would hand to HTTP/2 as they are (``first``: none), those before the
-        first of a direction that has not started (its first bytes may be a preface) or
-        is still dropping one."""
+        """Before the HTTP/2 steady state, while one direction has not started (its first
+        bytes may be a preface) or is still dropping a preface: the rows from ``first``
+        up to that direction's next row, which HTTP/2 can take as a run (the returned
+        end; ``first`` when there are none)."""
         if self._mode != "h2":
             return first
         waiting = [d for d in (0, 1) if self._fresh[d] or self._strip[d]]

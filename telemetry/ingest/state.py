@@ -200,7 +200,7 @@ class Conn:
         ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
         seen = self.ack_seen_ns[tcp_direction]
         if sent is None and (not len(ts) or ts[-1] <= seen):
-            return  # nothing new (most open connections in a batch of many)
+            return  # nothing new for this connection in the batch
         rows = [sent] if sent is not None else []
         start = int(np.searchsorted(ts, seen, side="right"))
         if start < len(ts):
