@@ -53,11 +53,10 @@ class Rates:
     holds up to RATE_HOLD_NS of buckets), and the count of buckets with something is kept
     as they come (the pipeline asks for it every batch)."""
 
-    __slots__ = ("_runs", "_last", "_counted")
+    __slots__ = ("_runs", "_counted")
 
     def __init__(self) -> None:
         self._runs: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._last: int | None = None  # the last bucket held
         self._counted = 0
 
     def __len__(self) -> int:
@@ -84,8 +83,9 @@ class Rates:
         elif not n:
             return
         first = int(bucket[0])
-        if self._last is not None and first <= self._last:
-            if first < self._last:
+        last = int(self._runs[-1][0][-1]) if self._runs else None  # the last bucket held
+        if last is not None and first <= last:
+            if first < last:
                 self._fold(bucket, sent_bytes, sent_pkts, acked)
                 return
             # the usual case, time going forward: the first bucket adds onto the last held
@@ -100,7 +100,6 @@ class Rates:
 
     def _append(self, run: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> None:
         self._runs.append(run)
-        self._last = int(run[0][-1])
         self._counted += int(np.count_nonzero(run[2] > 0)) + int(np.count_nonzero(run[3] >= 0))
 
     def _pop_last(self) -> tuple[int, int, int, int]:
@@ -141,7 +140,7 @@ class Rates:
         held = self._held()
         k = len(held) if upto is None else int(np.searchsorted(held.bucket, upto, side="left"))
         out = RateRows(held.bucket[:k], held.sent_bytes[:k], held.sent_pkts[:k], held.acked[:k])
-        self._runs, self._last, self._counted = [], None, 0
+        self._runs, self._counted = [], 0
         if k < len(held):
             self._append((held.bucket[k:], held.sent_bytes[k:], held.sent_pkts[k:], held.acked[k:]))
         return out
