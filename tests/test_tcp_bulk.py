@@ -387,27 +387,31 @@ def test_ip_id_gaps_cut_runs_alike_in_c_and_numpy(monkeypatch, size):
     assert bulk.an.stats["fast_rows"] > 300
 
 
-def _lossy_long_rtt_flow():
+def _lossy_long_rtt_flow(eifel: int | None = None):
     """A server streams 1,000-byte segments every millisecond to a client 80 ms away (the
     capture sits by the server, 0.5 ms from it): the full RTT makes the D-SACK grace
     4 RTTs, 322 ms, not 200. Segment 150 is lost past the capture point: the client's
     duplicate ACKs carry SACK blocks, the server fast-retransmits it, and the ACK that
     covers it echoes the retransmission (a genuine loss: its verdict falls 322 ms later,
     mid-stream). Segment 600 is held up 100 ms past the capture point: it is
-    retransmitted, covered, and then the late original brings a D-SACK (spurious)."""
+    retransmitted, covered, and then the late original brings a D-SACK (spurious).
+    ``eifel``: that segment is held up 60 ms, long enough to be fast-retransmitted but
+    not for its resend to arrive first: the ACK that covers it echoes the original's
+    TSval (spurious by the Eifel check), the resend brings a D-SACK."""
     from tcp_builders import Flow
 
     f = Flow().handshake(ws=7, tsval=1)  # (a scaled window: 80 segments in flight fit)
     start_us = f._t_us + 1000
     rows: list[tuple[int, int, dict]] = []  # (capture time, order, packet)
     n, lost, late = 1000, 150, 600
+    held = {late: 100_000, **({eifel: 60_000} if eifel is not None else {})}
     sent_us = {}
     for i in range(n):
         sent_us[i] = start_us + 1000 * i
         rows.append((sent_us[i], len(rows), dict(side=1, seq=1 + 1000 * i, ack=1, flags="A", data=1000, tsval=10 + i)))
     # the client: each segment arrives 40 ms after the capture saw it, its ACK is seen 40 ms later
-    arrivals = {i: sent_us[i] + 40_000 + (100_000 if i == late else 0) for i in range(n) if i != lost}
-    dups = {lost: 0, late: 0}
+    arrivals = {i: sent_us[i] + 40_000 + held.get(i, 0) for i in range(n) if i != lost}
+    dups = dict.fromkeys((lost, *held), 0)
     got: set[int] = set()
     nxt = 0
     retx_at = {}
@@ -416,8 +420,8 @@ def _lossy_long_rtt_flow():
     while k < len(events):
         t, i = events[k]
         k += 1
-        tsval = 10 + i if i not in retx_at else 5000 + i
         dsack = i in got
+        tsval = 10 + i if i not in retx_at or (i == eifel and not dsack) else 5000 + i
         got.add(i)
         while nxt in got:
             nxt += 1
@@ -490,3 +494,28 @@ def test_c_runs_take_sack_blocks_and_give_each_verdict_on_its_packet(monkeypatch
         assert got == expected, size
         assert stats["fast_rows"] > 0.75 * stats["segments"], size
         assert _verdicts_by_batch(b, size, pure=True, monkeypatch=monkeypatch)[0] == expected, size
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+def test_c_runs_go_on_while_a_retransmission_waits_for_its_ack(monkeypatch):
+    """A C run starts right after a retransmission and takes the rows up to the ACK that
+    covers it (that ACK gives no data->ACK sample: Karn's rule on the resent segment) and
+    on; an ACK that echoes a TSval older than the resend's (Eifel: spurious) ends the run
+    before it, for the per-packet path to decide. Same results as packet by packet and as
+    the numpy run (which still waits for the covering ACK per packet); of the 80 ms of
+    rows (160 a retransmission) before each of the three covering ACKs, none go per packet."""
+    b = _lossy_long_rtt_flow(eifel=800)
+    bulk, per_packet = _both_ways(monkeypatch, [b])
+    assert _norm(bulk) == _norm(per_packet)
+    retx = sorted((e.kind, e.seq) for e in bulk.events if "retransmission" in e.kind)
+    assert retx == [("fast_retransmission", 150_000), ("spurious_retransmission", 600_000),
+                    ("spurious_retransmission", 800_000)]  # fmt: skip
+    with monkeypatch.context() as m:
+        m.setattr(_fast, "_speedups", None)
+        numpy = analyze([b])
+    _assert_same_but_more_in_bulk(bulk, numpy)
+    assert numpy.an.stats["slow_rows"] > 3 * 150
+    assert bulk.an.stats["slow_rows"] < 60, bulk.an.stats
+    for size in (61, 97, 250):
+        expected, _ = _verdicts_by_batch(b, size, pure=False, monkeypatch=monkeypatch, per_packet=True)
+        assert _verdicts_by_batch(b, size, pure=False, monkeypatch=monkeypatch)[0] == expected, size

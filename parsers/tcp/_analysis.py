@@ -139,6 +139,7 @@ class PacketPath:
     _now: int
     stats: dict
     _run_may_start: Callable[[Conn, int], bool]  # BulkPath's: may a bulk run start here?
+    _bulk_ready: Callable[[Conn], bool]  # BulkPath's: may a bulk run start on this connection?
 
     # ------------------------------------------------------------------ connections
 
@@ -206,7 +207,7 @@ class PacketPath:
                 win_l[k], pl_l[k], wl_l[k], hts_l[k], tsv_l[k], tse_l[k], ipid_l[k],
                 ws_l[k], mss_l[k], off_l[k], sk, ipv, out, mv,
             )  # fmt: skip
-            if ready_after and k + 1 >= ready_after and conn is not None and conn.fast_ready():
+            if ready_after and k + 1 >= ready_after and conn is not None and self._bulk_ready(conn):
                 if self._run_may_start(conn, ts_l[k]):
                     done = k + 1
                     break

@@ -133,7 +133,7 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         while pos < n:
             conn = self._table.get(key6)
             ready_after, block = SLOW_MIN, SLOW_BLOCK
-            if conn is not None and n - pos >= FAST_MIN_ROWS and conn.fast_ready():
+            if conn is not None and n - pos >= FAST_MIN_ROWS and self._bulk_ready(conn):
                 window = idx[pos : pos + min(n - pos, FAST_WINDOW)]
                 k, w, limit = self._bulk(conn, window, b, swap, sackm, mv, out, at + pos, FAST_MIN_ROWS)
                 if k == 0 and w == limit < FAST_MIN_ROWS:

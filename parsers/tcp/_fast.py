@@ -27,9 +27,12 @@ the per-packet path keeps. And where the numpy run stops at the earliest time a 
 on an ACKed retransmission can fall (the 200 ms D-SACK grace), the C run follows the
 smoothed RTTs its own samples move, finds the very packet on which the per-packet path
 gives the verdict (4 RTTs when that is longer) and hands out the retransmission's event
-as of that packet, running on (a D-SACK or an Eifel check, which could make it spurious,
-never happens inside a run). The numpy code stays the fallback (pure-Python mode, and
-window scales above 14).
+as of that packet, running on (a D-SACK, which could make it spurious, never happens
+inside a run). Unlike the numpy run, the C run also starts while a retransmission waits
+for the ACK that covers it: it keeps Karn's rule on the resent segments (no data->ACK
+sample from an ACK that covers one), finds the covering ACK, and ends before one that
+echoes a TSval older than the resend's (the Eifel check makes it spurious: per packet).
+The numpy code stays the fallback (pure-Python mode, and window scales above 14).
 """
 
 from __future__ import annotations
@@ -105,7 +108,7 @@ def _c_state(D: Dir) -> tuple:
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, segs.st, segs.en, segs.ts, segs.sampled_end, tsq.tv,
         tsq.t, tsq.s, tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
-        segs.h, tsq.h, D.sack_hi, D.sack_ts, D.dupacks, D.dupack_ts,
+        segs.h, tsq.h, D.sack_hi, D.sack_ts, D.dupacks, D.dupack_ts, segs.rx,
     )  # fmt: skip
 
 
@@ -138,6 +141,8 @@ class BulkPath:
             kw = self._fast_c(conn, window, b, swap, out, at, min_rows)
             if kw is not None:
                 return kw
+            if not conn.fast_ready():  # (the state only the C run takes): per packet
+                return 0, len(window), len(window)
         limit = _before_verdict(conn, window, b)
         if limit < min_rows:
             return 0, limit, limit
@@ -150,6 +155,12 @@ class BulkPath:
         k = self._fast(conn, idx[:w], b, swap, sackm, mv, out, at)
         _note_run_ipids(conn, idx[:k], b, swap)
         return k, w, limit
+
+    @staticmethod
+    def _bulk_ready(conn: Conn) -> bool:
+        """May a bulk run start on this connection now (Conn.fast_ready for the run that
+        would be made: the C run also takes retransmissions waiting to be covered)?"""
+        return conn.fast_ready(_c_runs(conn))
 
     @staticmethod
     def _run_may_start(conn: Conn, ts: int) -> bool:
@@ -419,7 +430,8 @@ class BulkPath:
         segment log out of end order)."""
         assert _speedups is not None
         waiting = [(D, p) for D in conn.dirs for p in D.pending_retx]
-        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts) for _, p in waiting]
+        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts, p.start, -1 if p.tsv is None else p.tsv, D.idx)
+                   for D, p in waiting]  # fmt: skip
         ran = _speedups.fast_run(
             self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP, min_rows, b.sack or None,
@@ -427,7 +439,7 @@ class BulkPath:
         )  # fmt: skip
         if ran is None:
             return None
-        k, chunks, *res, w, limit, verdicts = ran
+        k, chunks, *res, w, limit, verdicts, covered = ran
         if k == 0:
             return 0, w, limit
         key = conn.key
@@ -482,13 +494,13 @@ class BulkPath:
             new_tsv = x["new_tv"] > 0
             if not x["far_rows"] or not len(A):
                 if x["nd"]:
-                    X.segs.set_lists(x["st"], x["en"], x["t"])
+                    X.segs.set_lists(x["st"], x["en"], x["t"], x["rx"])
                 if new_tsv:
                     X.tsq.set_lists(x["tv"], x["tt"], x["ts"], x["last_echo"])
                 continue
             TA = _i64(x["TA"])
             _ack_progress(X, TA, A, x["far_a_abs"])
-            X.segs.set_lists(x["st"], x["en"], x["t"])
+            X.segs.set_lists(x["st"], x["en"], x["t"], x["rx"])
             X.segs.sampled_end = x["sampled_end"]
             if len(x["smp_t"]):
                 rtt = _i64(x["smp_v"]) / 1e6
@@ -519,6 +531,9 @@ class BulkPath:
                 for t, arel, fr in zip(b.ts_ns[rows].tolist(), _i64(x["dup_arel"]).tolist(),
                                        b.frame_no[rows].tolist(), strict=True):  # fmt: skip
                     self._events.append(TcpEvent(t, key, d, TcpEventKind.DUP_ACK, arel, 0, fr))
+        for (_, p), t in zip(waiting, covered, strict=True):  # retransmissions the run's ACKs covered
+            if p.covered_ts is None and t >= 0:
+                p.covered_ts = t
         for q, _row in verdicts:  # genuine losses: the retransmission's event is handed out
             D, p = waiting[q]
             D.pending_retx.remove(p)

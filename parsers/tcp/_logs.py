@@ -143,16 +143,19 @@ class SegLog:
         """Bulk path: replace the log with these (never-retransmitted) segments."""
         self.set_lists(st.tolist(), en.tolist(), ts.tolist())
 
-    def set_lists(self, st: list[int], en: list[int], ts: list[int]) -> None:
-        """:meth:`set_arrays` of lists (the C bulk path's), taken as they are."""
+    def set_lists(self, st: list[int], en: list[int], ts: list[int], rx: list[bool] | None = None) -> None:
+        """:meth:`set_arrays` of lists (the C bulk path's), taken as they are; ``rx``: the
+        retransmitted flags (none when None)."""
         if len(st) > MAX_ENTRIES:
-            st, en, ts = st[-MAX_ENTRIES // 2 :], en[-MAX_ENTRIES // 2 :], ts[-MAX_ENTRIES // 2 :]
+            k = MAX_ENTRIES // 2
+            st, en, ts = st[-k:], en[-k:], ts[-k:]
+            rx = None if rx is None else rx[-k:]
         self.st = st
         self.en = en
         self.ts = ts
-        self.rx = [False] * len(st)
+        self.rx = [False] * len(st) if rx is None else rx
         self.h = 0
-        self.n_rx = 0
+        self.n_rx = 0 if rx is None else sum(rx)
 
 
 class TsLog:

@@ -129,6 +129,7 @@ typedef struct {
     long long base, seq_ref, hi, ack_ref, acked, last_ack32, last_win, tsv_u, ipid_last, rwnd, sampled_end,
         last_echo;
     vec_t log[6]; /* SegLog st, en, ts; TsLog tv, t, s (their outstanding part) */
+    vec_t rx_log; /* SegLog rx (0/1) of that outstanding part: retransmitted segments give no sample (Karn) */
     /* what this direction's own rows of the run tell */
     Py_ssize_t kd, nd;
     int64_t s_run, a_run, hi_run, ts_cur, tsv_max, hi_tsv, ipid_prev, ipid_good, ipid_bad, last_a32,
@@ -141,7 +142,8 @@ typedef struct {
     int64_t far_acked, far_rw, far_a_abs;
     int far_rows;
     /* results of the log matching */
-    vec_t st, en, t, smp_t, smp_v, tv, tt, ts, tsmp_t, tsmp_v;
+    vec_t st, en, t, rx, smp_t, smp_v, tv, tt, ts, tsmp_t, tsmp_v;
+    vec_t E_u; /* each echo of E unwrapped (when e_on): the Eifel check on a covering ACK */
     int64_t sampled_out, last_echo_out;
     int e_on; /* echoes matched: the far end's advancing ACKs carry TSecr and TSvals are known */
     PyObject *srtt_in; /* Dir.srtt: a float or None */
@@ -172,7 +174,8 @@ typedef struct {
       &(D)->new_en, &(D)->new_t, &(D)->new_tv, &(D)->new_tt, &(D)->new_ts, &(D)->wf_pos,                      \
       &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
       &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v,          \
-      &(D)->dup_pos, &(D)->dup_arel, &(D)->A_row, &(D)->E_row, &(D)->smp_row, &(D)->tsmp_row }
+      &(D)->dup_pos, &(D)->dup_arel, &(D)->A_row, &(D)->E_row, &(D)->smp_row, &(D)->tsmp_row, &(D)->rx_log,   \
+      &(D)->rx, &(D)->E_u }
 
 static void dir_free(dir_t *D) {
     vec_t *vs[] = DIR_VECS(D);
@@ -220,17 +223,25 @@ static PyObject *vlist(const vec_t *a) {
     return l;
 }
 
+/* The vector of 0/1 as a list of bools (SegLog.rx). */
+static PyObject *vbools(const vec_t *a) {
+    PyObject *l = PyList_New(a->n);
+    if (l == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < a->n; i++) PyList_SET_ITEM(l, i, PyBool_FromLong((long)a->v[i]));
+    return l;
+}
+
 /* Reads a direction's state; 1 when its segment log is not in end order (fast_run then
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
-    PyObject *o[6];
+    PyObject *o[6], *rx;
     Py_ssize_t h_seg, h_ts;
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLL", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
                           &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts, &D->sack_hi,
-                          &D->sack_ts, &D->dupacks, &D->dupack_ts))
+                          &D->sack_ts, &D->dupacks, &D->dupack_ts, &rx))
         return -1;
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
@@ -250,6 +261,11 @@ static int parse_dir(PyObject *t, dir_t *D) {
             return -1;
         }
     }
+    if (list_tail(rx, h_seg, &D->rx_log) < 0) return -1;
+    if (D->rx_log.n != D->log[0].n) {
+        PyErr_SetString(PyExc_ValueError, "fast_run: a log's lists must be of one length");
+        return -1;
+    }
     /* seg_match walks the segment ends in order, as np.searchsorted assumes them sorted */
     const int64_t *en = D->log[1].v;
     for (Py_ssize_t i = 1; i < D->log[1].n; i++)
@@ -259,22 +275,30 @@ static int parse_dir(PyObject *t, dir_t *D) {
 
 static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s); }
 
-/* Data->ACK samples (BulkPath._seg_ack): the log is the outstanding segments plus this
- * run's; the segment holding byte ack-1, once per segment, sent before the ACK. */
+/* Data->ACK samples (BulkPath._seg_ack, SegLog.ack): the log is the outstanding segments
+ * plus this run's; the segment holding byte ack-1, once per segment, sent before the ACK,
+ * unless a segment the ACK covers (that one or one before it) was retransmitted (Karn:
+ * the retransmission's flag comes from before the run, SegLog.rx). */
 static int seg_match(dir_t *D) {
     Py_ssize_t n0 = D->log[0].n;
     if (vextend(&D->st, D->log[0].v, n0) < 0 || vextend(&D->en, D->log[1].v, n0) < 0 ||
-        vextend(&D->t, D->log[2].v, n0) < 0 || vextend(&D->st, D->new_st.v, D->new_st.n) < 0 ||
-        vextend(&D->en, D->new_en.v, D->new_en.n) < 0 || vextend(&D->t, D->new_t.v, D->new_t.n) < 0)
+        vextend(&D->t, D->log[2].v, n0) < 0 || vextend(&D->rx, D->rx_log.v, n0) < 0 ||
+        vextend(&D->st, D->new_st.v, D->new_st.n) < 0 || vextend(&D->en, D->new_en.v, D->new_en.n) < 0 ||
+        vextend(&D->t, D->new_t.v, D->new_t.n) < 0 || vreserve(&D->rx, n0 + D->new_st.n) < 0)
         return -1;
+    for (Py_ssize_t i = 0; i < D->new_st.n; i++) D->rx.v[D->rx.n++] = 0;
     D->sampled_out = D->sampled_end;
     Py_ssize_t n = D->en.n;
     if (n == 0 || D->A.n == 0) return 0;
-    const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v;
-    Py_ssize_t j = 0, prev_jj = -1;
+    const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v, *rx = D->rx.v;
+    Py_ssize_t j = 0, h = 0, prev_jj = -1;
     for (Py_ssize_t i = 0; i < D->A.n; i++) {
         int64_t a = D->A.v[i], ta = D->TA.v[i];
         while (j < n && en[j] < a) j++; /* searchsorted(en, a, "left"); ACKs increase */
+        int any_rx = 0;                  /* SegLog.ack: the entries this ACK covers, and a partly covered one */
+        for (; h < n && en[h] <= a; h++) any_rx |= rx[h] != 0;
+        if (h < n && st[h] < a) any_rx |= rx[h] != 0;
+        if (any_rx) continue; /* no sample, and the segment is not marked sampled: a later ACK may take it */
         Py_ssize_t jj = j < n ? j : n - 1;
         int ok = j < n && st[jj] < a && t[jj] <= ta && en[jj] > D->sampled_end && (i == 0 || jj != prev_jj);
         prev_jj = jj;
@@ -291,9 +315,10 @@ static int seg_match(dir_t *D) {
             D->st.v[w] = st[i];
             D->en.v[w] = en[i];
             D->t.v[w] = t[i];
+            D->rx.v[w] = rx[i];
             w++;
         }
-    D->st.n = D->en.n = D->t.n = w;
+    D->st.n = D->en.n = D->t.n = D->rx.n = w;
     return 0;
 }
 
@@ -321,6 +346,7 @@ static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
         Py_ssize_t lo = 0;
         for (Py_ssize_t i = 0; i < D->E.n; i++) {
             e = unwrap_step(e, D->E.v[i]);
+            if (vpush(&D->E_u, e) < 0) return -1;
             if (e <= erun) continue; /* not the first echo of this value */
             erun = e;
             if (n == 0) continue;
@@ -383,7 +409,8 @@ enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
  * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
 typedef struct {
     Py_ssize_t n;
-    int64_t *ts, *covered;
+    int64_t *ts, *covered, *start, *tsv; /* tsv: the retransmission's TSval, unwrapped (-1: none) */
+    int *dir;                            /* the direction whose bytes it resent */
     long long hs_rtt, pending_ns, grace_ns;
 } pend_t;
 
@@ -393,32 +420,79 @@ static int parse_pending(PyObject *o, pend_t *P) {
     P->hs_rtt = -1;
     if (hs != Py_None && ((P->hs_rtt = PyLong_AsLongLong(hs)) == -1 && PyErr_Occurred())) return -1;
     Py_ssize_t n = PyList_GET_SIZE(list);
-    P->ts = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    P->covered = PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int64_t));
-    if (P->ts == NULL || P->covered == NULL) {
+    size_t m = (size_t)(n ? n : 1);
+    P->ts = PyMem_Malloc(m * sizeof(int64_t));
+    P->covered = PyMem_Malloc(m * sizeof(int64_t));
+    P->start = PyMem_Malloc(m * sizeof(int64_t));
+    P->tsv = PyMem_Malloc(m * sizeof(int64_t));
+    P->dir = PyMem_Malloc(m * sizeof(int));
+    if (P->ts == NULL || P->covered == NULL || P->start == NULL || P->tsv == NULL || P->dir == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long t, c;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "LL", &t, &c)) return -1;
+        long long t, c, s, v;
+        int d;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "LLLLi", &t, &c, &s, &v, &d)) return -1;
+        if (d != 0 && d != 1) {
+            PyErr_SetString(PyExc_ValueError, "fast_run: a pending retransmission's direction must be 0 or 1");
+            return -1;
+        }
         P->ts[i] = t;
         P->covered[i] = c;
+        P->start[i] = s;
+        P->tsv[i] = v;
+        P->dir[i] = d;
     }
     P->n = n;
     return 0;
 }
 
+static void pend_free(pend_t *P) {
+    PyMem_Free(P->ts);
+    PyMem_Free(P->covered);
+    PyMem_Free(P->start);
+    PyMem_Free(P->tsv);
+    PyMem_Free(P->dir);
+}
+
+/* The ACKs that cover retransmissions still waiting for theirs (PacketPath._advance):
+ * the first advancing ACK past a retransmission's start sets its covered time (then the
+ * D-SACK grace runs, verdict_rows). An ACK that echoes a TSval older than the
+ * retransmission's makes it spurious (Eifel, RFC 3522), which the per-packet path decides
+ * (the burst it belonged to shrinks): returns the row of the first such ACK, the run to
+ * end before it, or k. covered[q] as the run leaves it (the input's where none covers). */
+static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, int64_t *covered) {
+    Py_ssize_t stop = k;
+    for (Py_ssize_t q = 0; q < P->n; q++) {
+        covered[q] = P->covered[q];
+        if (covered[q] >= 0) continue;
+        const dir_t *D = &dirs[P->dir[q]];
+        for (Py_ssize_t i = 0, e = 0; i < D->A.n; i++) {
+            if (D->A.v[i] <= P->start[q] || D->TA.v[i] < P->ts[q]) continue;
+            Py_ssize_t row = D->A_row.v[i];
+            while (e < D->E_row.n && D->E_row.v[e] < row) e++;
+            if (P->tsv[q] >= 0 && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < P->tsv[q]) {
+                if (row < stop) stop = row;
+            } else {
+                covered[q] = D->TA.v[i];
+            }
+            break;
+        }
+    }
+    return stop;
+}
+
 /* The verdicts the per-packet path gives on pending retransmissions over rows [0, k)
  * (LossPath._timeouts, after each row: sent more than pending_ns ago, or covered by the
  * ACK more than max(grace_ns, 4 full RTTs) ago, the smoothed RTTs as the rows up to this
- * one leave them): verdict[q], the row after which pending q's falls (-1: none). Such a
- * verdict only hands out the retransmission's event (no D-SACK, no Eifel: those rows go
- * per packet), so the run goes on past it. Returns the first row earlier than the row
+ * one leave them; covered: cover_rows'): verdict[q], the row after which pending q's falls
+ * (-1: none). Such a verdict only hands out the retransmission's event (no D-SACK, no
+ * Eifel: those rows go per packet), so the run goes on past it. Returns the first row earlier than the row
  * before it while a retransmission still waits (the RTT folds go by time: the run ends
  * there, to be safe), or k. */
 static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, const pend_t *P,
-                               Py_ssize_t *verdict) {
+                               const int64_t *covered, Py_ssize_t *verdict) {
     Py_ssize_t waiting = P->n;
     for (Py_ssize_t q = 0; q < P->n; q++) verdict[q] = -1;
     double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
@@ -439,7 +513,7 @@ static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k
         if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
         for (Py_ssize_t q = 0; q < P->n; q++)
             if (verdict[q] < 0 &&
-                (ts - P->ts[q] > P->pending_ns || (P->covered[q] >= 0 && (double)(ts - P->covered[q]) > grace))) {
+                (ts - P->ts[q] > P->pending_ns || (covered[q] >= 0 && (double)(ts - covered[q]) > grace))) {
                 verdict[q] = r;
                 waiting--;
             }
@@ -798,7 +872,7 @@ static PyObject *sacks_after(const dir_t *D) {
 static PyObject *dir_result(dir_t *D, const rec_t *rec) {
     return Py_BuildValue(
         "{sn sn sL sL sL sL si sL si sL si sL sL sL si sL sL sL sN sN sN si sN sN sL sN sN sN sL sN sN "
-        "sN sN sN sL sN sN sn si sN sL sL sL sL sL sL sL sN sN sN}",
+        "sN sN sN sL sN sN sn si sN sL sL sL sL sL sL sL sN sN sN sN}",
         "kd", D->kd, "nd", D->nd, "s_abs", (long long)D->s_run, "hi", (long long)D->hi_run, "hi_ts",
         (long long)D->hi_ts, "hi_ipid", (long long)D->hi_ipid, "any_ts", D->any_ts, "tsv_max",
         (long long)D->tsv_max, "hi_tsv_known", D->hi_tsv_known, "hi_tsv", (long long)D->hi_tsv, "ipid_on",
@@ -813,7 +887,7 @@ static PyObject *dir_result(dir_t *D, const rec_t *rec) {
         "srtt", D->have_srtt ? PyFloat_FromDouble(D->srtt) : Py_NewRef(Py_None), "min_rtt", (long long)D->min_rtt,
         "ipid_gaps", (long long)D->ipid_gaps_run, "ipid_ts", (long long)D->ipid_ts, "sack_hi", D->sack_hi, "sack_ts",
         D->sack_ts, "dupacks", D->dupacks, "dupack_ts", D->dupack_ts, "sacks", sacks_after(D), "dup_pos",
-        vbytes(&D->dup_pos), "dup_arel", vbytes(&D->dup_arel));
+        vbytes(&D->dup_pos), "dup_arel", vbytes(&D->dup_arel), "rx", vbools(&D->rx));
 }
 
 /* pack_rows(columns, out): writes the rows columns[F_ORDER] (int64 row indices) names, in
@@ -902,16 +976,19 @@ done:
 
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows, sacks,
  *          (dup_window_ipid, dup_window_noid), (pending, hs_rtt, pending_ns, grace_ns))
- *   -> (k, chunk rows, res0, res1, w, limit, verdicts)
+ *   -> (k, chunk rows, res0, res1, w, limit, verdicts, covered)
  * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
  * parse_dir reads (its signature dict and deque take the run's last signatures: the
  * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
- * None; pending: (sent, covered or -1) of the retransmissions waiting for a verdict.
+ * None; pending: (sent, covered or -1, start offset, TSval unwrapped or -1, direction) of
+ * the retransmissions waiting for a verdict.
  * limit: count, or the row the run must end before (verdict_rows: time going back while
  * a retransmission waits for its verdict). w: the first row with an IP id gap before
  * limit (limit when none; see scan); when it is below min_rows, k is 0 (no run).
- * verdicts: (pending index, row) of the verdicts that fell in the run, in row order. None
- * when a segment log is out of end order (the numpy path runs). */
+ * verdicts: (pending index, row) of the verdicts that fell in the run, in row order;
+ * covered: each pending's covered time as the run leaves it (cover_rows; the run also ends
+ * before an ACK whose Eifel check makes one spurious). None when a segment log is out of
+ * end order (the numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
@@ -931,6 +1008,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     pend_t P;
     memset(&P, 0, sizeof(P));
     Py_ssize_t *verdict = NULL;
+    int64_t *covered = NULL;
     PyObject *res = NULL;
     if (c.sacks != Py_None && !PyDict_Check(c.sacks)) {
         PyErr_SetString(PyExc_TypeError, "fast_run: sacks must be a dict or None");
@@ -942,13 +1020,14 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     }
     if (parse_pending(pend_obj, &P) < 0) goto done;
     verdict = PyMem_Malloc((size_t)(P.n ? P.n : 1) * sizeof(Py_ssize_t));
-    if (verdict == NULL) {
+    covered = PyMem_Malloc((size_t)(P.n ? P.n : 1) * sizeof(int64_t));
+    if (verdict == NULL || covered == NULL) {
         PyErr_NoMemory();
         goto done;
     }
     const rec_t *rec = (const rec_t *)pk.buf + at;
     Py_ssize_t k, limit = count;
-    for (;;) { /* at most twice: once more up to a row earlier than the one before it (verdict_rows) */
+    for (;;) { /* again, up to a row earlier than the one before it (verdict_rows) or an Eifel check (cover_rows) */
         int p0 = parse_dir(t0, &dirs[0]), p1 = p0 < 0 ? -1 : parse_dir(t1, &dirs[1]);
         if (p0 < 0 || p1 < 0) goto done;
         if (p0 || p1) { /* not the case _fast.py's numpy code is written for: let it run */
@@ -966,7 +1045,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         k = scan(dirs, rec, limit, &c, &chunks, min_rows, &w);
         if (k < 0) goto done;
         if (w < min_rows && w < limit) { /* an IP id gap too close: no run (a cut at `limit` ends one, however short) */
-            res = Py_BuildValue("(ny{}{}nn())", (Py_ssize_t)0, "", w, limit);
+            res = Py_BuildValue("(ny{}{}nn()())", (Py_ssize_t)0, "", w, limit);
             goto done;
         }
         for (int d = 0; d < 2; d++) {
@@ -979,7 +1058,8 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
             if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
             fold_srtt(D);
         }
-        Py_ssize_t v = verdict_rows(dirs, rec, k, &P, verdict);
+        Py_ssize_t v = cover_rows(dirs, k, &P, covered);
+        if (v == k) v = verdict_rows(dirs, rec, k, &P, covered, verdict);
         if (v == k) break;
         limit = v; /* the same rows again, up to that one */
         for (int d = 0; d < 2; d++) dir_free(&dirs[d]);
@@ -1007,15 +1087,27 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         Py_DECREF(r1);
         goto done;
     }
-    res = Py_BuildValue("(nNNNnnN)", k, vbytes(&chunks), r0, r1, w, limit, fell);
+    PyObject *cov = PyTuple_New(P.n);
+    for (Py_ssize_t q = 0; cov != NULL && q < P.n; q++) {
+        PyObject *x = PyLong_FromLongLong((long long)covered[q]);
+        if (x == NULL) Py_CLEAR(cov);
+        else PyTuple_SET_ITEM(cov, q, x);
+    }
+    if (cov == NULL) {
+        Py_DECREF(r0);
+        Py_DECREF(r1);
+        Py_DECREF(fell);
+        goto done;
+    }
+    res = Py_BuildValue("(nNNNnnNN)", k, vbytes(&chunks), r0, r1, w, limit, fell, cov);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
     dir_free(&dirs[1]);
     PyMem_Free(chunks.v);
-    PyMem_Free(P.ts);
-    PyMem_Free(P.covered);
+    pend_free(&P);
     PyMem_Free(verdict);
+    PyMem_Free(covered);
     return res;
 }
 

@@ -147,20 +147,22 @@ class Dir:
         self.burst_sizes: dict[int, int] = {}
         self.n_dupacks = 0
 
-    def clean(self) -> bool:
-        """Nothing pending that needs the per-packet path."""
+    def clean(self, c_run: bool = False) -> bool:
+        """Nothing pending that needs the per-packet path. ``c_run``: for the C bulk run,
+        which also takes the ACKs of retransmissions still waiting to be covered (Karn's
+        rule on their segments, the covering ACK, an Eifel check ends the run)."""
         return (
             self.base is not None
             and not self.buf
             and not self.holes
             and self.pending_gap == 0
             # a retransmission already ACKed only waits for a D-SACK, and rows with SACK
-            # blocks never take the bulk path, so it cannot be missed there
-            and all(p.covered_ts is not None for p in self.pending_retx)
+            # blocks never take the numpy run, so it cannot be missed there
+            and (c_run or all(p.covered_ts is not None for p in self.pending_retx))
             and self.zw_since is None
             and self.fin is None
             and not self.keepalive
-            and self.segs.n_rx == 0
+            and (c_run or self.segs.n_rx == 0)
         )
 
 
@@ -201,12 +203,13 @@ class Conn:
             return None if self.hs_rtt is None else float(self.hs_rtt)
         return (a or 0.0) + (b or 0.0)
 
-    def fast_ready(self) -> bool:
+    def fast_ready(self, c_run: bool = False) -> bool:
+        """May a bulk run (``c_run``: the C one, see Dir.clean) start here?"""
         return (
             self.state == OPEN
             and (self.synack_ts is None or self.hs_done)
-            and self.dirs[0].clean()
-            and self.dirs[1].clean()
+            and self.dirs[0].clean(c_run)
+            and self.dirs[1].clean(c_run)
         )
 
 
