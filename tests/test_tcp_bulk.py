@@ -327,6 +327,12 @@ def test_c_records_refuse_bad_input():
     for sacks in ([], {0: (1, 2)}, {0: [(1, "x")]}, {0: [(1,)]}):
         with pytest.raises(TypeError):
             sp.fast_run(packed_sack, 0, 4, True, ks, ks, 16, 0, sacks, DUP_WINDOWS, NO_PENDING)
+    # retransmissions waiting for a verdict: (sent, covered or -1, start, TSval or None, direction)
+    waiting = [(1, -1, 0, None, 0), (1, -1, 0, 5, 1)]
+    assert sp.fast_run(packed_sack, 0, 4, True, ks, ks, 16, 0, {}, DUP_WINDOWS, (waiting, *NO_PENDING[1:]))[0] == 4
+    for bad_one, error in (((1, -1, 0, None, 2), ValueError), ((1, -1, 0, "x", 0), TypeError), ((1, -1, 0), TypeError)):
+        with pytest.raises(error):
+            sp.fast_run(packed_sack, 0, 4, True, ks, ks, 16, 0, {}, DUP_WINDOWS, ([bad_one], *NO_PENDING[1:]))
 
 
 @pytest.mark.parametrize("ws", [7, 40])

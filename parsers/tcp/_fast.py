@@ -430,8 +430,7 @@ class BulkPath:
         segment log out of end order)."""
         assert _speedups is not None
         waiting = [(D, p) for D in conn.dirs for p in D.pending_retx]
-        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts, p.start, -1 if p.tsv is None else p.tsv, D.idx)
-                   for D, p in waiting]  # fmt: skip
+        pending = [(p.ts, -1 if p.covered_ts is None else p.covered_ts, p.start, p.tsv, D.idx) for D, p in waiting]
         ran = _speedups.fast_run(
             self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP, min_rows, b.sack or None,

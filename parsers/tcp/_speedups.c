@@ -409,8 +409,8 @@ enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
  * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
 typedef struct {
     Py_ssize_t n;
-    int64_t *ts, *covered, *start, *tsv; /* tsv: the retransmission's TSval, unwrapped (-1: none) */
-    int *dir;                            /* the direction whose bytes it resent */
+    int64_t *ts, *covered, *start, *tsv; /* tsv: the retransmission's TSval, unwrapped (when has_tsv) */
+    int *dir, *has_tsv;                  /* dir: the direction whose bytes it resent */
     long long hs_rtt, pending_ns, grace_ns;
 } pend_t;
 
@@ -426,14 +426,18 @@ static int parse_pending(PyObject *o, pend_t *P) {
     P->start = PyMem_Malloc(m * sizeof(int64_t));
     P->tsv = PyMem_Malloc(m * sizeof(int64_t));
     P->dir = PyMem_Malloc(m * sizeof(int));
-    if (P->ts == NULL || P->covered == NULL || P->start == NULL || P->tsv == NULL || P->dir == NULL) {
+    P->has_tsv = PyMem_Malloc(m * sizeof(int));
+    if (P->ts == NULL || P->covered == NULL || P->start == NULL || P->tsv == NULL || P->dir == NULL ||
+        P->has_tsv == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < n; i++) {
-        long long t, c, s, v;
+        long long t, c, s, v = 0;
         int d;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "LLLLi", &t, &c, &s, &v, &d)) return -1;
+        PyObject *tsv;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(list, i), "LLLOi", &t, &c, &s, &tsv, &d)) return -1;
+        if (tsv != Py_None && (v = PyLong_AsLongLong(tsv)) == -1 && PyErr_Occurred()) return -1;
         if (d != 0 && d != 1) {
             PyErr_SetString(PyExc_ValueError, "fast_run: a pending retransmission's direction must be 0 or 1");
             return -1;
@@ -442,6 +446,7 @@ static int parse_pending(PyObject *o, pend_t *P) {
         P->covered[i] = c;
         P->start[i] = s;
         P->tsv[i] = v;
+        P->has_tsv[i] = tsv != Py_None;
         P->dir[i] = d;
     }
     P->n = n;
@@ -454,6 +459,7 @@ static void pend_free(pend_t *P) {
     PyMem_Free(P->start);
     PyMem_Free(P->tsv);
     PyMem_Free(P->dir);
+    PyMem_Free(P->has_tsv);
 }
 
 /* The ACKs that cover retransmissions still waiting for theirs (PacketPath._advance):
@@ -472,7 +478,7 @@ static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, i
             if (D->A.v[i] <= P->start[q] || D->TA.v[i] < P->ts[q]) continue;
             Py_ssize_t row = D->A_row.v[i];
             while (e < D->E_row.n && D->E_row.v[e] < row) e++;
-            if (P->tsv[q] >= 0 && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < P->tsv[q]) {
+            if (P->has_tsv[q] && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < P->tsv[q]) {
                 if (row < stop) stop = row;
             } else {
                 covered[q] = D->TA.v[i];
@@ -980,7 +986,7 @@ done:
  * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
  * parse_dir reads (its signature dict and deque take the run's last signatures: the
  * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
- * None; pending: (sent, covered or -1, start offset, TSval unwrapped or -1, direction) of
+ * None; pending: (sent, covered or -1, start offset, TSval unwrapped or None, direction) of
  * the retransmissions waiting for a verdict.
  * limit: count, or the row the run must end before (verdict_rows: time going back while
  * a retransmission waits for its verdict). w: the first row with an IP id gap before
