@@ -28,11 +28,15 @@ on an ACKed retransmission can fall (the 200 ms D-SACK grace), the C run follows
 smoothed RTTs its own samples move, finds the very packet on which the per-packet path
 gives the verdict (4 RTTs when that is longer) and hands out the retransmission's event
 as of that packet, running on (a D-SACK, which could make it spurious, never happens
-inside a run). Unlike the numpy run, the C run also starts while a retransmission waits
-for the ACK that covers it: it keeps Karn's rule on the resent segments (no data->ACK
-sample from an ACK that covers one), finds the covering ACK, and ends before one that
-echoes a TSval older than the resend's (the Eifel check makes it spurious: per packet).
-The numpy code stays the fallback (pure-Python mode, and window scales above 14).
+inside a run). Unlike the numpy run, the C run also takes retransmissions of bytes the
+capture saw (not already ACKed or SACKed, not keep-alives or capture duplicates): their
+kind from the state at their row and the smoothed RTTs folded row by row, the segments
+they cover (Karn's rule: no data->ACK sample from an ACK that covers one), their TSvals;
+:meth:`LossPath._resent` then gives each its loss burst and event, in row order, as the
+per-packet path does. It runs on while they wait for their covering ACK and ends before
+an ACK that echoes a TSval older than the resend's (the Eifel check makes it spurious:
+per packet). The numpy code stays the fallback (pure-Python mode, and window scales
+above 14).
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ from parsers.tcp._limits import (
     DSACK_GRACE_NS,
     DUP_WINDOW_IPID_NS,
     DUP_WINDOW_NOID_NS,
+    FAST_WIN_NS,
     PENDING_RETX_NS,
+    RTO_MIN_NS,
     SIG_KEEP,
 )
 from parsers.tcp._losses import verdict_due
@@ -70,6 +76,8 @@ from parsers.tcp._state import Conn, Dir
 _speedups = speedups("parsers.tcp")
 
 _SFR = SYN | FIN | RST
+# fast_run's resend kinds (RESEND_PLAIN, _FAST, _RTO)
+_RESEND_KINDS = (TcpEventKind.RETRANSMISSION, TcpEventKind.FAST_RETRANSMISSION, TcpEventKind.RTO_RETRANSMISSION)
 _M32 = np.int64(0xFFFFFFFF)
 _H31 = np.int64(0x80000000)
 _BIG = np.int64(1 << 62)
@@ -108,7 +116,7 @@ def _c_state(D: Dir) -> tuple:
         D.tsv_u is not None, D.tsv_u or 0, D.ipid_last, D.ws, D.ws_known, D.rwnd_known,
         int(_BIG) if D.rwnd is None else D.rwnd, segs.st, segs.en, segs.ts, segs.sampled_end, tsq.tv,
         tsq.t, tsq.s, tsq.last_echo, D.srtt, D.ipid_good, D.ipid_bad, D.ipid_gaps, D.sigd, D.sigq,
-        segs.h, tsq.h, D.sack_hi, D.sack_ts, D.dupacks, D.dupack_ts, segs.rx,
+        segs.h, tsq.h, D.sack_hi, D.sack_ts, D.dupacks, D.dupack_ts, segs.rx, D.progress_ts, D.sacks,
     )  # fmt: skip
 
 
@@ -124,6 +132,7 @@ class BulkPath:
     _packed: bytearray | None
     _pack_buf: bytearray
     _verdict: Callable[..., None]  # LossPath's
+    _resent: Callable[..., None]  # LossPath's
 
     def _bulk(self, conn: Conn, window: np.ndarray, b, swap: np.ndarray, sackm: np.ndarray,
               mv, out: list, at: int, min_rows: int) -> tuple[int, int, int]:  # fmt: skip
@@ -434,11 +443,12 @@ class BulkPath:
         ran = _speedups.fast_run(
             self._records(), at, len(idx), conn.client_is_lo, _c_state(conn.dirs[0]),
             _c_state(conn.dirs[1]), SIG_KEEP, min_rows, b.sack or None,
-            (DUP_WINDOW_IPID_NS, DUP_WINDOW_NOID_NS), (pending, conn.hs_rtt, PENDING_RETX_NS, DSACK_GRACE_NS),
+            (DUP_WINDOW_IPID_NS, DUP_WINDOW_NOID_NS),
+            (pending, conn.hs_rtt, PENDING_RETX_NS, DSACK_GRACE_NS, (FAST_WIN_NS, RTO_MIN_NS)),
         )  # fmt: skip
         if ran is None:
             return None
-        k, chunks, *res, w, limit, verdicts, covered = ran
+        k, chunks, *res, w, limit, verdicts, covered, resends = ran
         if k == 0:
             return 0, w, limit
         key = conn.key
@@ -477,10 +487,15 @@ class BulkPath:
                 if x["max_edge"] > R.max_edge:
                     R.max_edge = x["max_edge"]
             # (the run's last packets' signatures are in D.sigd / sigq already, as _sigs)
-        _note_run_history(conn, idx[:k], b, swap)
+        _note_run_history(conn, idx[:k], b, swap, [(x[1], x[0]) for x in resends])
+        for d, _row, s, e, t, fr, tsv, kind, t_orig, acked, hi, starts in resends:  # in row order
+            D = conn.dirs[d]
+            D.retx += 1
+            self._resent(conn, D, s, e, e - s, t, fr, tsv, _RESEND_KINDS[kind], t_orig, starts, acked, hi)
+            waiting.append((D, D.pending_retx[-1]))
         for d in (0, 1):  # window full: data reaching the far end's advertised window
             x = res[d]
-            if x["nd"] and conn.dirs[d].rwnd_known and len(x["wf_pos"]):
+            if len(x["wf_pos"]) and conn.dirs[d].rwnd_known:  # (new data or resends)
                 for pos, s, nb in zip(_i64(x["wf_pos"]).tolist(), _i64(x["wf_s"]).tolist(),
                                       _i64(x["wf_n"]).tolist(), strict=True):  # fmt: skip
                     row = int(idx[pos])
@@ -758,16 +773,27 @@ def _before_ipid_gap(conn, rows: np.ndarray, b, swap: np.ndarray) -> int:
 _RUN_LETTERS = (("A", 0), ("D", 0), ("A", 1), ("D", 1))
 
 
-def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
+def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray, resent: list[tuple[int, int]] = ()) -> None:
     """The history letters a bulk run's rows add (a side's first pure ACK, its first
-    data), in the order of their first rows, as the per-packet path adds them."""
+    data; ``resent``: (row, side) of the C run's resends, a "T" each), in the order of
+    their rows, as the per-packet path adds them."""
     hist = conn.hist
+    letters = [(r, "T", d) for r, d in resent]
     seen = hist.counts
-    if "A" in seen and "D" in seen and "a" in seen and "d" in seen:
-        return  # (the usual case once a connection has both sides' data and pure ACKs)
+    if not ("A" in seen and "D" in seen and "a" in seen and "d" in seen):
+        # (the usual case is that a connection has both sides' data and pure ACKs already)
+        letters += _first_letters(conn, rows, b, swap)
+    for _, ch, d in sorted(letters):
+        hist.add_side(ch, d)
+
+
+def _first_letters(conn, rows: np.ndarray, b, swap: np.ndarray) -> list[tuple[int, str, int]]:
+    """(row, letter, side) of the first pure ACK and first data of each side among
+    ``rows`` whose letter the history does not have yet."""
+    hist = conn.hist
     missing = [(ch, d) for ch, d in _RUN_LETTERS if not hist.has(ch if d == 0 else ch.lower())]
     if not missing:
-        return
+        return []
     from_server = swap[rows] == conn.client_is_lo
     data = b.payload_wire_len[rows] > 0
     firsts = []
@@ -775,8 +801,7 @@ def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:
         hit = np.flatnonzero((from_server if d else ~from_server) & (data if ch == "D" else ~data))
         if len(hit):
             firsts.append((int(hit[0]), ch, d))
-    for _, ch, d in sorted(firsts):
-        hist.add_side(ch, d)
+    return firsts
 
 
 def _note_run_ipids(conn, rows: np.ndarray, b, swap: np.ndarray) -> None:

@@ -119,11 +119,18 @@ class LossPath:
             return
         t_orig = D.segs.orig_ts(s, e)
         kind = self._retx_kind(conn, D, s, ts, t_orig)
+        self._resent(conn, D, s, e, wl, ts, fr, tsv_u, kind, t_orig, D.segs.starts_in(s, e), D.acked, D.hi)
+        D.segs.mark_retx(s, e)
+
+    def _resent(self, conn, D, s, e, wl, ts, fr, tsv_u, kind, t_orig, starts, acked, hi) -> None:
+        """A resend not yet known to be spurious (``kind``: _retx_kind; ``t_orig``: its bytes'
+        first send time; ``starts``: the outstanding segments it covers; ``acked``, ``hi``:
+        the ACK and highest offset at its packet): its loss burst and event, and it waits for
+        its verdict. The per-packet path and the C bulk run (which gives these) share it."""
         # a retransmission may carry several lost segments (Linux collapses small ones)
-        burst = self._burst(conn, D, s, e, ts, D.segs.starts_in(s, e))
+        burst = self._burst(conn, D, s, e, ts, starts, acked, hi)
         rec = (ts - t_orig) / 1e6 if t_orig is not None else None
         ev = TcpEvent(ts, conn.key, D.idx, kind, s, wl, fr, rec, burst, prompt_of(kind))
-        D.segs.mark_retx(s, e)
         D.pending_retx.append(PendingRetx(ev, s, e, ts, tsv_u, burst))
 
     def _verdict(self, conn: Conn, D: Dir, p: PendingRetx, spurious: bool) -> None:
@@ -138,8 +145,13 @@ class LossPath:
                 self._uncount(D, p.burst, segs)
         self._events.append(ev)
 
-    def _burst(self, conn: Conn, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None) -> int:
-        if D.burst_id is not None and (D.acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
+    def _burst(self, conn: Conn, D: Dir, s: int, e: int, ts: int, starts: list[int] | None = None,
+               acked: int | None = None, hi: int | None = None) -> int:  # fmt: skip
+        """The loss burst a resend of [s, e) at ``ts`` belongs to (``acked``, ``hi``: D's as
+        of its packet, when D's fields have moved on since: the C bulk run's)."""
+        acked = D.acked if acked is None else acked
+        hi = D.hi if hi is None else hi
+        if D.burst_id is not None and (acked >= D.burst_end or ts - D.burst_last > BURST_GAP_NS):
             self._close_burst(D)
         if D.burst_id is None:
             # numbered within the connection: a connection's ids do not depend on what
@@ -148,7 +160,7 @@ class LossPath:
             D.burst_id = conn.bursts_opened
             D.burst_segs = set()
             # the whole flight in flight at the first loss belongs to this episode
-            D.burst_end = e if e > D.hi else D.hi
+            D.burst_end = e if e > hi else hi
         if starts:
             D.burst_segs.update(starts)
         else:

@@ -123,6 +123,18 @@ static inline int64_t unwrap_step(int64_t prev, int64_t v) {
     return prev + d;
 }
 
+/* A retransmission of bytes the capture saw before, taken by the run (LossPath._retx_seen):
+ * the row and what the per-packet path reads at it. The matching passes fill in the rest. */
+typedef struct {
+    Py_ssize_t row;
+    int64_t s, e, ts, frame, tsv, acked, dupacks, dupack_ts, sack_hi, sack_ts, progress_ts, hi;
+    int has_tsv;
+    int64_t t_orig;           /* earliest send time of its outstanding bytes (has_orig) */
+    int has_orig, kind;       /* kind: RESEND_PLAIN / _FAST / _RTO (_retx_kind) */
+    Py_ssize_t starts0, starts1; /* its outstanding segments' starts: rstarts[starts0:starts1] */
+} resend_t;
+enum { RESEND_PLAIN = 0, RESEND_FAST = 1, RESEND_RTO = 2 };
+
 typedef struct {
     /* state in (Dir fields; -1 stands for None where noted in _fast.py) */
     int base_known, tsv_known, ws_known, rwnd_known, ws;
@@ -163,6 +175,12 @@ typedef struct {
     int sacks_state, n_blocks;
     int64_t blocks[2 * MAX_SACK_BLOCKS];
     vec_t dup_pos, dup_arel; /* the run's duplicate ACKs: row, ACK offset */
+    /* retransmissions (fast_run's resend tuple given): Dir.progress_ts in; this side's
+     * resends of the run, the starts they cover; the row of each new TSval */
+    long long progress_in;
+    resend_t *rs;
+    Py_ssize_t n_rs, cap_rs;
+    vec_t rstarts, new_trow;
     /* the row of each advancing ACK, ACK with a TSecr and RTT sample (verdict_rows) */
     vec_t A_row, E_row, smp_row, tsmp_row;
     double srtt0; /* Dir.srtt before the run (when have_srtt0) */
@@ -175,11 +193,28 @@ typedef struct {
       &(D)->wf_s, &(D)->wf_n, &(D)->tail, &(D)->A, &(D)->TA, &(D)->E, &(D)->EA, &(D)->ET, &(D)->st, &(D)->en, \
       &(D)->t, &(D)->smp_t, &(D)->smp_v, &(D)->tv, &(D)->tt, &(D)->ts, &(D)->tsmp_t, &(D)->tsmp_v,          \
       &(D)->dup_pos, &(D)->dup_arel, &(D)->A_row, &(D)->E_row, &(D)->smp_row, &(D)->tsmp_row, &(D)->rx_log,   \
-      &(D)->rx, &(D)->E_u }
+      &(D)->rx, &(D)->E_u, &(D)->rstarts, &(D)->new_trow }
 
 static void dir_free(dir_t *D) {
     vec_t *vs[] = DIR_VECS(D);
     for (size_t i = 0; i < sizeof(vs) / sizeof(vs[0]); i++) PyMem_Free(vs[i]->v);
+    PyMem_Free(D->rs);
+}
+
+static resend_t *rs_push(dir_t *D) {
+    if (D->n_rs == D->cap_rs) {
+        Py_ssize_t cap = D->cap_rs ? 2 * D->cap_rs : 8;
+        resend_t *v = PyMem_Realloc(D->rs, (size_t)cap * sizeof(resend_t));
+        if (v == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        D->rs = v;
+        D->cap_rs = cap;
+    }
+    resend_t *x = &D->rs[D->n_rs++];
+    memset(x, 0, sizeof(*x));
+    return x;
 }
 
 /* The values of a log's list from index h on (the SegLog and TsLog keep Python lists:
@@ -234,15 +269,25 @@ static PyObject *vbools(const vec_t *a) {
 /* Reads a direction's state; 1 when its segment log is not in end order (fast_run then
  * declines the run), -1 on error. */
 static int parse_dir(PyObject *t, dir_t *D) {
-    PyObject *o[6], *rx;
+    PyObject *o[6], *rx, *sacks;
     Py_ssize_t h_seg, h_ts;
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLLO", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLLOLO!", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
                           &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts, &D->sack_hi,
-                          &D->sack_ts, &D->dupacks, &D->dupack_ts, &rx))
+                          &D->sack_ts, &D->dupacks, &D->dupack_ts, &rx, &D->progress_in, &PyList_Type, &sacks))
         return -1;
+    /* Dir.sacks, the blocks a resend is checked against until the run's ACKs change them
+     * (sacks_state 0): more than a run keeps, and resends go per packet (n_blocks -1) */
+    Py_ssize_t nsk = PyList_GET_SIZE(sacks);
+    D->n_blocks = nsk > MAX_SACK_BLOCKS ? -1 : (int)nsk;
+    for (Py_ssize_t i = 0; i < nsk && nsk <= MAX_SACK_BLOCKS; i++) {
+        long long l, r;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(sacks, i), "LL", &l, &r)) return -1;
+        D->blocks[2 * i] = l;
+        D->blocks[2 * i + 1] = r;
+    }
     D->have_srtt = D->srtt_in != Py_None;
     if (D->have_srtt) {
         D->srtt = PyFloat_AsDouble(D->srtt_in);
@@ -275,10 +320,35 @@ static int parse_dir(PyObject *t, dir_t *D) {
 
 static inline int64_t shl(int64_t x, int s) { return (int64_t)((uint64_t)x << s); }
 
+/* A resend's outstanding segments at its row (SegLog.orig_ts, starts_in, mark_retx):
+ * those from h (the first the cumulative ACK has not covered) that overlap [s, e), looked
+ * for from the last one starting at or before s; their earliest send time and starts, and
+ * they are marked retransmitted. */
+static int resend_marks(dir_t *D, resend_t *q, Py_ssize_t h) {
+    Py_ssize_t n = D->st.n, lo = h, hi = n; /* bisect_right(st, s, h) - 1, at least h */
+    const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (st[mid] <= q->s) lo = mid + 1;
+        else hi = mid;
+    }
+    Py_ssize_t i = lo - 1 > h ? lo - 1 : h;
+    q->starts0 = D->rstarts.n;
+    for (; i < n && st[i] < q->e; i++)
+        if (en[i] > q->s) {
+            if (!q->has_orig || t[i] < q->t_orig) q->t_orig = t[i];
+            q->has_orig = 1;
+            if (vpush(&D->rstarts, st[i]) < 0) return -1;
+            D->rx.v[i] = 1;
+        }
+    q->starts1 = D->rstarts.n;
+    return 0;
+}
+
 /* Data->ACK samples (BulkPath._seg_ack, SegLog.ack): the log is the outstanding segments
  * plus this run's; the segment holding byte ack-1, once per segment, sent before the ACK,
  * unless a segment the ACK covers (that one or one before it) was retransmitted (Karn:
- * the retransmission's flag comes from before the run, SegLog.rx). */
+ * SegLog.rx, from before the run or marked by its resends, in row order). */
 static int seg_match(dir_t *D) {
     Py_ssize_t n0 = D->log[0].n;
     if (vextend(&D->st, D->log[0].v, n0) < 0 || vextend(&D->en, D->log[1].v, n0) < 0 ||
@@ -288,11 +358,12 @@ static int seg_match(dir_t *D) {
         return -1;
     for (Py_ssize_t i = 0; i < D->new_st.n; i++) D->rx.v[D->rx.n++] = 0;
     D->sampled_out = D->sampled_end;
-    Py_ssize_t n = D->en.n;
-    if (n == 0 || D->A.n == 0) return 0;
+    Py_ssize_t n = D->en.n, m = 0; /* m: the next resend */
     const int64_t *st = D->st.v, *en = D->en.v, *t = D->t.v, *rx = D->rx.v;
     Py_ssize_t j = 0, h = 0, prev_jj = -1;
-    for (Py_ssize_t i = 0; i < D->A.n; i++) {
+    for (Py_ssize_t i = 0; i < D->A.n && n; i++) {
+        for (; m < D->n_rs && D->rs[m].row < D->A_row.v[i]; m++)
+            if (resend_marks(D, &D->rs[m], h) < 0) return -1;
         int64_t a = D->A.v[i], ta = D->TA.v[i];
         while (j < n && en[j] < a) j++; /* searchsorted(en, a, "left"); ACKs increase */
         int any_rx = 0;                  /* SegLog.ack: the entries this ACK covers, and a partly covered one */
@@ -308,6 +379,9 @@ static int seg_match(dir_t *D) {
             D->sampled_out = en[jj];
         }
     }
+    for (; m < D->n_rs; m++)
+        if (resend_marks(D, &D->rs[m], h) < 0) return -1;
+    if (n == 0 || D->A.n == 0) return 0;
     int64_t acked = D->A.v[D->A.n - 1]; /* keep what the cumulative ACK has not covered */
     Py_ssize_t w = 0;
     for (Py_ssize_t i = 0; i < n; i++)
@@ -322,8 +396,12 @@ static int seg_match(dir_t *D) {
     return 0;
 }
 
-/* TSvals and TSecr samples (BulkPath._tsq_extend): add the run's first-seen TSvals, then
- * match the first occurrence of each echo (when e_on), unwrapped from tsv_ref. */
+/* TSvals and TSecr samples (BulkPath._tsq_extend, TsLog.add and echo): the run's TSvals
+ * (new data and resends) and, when e_on, the far end's echoes, in row order. A TSval newer
+ * than any seen and than the latest echo is added; a resend's that equals the newest
+ * lowers that entry's offset. The first echo of each value (unwrapped from tsv_ref, and
+ * kept in E_u for the Eifel check) gives a sample when it matches a TSval sent before the
+ * ACK and the ACK covers nothing first sent with a newer one. */
 static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
     const int64_t *otv = D->log[3].v;
     Py_ssize_t n0 = D->log[3].n;
@@ -331,43 +409,48 @@ static int tsq_match(dir_t *D, int e_on, int64_t tsv_ref) {
         vextend(&D->ts, D->log[5].v, n0) < 0 || vreserve(&D->tv, n0 + D->new_tv.n) < 0 ||
         vreserve(&D->tt, n0 + D->new_tv.n) < 0 || vreserve(&D->ts, n0 + D->new_tv.n) < 0)
         return -1;
-    int64_t last_echo = D->last_echo, run = n0 ? otv[n0 - 1] : -1;
-    for (Py_ssize_t i = 0; i < D->new_tv.n; i++) {
-        int64_t v = D->new_tv.v[i];
-        if (v > run && v > last_echo)
-            if (vpush(&D->tv, v) < 0 || vpush(&D->tt, D->new_tt.v[i]) < 0 || vpush(&D->ts, D->new_ts.v[i]) < 0)
-                return -1;
-        if (v > run) run = v;
-    }
-    if (e_on && D->E.n) {
-        Py_ssize_t n = D->tv.n;
-        const int64_t *tv = D->tv.v, *tt = D->tt.v, *ts = D->ts.v;
-        int64_t erun = last_echo, e = tsv_ref;
-        Py_ssize_t lo = 0;
-        for (Py_ssize_t i = 0; i < D->E.n; i++) {
-            e = unwrap_step(e, D->E.v[i]);
-            if (vpush(&D->E_u, e) < 0) return -1;
-            if (e <= erun) continue; /* not the first echo of this value */
-            erun = e;
-            if (n == 0) continue;
-            while (lo < n && tv[lo] < e) lo++; /* searchsorted(tv, e, "left"); first echoes increase */
-            Py_ssize_t kc = lo < n ? lo : n - 1, nx = kc + 1 < n ? kc + 1 : n - 1;
-            int64_t et = D->ET.v[i];
-            /* nothing first sent with a newer TSval below the ACK (see TsLog) */
-            int later_ok = kc + 1 >= n || ts[nx] >= D->EA.v[i];
-            if (lo < n && tv[kc] == e && tt[kc] <= et && later_ok)
-                if (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0 ||
-                    vpush(&D->tsmp_row, D->E_row.v[i]) < 0)
-                    return -1;
+    int64_t run = n0 ? otv[n0 - 1] : -1, erun = D->last_echo, e = tsv_ref;
+    Py_ssize_t i = 0, q = 0, lo = 0, ne = e_on ? D->E.n : 0;
+    while (i < D->new_tv.n || q < ne) {
+        if (i < D->new_tv.n && (q >= ne || D->new_trow.v[i] < D->E_row.v[q])) { /* a TSval sent */
+            int64_t v = D->new_tv.v[i], start = D->new_ts.v[i];
+            Py_ssize_t n = D->tv.n;
+            if (v > run && v > erun) {
+                if (vpush(&D->tv, v) < 0 || vpush(&D->tt, D->new_tt.v[i]) < 0 || vpush(&D->ts, start) < 0) return -1;
+            } else if (v == run && v > erun && n > lo && D->tv.v[n - 1] == v && start < D->ts.v[n - 1]) {
+                D->ts.v[n - 1] = start;
+            }
+            if (v > run) run = v;
+            i++;
+            continue;
         }
-        if (erun > last_echo) last_echo = erun;
+        e = unwrap_step(e, D->E.v[q]); /* an echo */
+        if (vpush(&D->E_u, e) < 0) return -1;
+        Py_ssize_t k = q++;
+        if (e <= erun) continue; /* not the first echo of this value */
+        erun = e;
+        Py_ssize_t n = D->tv.n;
+        if (n == 0) continue;
+        const int64_t *tv = D->tv.v, *tt = D->tt.v, *ts = D->ts.v;
+        while (lo < n && tv[lo] < e) lo++; /* searchsorted(tv, e, "left"); first echoes increase */
+        Py_ssize_t kc = lo < n ? lo : n - 1, nx = kc + 1 < n ? kc + 1 : n - 1;
+        int64_t et = D->ET.v[k];
+        /* nothing first sent with a newer TSval below the ACK (see TsLog) */
+        int later_ok = kc + 1 >= n || ts[nx] >= D->EA.v[k];
+        if (lo < n && tv[kc] == e) {
+            if (tt[kc] <= et && later_ok &&
+                (vpush(&D->tsmp_t, et) < 0 || vpush(&D->tsmp_v, et - tt[kc]) < 0 || vpush(&D->tsmp_row, D->E_row.v[k]) < 0))
+                return -1;
+            lo++; /* (TsLog.echo moves past the matched value) */
+        }
     }
+    int64_t last_echo = erun > D->last_echo ? erun : D->last_echo;
     Py_ssize_t w = 0; /* keep the TSvals not echoed yet */
-    for (Py_ssize_t i = 0; i < D->tv.n; i++)
-        if (D->tv.v[i] > last_echo) {
-            D->tv.v[w] = D->tv.v[i];
-            D->tt.v[w] = D->tt.v[i];
-            D->ts.v[w] = D->ts.v[i];
+    for (Py_ssize_t x = 0; x < D->tv.n; x++)
+        if (D->tv.v[x] > last_echo) {
+            D->tv.v[w] = D->tv.v[x];
+            D->tt.v[w] = D->tt.v[x];
+            D->ts.v[w] = D->ts.v[x];
             w++;
         }
     D->tv.n = D->tt.n = D->ts.n = w;
@@ -408,30 +491,53 @@ enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
  * when the cumulative ACK covered it (-1: not yet); the connection's handshake RTT (-1:
  * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
 typedef struct {
-    Py_ssize_t n;
+    Py_ssize_t n, n_in, cap; /* n_in: those given; the run's resends follow, in row order */
     int64_t *ts, *covered, *start, *tsv; /* tsv: the retransmission's TSval, unwrapped (when has_tsv) */
     int *dir, *has_tsv;                  /* dir: the direction whose bytes it resent */
+    Py_ssize_t *row;                     /* the row that resent it (-1: before the run) */
+    resend_t **rs;                       /* the run's resend (NULL: before the run) */
     long long hs_rtt, pending_ns, grace_ns;
+    int resend;                          /* the run takes resends: their constants follow */
+    long long fast_win_ns, rto_min_ns;
 } pend_t;
 
-static int parse_pending(PyObject *o, pend_t *P) {
-    PyObject *list, *hs;
-    if (!PyArg_ParseTuple(o, "O!OLL", &PyList_Type, &list, &hs, &P->pending_ns, &P->grace_ns)) return -1;
-    P->hs_rtt = -1;
-    if (hs != Py_None && ((P->hs_rtt = PyLong_AsLongLong(hs)) == -1 && PyErr_Occurred())) return -1;
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    size_t m = (size_t)(n ? n : 1);
-    P->ts = PyMem_Malloc(m * sizeof(int64_t));
-    P->covered = PyMem_Malloc(m * sizeof(int64_t));
-    P->start = PyMem_Malloc(m * sizeof(int64_t));
-    P->tsv = PyMem_Malloc(m * sizeof(int64_t));
-    P->dir = PyMem_Malloc(m * sizeof(int));
-    P->has_tsv = PyMem_Malloc(m * sizeof(int));
-    if (P->ts == NULL || P->covered == NULL || P->start == NULL || P->tsv == NULL || P->dir == NULL ||
-        P->has_tsv == NULL) {
+/* Room for cap retransmissions in P's arrays. */
+static int pend_reserve(pend_t *P, Py_ssize_t cap) {
+    if (cap <= P->cap) return 0;
+    size_t m = (size_t)cap;
+    int64_t *a = PyMem_Realloc(P->ts, m * sizeof(int64_t));
+    if (a) P->ts = a;
+    int64_t *b = a ? PyMem_Realloc(P->covered, m * sizeof(int64_t)) : NULL;
+    if (b) P->covered = b;
+    int64_t *c = b ? PyMem_Realloc(P->start, m * sizeof(int64_t)) : NULL;
+    if (c) P->start = c;
+    int64_t *d = c ? PyMem_Realloc(P->tsv, m * sizeof(int64_t)) : NULL;
+    if (d) P->tsv = d;
+    int *e = d ? PyMem_Realloc(P->dir, m * sizeof(int)) : NULL;
+    if (e) P->dir = e;
+    int *f = e ? PyMem_Realloc(P->has_tsv, m * sizeof(int)) : NULL;
+    if (f) P->has_tsv = f;
+    Py_ssize_t *g = f ? PyMem_Realloc(P->row, m * sizeof(Py_ssize_t)) : NULL;
+    if (g) P->row = g;
+    resend_t **h = g ? PyMem_Realloc(P->rs, m * sizeof(resend_t *)) : NULL;
+    if (h == NULL) {
         PyErr_NoMemory();
         return -1;
     }
+    P->rs = h;
+    P->cap = cap;
+    return 0;
+}
+
+static int parse_pending(PyObject *o, pend_t *P) {
+    PyObject *list, *hs, *resend = Py_None;
+    if (!PyArg_ParseTuple(o, "O!OLL|O", &PyList_Type, &list, &hs, &P->pending_ns, &P->grace_ns, &resend)) return -1;
+    P->hs_rtt = -1;
+    if (hs != Py_None && ((P->hs_rtt = PyLong_AsLongLong(hs)) == -1 && PyErr_Occurred())) return -1;
+    P->resend = resend != Py_None;
+    if (P->resend && !PyArg_ParseTuple(resend, "LL", &P->fast_win_ns, &P->rto_min_ns)) return -1;
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (pend_reserve(P, n ? n : 1) < 0) return -1;
     for (Py_ssize_t i = 0; i < n; i++) {
         long long t, c, s, v = 0;
         int d;
@@ -448,8 +554,31 @@ static int parse_pending(PyObject *o, pend_t *P) {
         P->tsv[i] = v;
         P->has_tsv[i] = tsv != Py_None;
         P->dir[i] = d;
+        P->row[i] = -1;
+        P->rs[i] = NULL;
     }
-    P->n = n;
+    P->n = P->n_in = n;
+    return 0;
+}
+
+/* The run's resends join the retransmissions waiting for a verdict, in row order. */
+static int pend_add_resends(pend_t *P, dir_t *dirs) {
+    P->n = P->n_in;
+    if (pend_reserve(P, P->n_in + dirs[0].n_rs + dirs[1].n_rs + 1) < 0) return -1;
+    Py_ssize_t a = 0, b = 0;
+    while (a < dirs[0].n_rs || b < dirs[1].n_rs) {
+        int d = b >= dirs[1].n_rs || (a < dirs[0].n_rs && dirs[0].rs[a].row < dirs[1].rs[b].row) ? 0 : 1;
+        resend_t *q = d ? &dirs[1].rs[b++] : &dirs[0].rs[a++];
+        Py_ssize_t i = P->n++;
+        P->ts[i] = q->ts;
+        P->covered[i] = -1;
+        P->start[i] = q->s;
+        P->tsv[i] = q->tsv;
+        P->has_tsv[i] = q->has_tsv;
+        P->dir[i] = d;
+        P->row[i] = q->row;
+        P->rs[i] = q;
+    }
     return 0;
 }
 
@@ -460,6 +589,46 @@ static void pend_free(pend_t *P) {
     PyMem_Free(P->tsv);
     PyMem_Free(P->dir);
     PyMem_Free(P->has_tsv);
+    PyMem_Free(P->row);
+    PyMem_Free(P->rs);
+}
+
+/* Conn.full_rtt() from the smoothed RTTs as they stand (have: known); *known: not None. */
+static double full_rtt(const double *s, const int *have, long long hs_rtt, int *known) {
+    *known = have[0] || have[1] || hs_rtt >= 0;
+    return have[0] || have[1] ? (have[0] ? s[0] : 0.0) + (have[1] ? s[1] : 0.0) : (double)hs_rtt;
+}
+
+/* Each resend's kind (LossPath._retx_kind) with the smoothed RTTs as the rows before it,
+ * and its own row's ACK, leave them (the samples folded by row, as verdict_rows does). */
+static void resend_kinds(dir_t *dirs, const pend_t *P) {
+    double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
+    int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
+    Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
+    for (Py_ssize_t q = P->n_in; q < P->n; q++) {
+        resend_t *x = P->rs[q];
+        for (int d = 0; d < 2; d++) { /* the samples of the rows up to this one, row by row: data->ACK, then TSecr */
+            const dir_t *D = &dirs[d];
+            for (;;) {
+                int a = i[d] < D->smp_row.n && D->smp_row.v[i[d]] <= x->row;
+                int b = j[d] < D->tsmp_row.n && D->tsmp_row.v[j[d]] <= x->row;
+                if (a && (!b || D->smp_row.v[i[d]] <= D->tsmp_row.v[j[d]])) fold_one(&s[d], &have[d], D->smp_v.v[i[d]++]);
+                else if (b) fold_one(&s[d], &have[d], D->tsmp_v.v[j[d]++]);
+                else break;
+            }
+        }
+        int known;
+        double full = full_rtt(s, have, P->hs_rtt, &known);
+        int truthy = known && full != 0.0;
+        double fast_win = (double)P->fast_win_ns, rto = (double)P->rto_min_ns;
+        if (truthy && 2.0 * full > fast_win) fast_win = 2.0 * full;
+        if (truthy && 1.5 * full > rto) rto = 1.5 * full;
+        if (x->dupacks >= 2 && x->s <= x->acked && (double)(x->ts - x->dupack_ts) <= fast_win) x->kind = RESEND_FAST;
+        else if (x->sack_hi > x->s && (double)(x->ts - x->sack_ts) <= fast_win) x->kind = RESEND_FAST;
+        else if (x->has_orig && (double)(x->ts - x->t_orig) >= rto && x->ts - x->progress_ts >= P->rto_min_ns)
+            x->kind = RESEND_RTO;
+        else x->kind = RESEND_PLAIN;
+    }
 }
 
 /* The ACKs that cover retransmissions still waiting for theirs (PacketPath._advance):
@@ -475,7 +644,7 @@ static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, i
         if (covered[q] >= 0) continue;
         const dir_t *D = &dirs[P->dir[q]];
         for (Py_ssize_t i = 0, e = 0; i < D->A.n; i++) {
-            if (D->A.v[i] <= P->start[q] || D->TA.v[i] < P->ts[q]) continue;
+            if (D->A_row.v[i] <= P->row[q] || D->A.v[i] <= P->start[q] || D->TA.v[i] < P->ts[q]) continue;
             Py_ssize_t row = D->A_row.v[i];
             while (e < D->E_row.n && D->E_row.v[e] < row) e++;
             if (P->has_tsv[q] && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < P->tsv[q]) {
@@ -537,6 +706,7 @@ typedef struct {
     int client_is_lo, keep;
     PyObject *sacks;          /* SegmentBatch.sack: row -> [(left, right), ...] (raw numbers), or None */
     int64_t dw_ipid, dw_noid; /* capture-duplicate windows (_limits.DUP_WINDOW_IPID_NS, _NOID_NS) */
+    int resend;               /* the run takes retransmissions of bytes the capture saw (see scan) */
 } run_ctx_t;
 
 static inline int side(const run_ctx_t *c, const rec_t *x) {
@@ -648,7 +818,9 @@ static int ipid_cut(dir_t *D, const rec_t *x) {
 /* The first loop: check each row, stop at the first that breaks a rule or has an IP id
  * gap (ipid_cut); returns k. *w: the row of the first IP id gap (the run may take the
  * rows before it), n when there is none; it is only looked for up to row min_rows when
- * the run stops before that (below min_rows rows before a gap, no run is made). */
+ * the run stops before that (below min_rows rows before a gap, no run is made). A data
+ * row below the highest offset is taken (c->resend) as a resend (resend_t: what the
+ * per-packet path reads at it), in-order data and pure ACKs as they always are. */
 static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ctx_t *c, vec_t *chunks,
                        Py_ssize_t min_rows, Py_ssize_t *w_out) {
     Py_ssize_t r;
@@ -684,7 +856,17 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ct
         dir_t *D = &dirs[d], *R = &dirs[1 - d];
         if (!D->base_known) break; /* first packet of this direction: per-packet path */
         int64_t s_abs = unwrap_step(D->s_run, x->seq), rel = s_abs - D->base;
-        if (rel != D->hi_run) break;
+        /* a resend: old bytes only, not a keep-alive probe, not already ACKed or SACKed
+         * (spurious at once: per packet), not a capture duplicate of the original */
+        int resend = rel != D->hi_run;
+        if (resend && !(c->resend && w > 1 && rel < D->hi_run && rel + w <= D->hi_run && rel + w > D->far_acked &&
+                        D->n_blocks >= 0))
+            break;
+        if (resend && D->sacks_state != 1) {
+            int covered = 0;
+            for (int i = 0; i < D->n_blocks; i++) covered |= D->blocks[2 * i] <= rel && rel + w <= D->blocks[2 * i + 1];
+            if (covered) break;
+        }
         int64_t blk[2 * MAX_SACK_BLOCKS], sack_rel[2 * MAX_SACK_BLOCKS];
         PyObject *blocks;
         int nb = row_blocks(c, x, blk, &blocks);
@@ -697,6 +879,11 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ct
             a_rel = a_abs - R->base;
             if (a_rel < D->arel_prev) break;
             if (a_rel > R->hi_run) break; /* ACKs bytes the capture has not seen */
+            if (resend) {
+                int cd = maybe_capture_dup(c, D, rec, r, blk, nb, blocks);
+                if (cd < 0) return -1;
+                if (cd) break;
+            }
             if (w == 0 && a32 == D->a32_prev) {
                 int cd = maybe_capture_dup(c, D, rec, r, blk, nb, blocks);
                 if (cd < 0) return -1;
@@ -709,11 +896,11 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ct
                     break; /* a D-SACK may decide a retransmission's verdict: per packet */
             }
             D->a_run = a_abs;
-        } else if (nb) {
+        } else if (nb || resend) {
             break;
         }
         /* the row is clean: apply it */
-        D->s_run = s_abs;
+        if (!resend) D->s_run = s_abs;
         D->kd++;
         int64_t t = x->ts;
         int64_t tv_u = 0;
@@ -724,10 +911,33 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ct
             D->ts_cur = tv_u;
             D->any_ts = 1;
         }
-        if (w > 0) {
+        if (resend) { /* what LossPath._retx_seen reads, as the row finds it */
+            resend_t *q = rs_push(D);
+            if (q == NULL) return -1;
+            q->row = r;
+            q->s = rel;
+            q->e = rel + w;
+            q->ts = t;
+            q->frame = x->frame;
+            q->has_tsv = row_ts;
+            q->tsv = tv_u;
+            q->acked = D->far_acked;
+            q->dupacks = D->dupacks;
+            q->dupack_ts = D->dupack_ts;
+            q->sack_hi = D->sack_hi;
+            q->sack_ts = D->sack_ts;
+            q->progress_ts = D->TA.n ? D->TA.v[D->TA.n - 1] : D->progress_in;
+            q->hi = D->hi_run;
+            if (row_ts && (vpush(&D->new_tv, tv_u) < 0 || vpush(&D->new_tt, t) < 0 || vpush(&D->new_ts, rel) < 0 ||
+                           vpush(&D->new_trow, r) < 0))
+                return -1;
+            if (rel + w >= D->far_acked + D->far_rw) /* window full, as for new data */
+                if (vpush(&D->wf_pos, r) < 0 || vpush(&D->wf_s, rel) < 0 || vpush(&D->wf_n, w) < 0) return -1;
+        } else if (w > 0) {
             int64_t end = rel + w;
             if (vpush(&D->new_st, rel) < 0 || vpush(&D->new_en, end) < 0 || vpush(&D->new_t, t) < 0) return -1;
-            if (row_ts && (vpush(&D->new_tv, tv_u) < 0 || vpush(&D->new_tt, t) < 0 || vpush(&D->new_ts, rel) < 0))
+            if (row_ts && (vpush(&D->new_tv, tv_u) < 0 || vpush(&D->new_tt, t) < 0 || vpush(&D->new_ts, rel) < 0 ||
+                           vpush(&D->new_trow, r) < 0))
                 return -1;
             D->nd++;
             D->hi_run = end;
@@ -982,7 +1192,7 @@ done:
 
 /* fast_run(records, at, count, client_is_lo, dir0, dir1, tail_keep, min_rows, sacks,
  *          (dup_window_ipid, dup_window_noid), (pending, hs_rtt, pending_ns, grace_ns))
- *   -> (k, chunk rows, res0, res1, w, limit, verdicts, covered)
+ *   -> (k, chunk rows, res0, res1, w, limit, verdicts, covered, resends)
  * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
  * parse_dir reads (its signature dict and deque take the run's last signatures: the
  * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
@@ -993,8 +1203,12 @@ done:
  * limit (limit when none; see scan); when it is below min_rows, k is 0 (no run).
  * verdicts: (pending index, row) of the verdicts that fell in the run, in row order;
  * covered: each pending's covered time as the run leaves it (cover_rows; the run also ends
- * before an ACK whose Eifel check makes one spurious). None when a segment log is out of
- * end order (the numpy path runs). */
+ * before an ACK whose Eifel check makes one spurious). pending's optional fifth item,
+ * (FAST_WIN_NS, RTO_MIN_NS), lets the run take resends (scan): resends lists them in row
+ * order, (side, row, start, end, ts, frame, TSval or None, kind, first send time or None,
+ * ACK and highest offset at the row, starts of the segments it covers); they wait for
+ * their verdicts after the pending given (their indices follow). None when a segment log
+ * is out of end order (the numpy path runs). */
 static PyObject *fast_run(PyObject *self, PyObject *args) {
     Py_buffer pk;
     Py_ssize_t at, count;
@@ -1025,12 +1239,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         goto done;
     }
     if (parse_pending(pend_obj, &P) < 0) goto done;
-    verdict = PyMem_Malloc((size_t)(P.n ? P.n : 1) * sizeof(Py_ssize_t));
-    covered = PyMem_Malloc((size_t)(P.n ? P.n : 1) * sizeof(int64_t));
-    if (verdict == NULL || covered == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
+    c.resend = P.resend;
     const rec_t *rec = (const rec_t *)pk.buf + at;
     Py_ssize_t k, limit = count;
     for (;;) { /* again, up to a row earlier than the one before it (verdict_rows) or an Eifel check (cover_rows) */
@@ -1051,7 +1260,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         k = scan(dirs, rec, limit, &c, &chunks, min_rows, &w);
         if (k < 0) goto done;
         if (w < min_rows && w < limit) { /* an IP id gap too close: no run (a cut at `limit` ends one, however short) */
-            res = Py_BuildValue("(ny{}{}nn()())", (Py_ssize_t)0, "", w, limit);
+            res = Py_BuildValue("(ny{}{}nn()()[])", (Py_ssize_t)0, "", w, limit);
             goto done;
         }
         for (int d = 0; d < 2; d++) {
@@ -1064,6 +1273,16 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
             if (seg_match(D) < 0 || tsq_match(D, D->e_on, tsv_ref) < 0) goto done;
             fold_srtt(D);
         }
+        if (pend_add_resends(&P, dirs) < 0) goto done;
+        resend_kinds(dirs, &P);
+        Py_ssize_t *vr = PyMem_Realloc(verdict, (size_t)P.cap * sizeof(Py_ssize_t));
+        if (vr != NULL) verdict = vr;
+        int64_t *cv = vr != NULL ? PyMem_Realloc(covered, (size_t)P.cap * sizeof(int64_t)) : NULL;
+        if (cv == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        covered = cv;
         Py_ssize_t v = cover_rows(dirs, k, &P, covered);
         if (v == k) v = verdict_rows(dirs, rec, k, &P, covered, verdict);
         if (v == k) break;
@@ -1105,7 +1324,37 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         Py_DECREF(fell);
         goto done;
     }
-    res = Py_BuildValue("(nNNNnnNN)", k, vbytes(&chunks), r0, r1, w, limit, fell, cov);
+    PyObject *resends = PyList_New(0); /* the run's resends, in row order (their pending indices follow P.n_in) */
+    for (Py_ssize_t q = P.n_in; resends != NULL && q < P.n; q++) {
+        const resend_t *x = P.rs[q];
+        const dir_t *D = &dirs[P.dir[q]];
+        PyObject *starts = PyList_New(x->starts1 - x->starts0);
+        for (Py_ssize_t i = x->starts0; starts != NULL && i < x->starts1; i++) {
+            PyObject *v = PyLong_FromLongLong((long long)D->rstarts.v[i]);
+            if (v == NULL) Py_CLEAR(starts);
+            else PyList_SET_ITEM(starts, i - x->starts0, v);
+        }
+        PyObject *tsv = x->has_tsv ? PyLong_FromLongLong((long long)x->tsv) : Py_NewRef(Py_None);
+        PyObject *orig = x->has_orig ? PyLong_FromLongLong((long long)x->t_orig) : Py_NewRef(Py_None);
+        PyObject *t = starts && tsv && orig
+                          ? Py_BuildValue("(inLLLLOiOLLO)", P.dir[q], x->row, (long long)x->s, (long long)x->e,
+                                          (long long)x->ts, (long long)x->frame, tsv, x->kind, orig,
+                                          (long long)x->acked, (long long)x->hi, starts)
+                          : NULL;
+        Py_XDECREF(starts);
+        Py_XDECREF(tsv);
+        Py_XDECREF(orig);
+        if (t == NULL || PyList_Append(resends, t) < 0) Py_CLEAR(resends);
+        Py_XDECREF(t);
+    }
+    if (resends == NULL) {
+        Py_DECREF(r0);
+        Py_DECREF(r1);
+        Py_DECREF(fell);
+        Py_DECREF(cov);
+        goto done;
+    }
+    res = Py_BuildValue("(nNNNnnNNN)", k, vbytes(&chunks), r0, r1, w, limit, fell, cov, resends);
 done:
     PyBuffer_Release(&pk);
     dir_free(&dirs[0]);
