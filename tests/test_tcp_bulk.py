@@ -556,3 +556,48 @@ def test_realistic_connection_resends_same_in_c_and_per_packet(monkeypatch):
     kinds = [e.kind for e in bulk.events if "retransmission" in e.kind]
     assert kinds.count("fast_retransmission") == 4 and len(kinds) == 4
     assert bulk.an.stats["slow_rows"] <= 3  # (the four resends are the C run's)
+
+
+def _resend_with_the_newest_tsval():
+    """A server streams 1,000-byte segments, each ACKed 0.5 ms later. Segment 100 is lost
+    past the capture point; segments 101 (same TSval) and 102 (the next) reach the client,
+    whose duplicate ACKs SACK them; the server resends 100 with 102's TSval (the same
+    clock tick), so the TSval log's newest entry now starts at 100's offset (TsLog.add).
+    The client's ACK of 100 and 101 echoes their TSval: Eifel makes the resend spurious,
+    and, the resend's offset being below that ACK, the echo gives no TSecr sample."""
+    from tcp_builders import Flow
+
+    f = Flow().handshake(ws=7, tsval=1)
+    t = f._t_us + 1000
+    for i in range(100):
+        f.s(1 + 1000 * i, 1, "A", 1000, t_us=t + 1000 * i, tsval=2000 + i)
+        f.c(1, 1 + 1000 * (i + 1), "A", t_us=t + 1000 * i + 500, tsval=5 + i, tsecr=2000 + i)
+    t += 100_000
+    f.s(100_001, 1, "A", 1000, t_us=t, tsval=2200)  # lost past the capture point
+    f.s(101_001, 1, "A", 1000, t_us=t + 100, tsval=2200)
+    f.s(102_001, 1, "A", 1000, t_us=t + 900, tsval=2201)
+    for k in range(3):
+        f.c(1, 100_001, "A", t_us=t + 1000 + 10 * k, tsval=300, tsecr=2200, sack=[(101_001, 102_001 + 1000 * (k > 0))])
+    f.s(100_001, 1, "A", 1000, t_us=t + 1200, tsval=2201)  # the resend, in 102's clock tick
+    f.c(1, 102_001, "A", t_us=t + 1700, tsval=301, tsecr=2200)
+    for i in range(103, 200):
+        f.s(1 + 1000 * i, 1, "A", 1000, t_us=t + 1000 * (i - 100), tsval=2100 + i)
+        f.c(1, 1 + 1000 * (i + 1), "A", t_us=t + 1000 * (i - 100) + 500, tsval=400 + i, tsecr=2100 + i)
+    return f.batch()
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+def test_c_run_resend_in_the_newest_tsval_tick(monkeypatch):
+    """A resend whose TSval equals the newest one lowers that TSval's first offset in the C
+    run as TsLog.add does: the ACK that echoes the older TSval (Eifel: spurious, per
+    packet) then gives no TSecr sample on either path."""
+    b = _resend_with_the_newest_tsval()
+    bulk, per_packet = _both_ways(monkeypatch, [b])
+    assert _norm(bulk) == _norm(per_packet)
+    retx = [(e.kind, e.seq) for e in bulk.events if "retransmission" in e.kind]
+    assert retx == [("spurious_retransmission", 100_000)]
+    echo_200 = [int(b.ts_ns[r]) for r in range(len(b)) if int(b.ts_ecr[r]) == 2200]
+    assert len(echo_200) == 4  # three duplicate ACKs, then the ACK of 100 and 101
+    tsecr_at = {s.ts_ns for s in bulk.rtts if s.source == "tsecr"}
+    assert echo_200[-1] not in tsecr_at and int(b.ts_ns[-1]) in tsecr_at
+    assert bulk.an.stats["slow_rows"] < 20  # (the resend is the C run's)
