@@ -779,9 +779,8 @@ def _note_run_history(conn, rows: np.ndarray, b, swap: np.ndarray, resent: list[
     their rows, as the per-packet path adds them."""
     hist = conn.hist
     letters = [(r, "T", d) for r, d in resent]
-    seen = hist.counts
+    seen = hist.counts  # (a connection usually has both sides' data and pure ACKs already)
     if not ("A" in seen and "D" in seen and "a" in seen and "d" in seen):
-        # (the usual case is that a connection has both sides' data and pure ACKs already)
         letters += _first_letters(conn, rows, b, swap)
     for _, ch, d in sorted(letters):
         hist.add_side(ch, d)
