@@ -491,40 +491,29 @@ enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
  * when the cumulative ACK covered it (-1: not yet); the connection's handshake RTT (-1:
  * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
 typedef struct {
+    int64_t ts, covered, start, tsv; /* tsv: the retransmission's TSval, unwrapped (when has_tsv) */
+    int dir, has_tsv;                /* dir: the direction whose bytes it resent */
+    Py_ssize_t row;                  /* the row that resent it (-1: before the run) */
+    resend_t *rs;                    /* the run's resend (NULL: before the run) */
+} waiting_t;
+
+typedef struct {
     Py_ssize_t n, n_in, cap; /* n_in: those given; the run's resends follow, in row order */
-    int64_t *ts, *covered, *start, *tsv; /* tsv: the retransmission's TSval, unwrapped (when has_tsv) */
-    int *dir, *has_tsv;                  /* dir: the direction whose bytes it resent */
-    Py_ssize_t *row;                     /* the row that resent it (-1: before the run) */
-    resend_t **rs;                       /* the run's resend (NULL: before the run) */
+    waiting_t *w;
     long long hs_rtt, pending_ns, grace_ns;
     int resend;                          /* the run takes resends: their constants follow */
     long long fast_win_ns, rto_min_ns;
 } pend_t;
 
-/* Room for cap retransmissions in P's arrays. */
+/* Room for cap retransmissions in P. */
 static int pend_reserve(pend_t *P, Py_ssize_t cap) {
     if (cap <= P->cap) return 0;
-    size_t m = (size_t)cap;
-    int64_t *a = PyMem_Realloc(P->ts, m * sizeof(int64_t));
-    if (a) P->ts = a;
-    int64_t *b = a ? PyMem_Realloc(P->covered, m * sizeof(int64_t)) : NULL;
-    if (b) P->covered = b;
-    int64_t *c = b ? PyMem_Realloc(P->start, m * sizeof(int64_t)) : NULL;
-    if (c) P->start = c;
-    int64_t *d = c ? PyMem_Realloc(P->tsv, m * sizeof(int64_t)) : NULL;
-    if (d) P->tsv = d;
-    int *e = d ? PyMem_Realloc(P->dir, m * sizeof(int)) : NULL;
-    if (e) P->dir = e;
-    int *f = e ? PyMem_Realloc(P->has_tsv, m * sizeof(int)) : NULL;
-    if (f) P->has_tsv = f;
-    Py_ssize_t *g = f ? PyMem_Realloc(P->row, m * sizeof(Py_ssize_t)) : NULL;
-    if (g) P->row = g;
-    resend_t **h = g ? PyMem_Realloc(P->rs, m * sizeof(resend_t *)) : NULL;
-    if (h == NULL) {
+    waiting_t *w = PyMem_Realloc(P->w, (size_t)cap * sizeof(waiting_t));
+    if (w == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    P->rs = h;
+    P->w = w;
     P->cap = cap;
     return 0;
 }
@@ -548,14 +537,7 @@ static int parse_pending(PyObject *o, pend_t *P) {
             PyErr_SetString(PyExc_ValueError, "fast_run: a pending retransmission's direction must be 0 or 1");
             return -1;
         }
-        P->ts[i] = t;
-        P->covered[i] = c;
-        P->start[i] = s;
-        P->tsv[i] = v;
-        P->has_tsv[i] = tsv != Py_None;
-        P->dir[i] = d;
-        P->row[i] = -1;
-        P->rs[i] = NULL;
+        P->w[i] = (waiting_t){.ts = t, .covered = c, .start = s, .tsv = v, .dir = d, .has_tsv = tsv != Py_None, .row = -1};
     }
     P->n = P->n_in = n;
     return 0;
@@ -569,28 +551,10 @@ static int pend_add_resends(pend_t *P, dir_t *dirs) {
     while (a < dirs[0].n_rs || b < dirs[1].n_rs) {
         int d = b >= dirs[1].n_rs || (a < dirs[0].n_rs && dirs[0].rs[a].row < dirs[1].rs[b].row) ? 0 : 1;
         resend_t *q = d ? &dirs[1].rs[b++] : &dirs[0].rs[a++];
-        Py_ssize_t i = P->n++;
-        P->ts[i] = q->ts;
-        P->covered[i] = -1;
-        P->start[i] = q->s;
-        P->tsv[i] = q->tsv;
-        P->has_tsv[i] = q->has_tsv;
-        P->dir[i] = d;
-        P->row[i] = q->row;
-        P->rs[i] = q;
+        P->w[P->n++] = (waiting_t){.ts = q->ts, .covered = -1, .start = q->s, .tsv = q->tsv, .dir = d,
+                                   .has_tsv = q->has_tsv, .row = q->row, .rs = q};
     }
     return 0;
-}
-
-static void pend_free(pend_t *P) {
-    PyMem_Free(P->ts);
-    PyMem_Free(P->covered);
-    PyMem_Free(P->start);
-    PyMem_Free(P->tsv);
-    PyMem_Free(P->dir);
-    PyMem_Free(P->has_tsv);
-    PyMem_Free(P->row);
-    PyMem_Free(P->rs);
 }
 
 /* Conn.full_rtt() from the smoothed RTTs as they stand (have: known); *known: not None. */
@@ -606,7 +570,7 @@ static void resend_kinds(dir_t *dirs, const pend_t *P) {
     int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
     Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
     for (Py_ssize_t q = P->n_in; q < P->n; q++) {
-        resend_t *x = P->rs[q];
+        resend_t *x = P->w[q].rs;
         for (int d = 0; d < 2; d++) { /* the samples of the rows up to this one, row by row: data->ACK, then TSecr */
             const dir_t *D = &dirs[d];
             for (;;) {
@@ -640,14 +604,15 @@ static void resend_kinds(dir_t *dirs, const pend_t *P) {
 static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, int64_t *covered) {
     Py_ssize_t stop = k;
     for (Py_ssize_t q = 0; q < P->n; q++) {
-        covered[q] = P->covered[q];
+        const waiting_t *p = &P->w[q];
+        covered[q] = p->covered;
         if (covered[q] >= 0) continue;
-        const dir_t *D = &dirs[P->dir[q]];
+        const dir_t *D = &dirs[p->dir];
         for (Py_ssize_t i = 0, e = 0; i < D->A.n; i++) {
-            if (D->A_row.v[i] <= P->row[q] || D->A.v[i] <= P->start[q] || D->TA.v[i] < P->ts[q]) continue;
+            if (D->A_row.v[i] <= p->row || D->A.v[i] <= p->start || D->TA.v[i] < p->ts) continue;
             Py_ssize_t row = D->A_row.v[i];
             while (e < D->E_row.n && D->E_row.v[e] < row) e++;
-            if (P->has_tsv[q] && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < P->tsv[q]) {
+            if (p->has_tsv && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < p->tsv) {
                 if (row < stop) stop = row;
             } else {
                 covered[q] = D->TA.v[i];
@@ -688,7 +653,7 @@ static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k
         if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
         for (Py_ssize_t q = 0; q < P->n; q++)
             if (verdict[q] < 0 &&
-                (ts - P->ts[q] > P->pending_ns || (covered[q] >= 0 && (double)(ts - covered[q]) > grace))) {
+                (ts - P->w[q].ts > P->pending_ns || (covered[q] >= 0 && (double)(ts - covered[q]) > grace))) {
                 verdict[q] = r;
                 waiting--;
             }
@@ -1326,8 +1291,8 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     }
     PyObject *resends = PyList_New(0); /* the run's resends, in row order (their pending indices follow P.n_in) */
     for (Py_ssize_t q = P.n_in; resends != NULL && q < P.n; q++) {
-        const resend_t *x = P.rs[q];
-        const dir_t *D = &dirs[P.dir[q]];
+        const resend_t *x = P.w[q].rs;
+        const dir_t *D = &dirs[P.w[q].dir];
         PyObject *starts = PyList_New(x->starts1 - x->starts0);
         for (Py_ssize_t i = x->starts0; starts != NULL && i < x->starts1; i++) {
             PyObject *v = PyLong_FromLongLong((long long)D->rstarts.v[i]);
@@ -1337,7 +1302,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         PyObject *tsv = x->has_tsv ? PyLong_FromLongLong((long long)x->tsv) : Py_NewRef(Py_None);
         PyObject *orig = x->has_orig ? PyLong_FromLongLong((long long)x->t_orig) : Py_NewRef(Py_None);
         PyObject *t = starts && tsv && orig
-                          ? Py_BuildValue("(inLLLLOiOLLO)", P.dir[q], x->row, (long long)x->s, (long long)x->e,
+                          ? Py_BuildValue("(inLLLLOiOLLO)", P.w[q].dir, x->row, (long long)x->s, (long long)x->e,
                                           (long long)x->ts, (long long)x->frame, tsv, x->kind, orig,
                                           (long long)x->acked, (long long)x->hi, starts)
                           : NULL;
@@ -1360,7 +1325,7 @@ done:
     dir_free(&dirs[0]);
     dir_free(&dirs[1]);
     PyMem_Free(chunks.v);
-    pend_free(&P);
+    PyMem_Free(P.w);
     PyMem_Free(verdict);
     PyMem_Free(covered);
     return res;
