@@ -557,32 +557,54 @@ static int pend_add_resends(pend_t *P, dir_t *dirs) {
     return 0;
 }
 
-/* Conn.full_rtt() from the smoothed RTTs as they stand (have: known); *known: not None. */
-static double full_rtt(const double *s, const int *have, long long hs_rtt, int *known) {
-    *known = have[0] || have[1] || hs_rtt >= 0;
-    return have[0] || have[1] ? (have[0] ? s[0] : 0.0) + (have[1] ? s[1] : 0.0) : (double)hs_rtt;
+/* The smoothed RTTs of both directions walked through a run row by row: each row's
+ * samples folded in the per-packet path's order (PacketPath._advance: data->ACK, then
+ * TSecr), from the RTTs before the run. */
+typedef struct {
+    double s[2];
+    int have[2];
+    Py_ssize_t i[2], j[2]; /* the next data->ACK and TSecr sample of each direction */
+} srtt_walk_t;
+
+static void srtt_walk_init(srtt_walk_t *w, const dir_t *dirs) {
+    memset(w, 0, sizeof(*w));
+    for (int d = 0; d < 2; d++) {
+        w->s[d] = dirs[d].srtt0;
+        w->have[d] = dirs[d].have_srtt0;
+    }
+}
+
+/* Fold the samples of the rows up to `row`. */
+static void srtt_walk_to(srtt_walk_t *w, const dir_t *dirs, Py_ssize_t row) {
+    for (int d = 0; d < 2; d++) {
+        const dir_t *D = &dirs[d];
+        Py_ssize_t *i = &w->i[d], *j = &w->j[d];
+        for (;;) {
+            int a = *i < D->smp_row.n && D->smp_row.v[*i] <= row;
+            int b = *j < D->tsmp_row.n && D->tsmp_row.v[*j] <= row;
+            if (a && (!b || D->smp_row.v[*i] <= D->tsmp_row.v[*j])) fold_one(&w->s[d], &w->have[d], D->smp_v.v[(*i)++]);
+            else if (b) fold_one(&w->s[d], &w->have[d], D->tsmp_v.v[(*j)++]);
+            else break;
+        }
+    }
+}
+
+/* Conn.full_rtt() as the walk stands; *known: not None. */
+static double srtt_walk_full(const srtt_walk_t *w, long long hs_rtt, int *known) {
+    *known = w->have[0] || w->have[1] || hs_rtt >= 0;
+    return w->have[0] || w->have[1] ? (w->have[0] ? w->s[0] : 0.0) + (w->have[1] ? w->s[1] : 0.0) : (double)hs_rtt;
 }
 
 /* Each resend's kind (LossPath._retx_kind) with the smoothed RTTs as the rows before it,
  * and its own row's ACK, leave them (the samples folded by row, as verdict_rows does). */
 static void resend_kinds(dir_t *dirs, const pend_t *P) {
-    double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
-    int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
-    Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
+    srtt_walk_t walk;
+    srtt_walk_init(&walk, dirs);
     for (Py_ssize_t q = P->n_in; q < P->n; q++) {
         resend_t *x = P->w[q].rs;
-        for (int d = 0; d < 2; d++) { /* the samples of the rows up to this one, row by row: data->ACK, then TSecr */
-            const dir_t *D = &dirs[d];
-            for (;;) {
-                int a = i[d] < D->smp_row.n && D->smp_row.v[i[d]] <= x->row;
-                int b = j[d] < D->tsmp_row.n && D->tsmp_row.v[j[d]] <= x->row;
-                if (a && (!b || D->smp_row.v[i[d]] <= D->tsmp_row.v[j[d]])) fold_one(&s[d], &have[d], D->smp_v.v[i[d]++]);
-                else if (b) fold_one(&s[d], &have[d], D->tsmp_v.v[j[d]++]);
-                else break;
-            }
-        }
+        srtt_walk_to(&walk, dirs, x->row);
         int known;
-        double full = full_rtt(s, have, P->hs_rtt, &known);
+        double full = srtt_walk_full(&walk, P->hs_rtt, &known);
         int truthy = known && full != 0.0;
         double fast_win = (double)P->fast_win_ns, rto = (double)P->rto_min_ns;
         if (truthy && 2.0 * full > fast_win) fast_win = 2.0 * full;
@@ -635,20 +657,14 @@ static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k
                                const int64_t *covered, Py_ssize_t *verdict) {
     Py_ssize_t waiting = P->n;
     for (Py_ssize_t q = 0; q < P->n; q++) verdict[q] = -1;
-    double s[2] = {dirs[0].srtt0, dirs[1].srtt0};
-    int have[2] = {dirs[0].have_srtt0, dirs[1].have_srtt0};
-    Py_ssize_t i[2] = {0, 0}, j[2] = {0, 0};
+    srtt_walk_t walk;
+    srtt_walk_init(&walk, dirs);
     for (Py_ssize_t r = 0; r < k && waiting; r++) {
         int64_t ts = rec[r].ts;
         if (r && ts < rec[r - 1].ts) return r;
-        for (int d = 0; d < 2; d++) { /* this row's samples: data->ACK, then TSecr (PacketPath._advance) */
-            const dir_t *D = &dirs[d];
-            for (; i[d] < D->smp_row.n && D->smp_row.v[i[d]] == r; i[d]++) fold_one(&s[d], &have[d], D->smp_v.v[i[d]]);
-            for (; j[d] < D->tsmp_row.n && D->tsmp_row.v[j[d]] == r; j[d]++)
-                fold_one(&s[d], &have[d], D->tsmp_v.v[j[d]]);
-        }
-        int known = have[0] || have[1] || P->hs_rtt >= 0; /* Conn.full_rtt() */
-        double full = have[0] || have[1] ? (have[0] ? s[0] : 0.0) + (have[1] ? s[1] : 0.0) : (double)P->hs_rtt;
+        srtt_walk_to(&walk, dirs, r); /* (this row's samples too: _timeouts runs after the row) */
+        int known;
+        double full = srtt_walk_full(&walk, P->hs_rtt, &known);
         double grace = (double)P->grace_ns;
         if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
         for (Py_ssize_t q = 0; q < P->n; q++)
