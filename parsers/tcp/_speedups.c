@@ -66,8 +66,10 @@ static PyObject *ewma(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
  * some 150 array operations per call. fast_run does the same in C: the first loop walks
  * the rows in capture order, stops at the first row that breaks a rule and gathers what
  * the run changes (sequence space, ACK progress, TSvals, IP IDs, in-order chunks,
- * window-full rows); then each direction's advancing ACKs are matched against its
- * segment and TSval logs (data->ACK and TSecr RTT samples). _fast.py applies the results
+ * window-full rows, resends); then each direction's advancing ACKs are matched against its
+ * segment and TSval logs in row order with its resends (data->ACK and TSecr RTT samples,
+ * Karn's marks), and the resends' kinds and the verdicts follow the smoothed RTTs row by
+ * row. _fast.py applies the results
  * to the connection state in the numpy path's order, so both paths agree exactly. The
  * numpy semantics are kept where they differ from a per-packet view: the logs searched
  * hold every segment of the run, as np.searchsorted over them does. Windows are shifted
@@ -741,7 +743,8 @@ static inline int64_t dup_window(const run_ctx_t *c, const rec_t *x) {
 /* Might the per-packet path drop row r as a capture duplicate: the same signature on one
  * of its side's last `keep` packets that have one (in this run, or before it: D->sigd),
  * within the duplicate window? Asked for the pure ACKs that repeat their side's last ACK
- * number, the only rows of a clean run that can repeat a signature. Also yes when the
+ * number and for resends (its original may be the same packet captured twice), the only
+ * rows of a clean run that can repeat a signature. Also yes when the
  * match is older than the per-packet path still remembers: the run then ends early, which
  * changes nothing. 1 yes, 0 no, -1 error. */
 static int maybe_capture_dup(const run_ctx_t *c, const dir_t *D, const rec_t *rec, Py_ssize_t r, const int64_t *blk,
