@@ -489,15 +489,21 @@ typedef struct {
 _Static_assert(sizeof(rec_t) == 64, "one cache line per row");
 enum { ROW_SWAP = 1, ROW_HAS_TS = 2, ROW_SACK = 4, ROW_MSS = 8 };
 
-/* Retransmissions waiting for their verdict (LossPath._timeouts): when each was sent and
- * when the cumulative ACK covered it (-1: not yet); the connection's handshake RTT (-1:
- * none); _limits.PENDING_RETX_NS and DSACK_GRACE_NS. */
+/* A retransmission waiting for its verdict (LossPath._timeouts): when it was sent, when
+ * the cumulative ACK covered it (-1: not yet), what it resent; then what the run decides:
+ * the covered time as the run leaves it (cover_rows) and the row its verdict falls after
+ * (verdict_rows, -1: none). */
 typedef struct {
     int64_t ts, covered, start, tsv; /* tsv: the retransmission's TSval, unwrapped (when has_tsv) */
     int dir, has_tsv;                /* dir: the direction whose bytes it resent */
     Py_ssize_t row;                  /* the row that resent it (-1: before the run) */
     resend_t *rs;                    /* the run's resend (NULL: before the run) */
+    int64_t covered_out;
+    Py_ssize_t verdict;
 } waiting_t;
+
+/* Those waiting, the connection's handshake RTT (-1: none), _limits.PENDING_RETX_NS and
+ * DSACK_GRACE_NS. */
 
 typedef struct {
     Py_ssize_t n, n_in, cap; /* n_in: those given; the run's resends follow, in row order */
@@ -548,7 +554,7 @@ static int parse_pending(PyObject *o, pend_t *P) {
 /* The run's resends join the retransmissions waiting for a verdict, in row order. */
 static int pend_add_resends(pend_t *P, dir_t *dirs) {
     P->n = P->n_in;
-    if (pend_reserve(P, P->n_in + dirs[0].n_rs + dirs[1].n_rs + 1) < 0) return -1;
+    if (pend_reserve(P, P->n_in + dirs[0].n_rs + dirs[1].n_rs) < 0) return -1;
     Py_ssize_t a = 0, b = 0;
     while (a < dirs[0].n_rs || b < dirs[1].n_rs) {
         int d = b >= dirs[1].n_rs || (a < dirs[0].n_rs && dirs[0].rs[a].row < dirs[1].rs[b].row) ? 0 : 1;
@@ -624,13 +630,13 @@ static void resend_kinds(dir_t *dirs, const pend_t *P) {
  * D-SACK grace runs, verdict_rows). An ACK that echoes a TSval older than the
  * retransmission's makes it spurious (Eifel, RFC 3522), which the per-packet path decides
  * (the burst it belonged to shrinks): returns the row of the first such ACK, the run to
- * end before it, or k. covered[q] as the run leaves it (the input's where none covers). */
-static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, int64_t *covered) {
+ * end before it, or k. covered_out: the input's where none covers. */
+static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, pend_t *P) {
     Py_ssize_t stop = k;
     for (Py_ssize_t q = 0; q < P->n; q++) {
-        const waiting_t *p = &P->w[q];
-        covered[q] = p->covered;
-        if (covered[q] >= 0) continue;
+        waiting_t *p = &P->w[q];
+        p->covered_out = p->covered;
+        if (p->covered >= 0) continue;
         const dir_t *D = &dirs[p->dir];
         for (Py_ssize_t i = 0, e = 0; i < D->A.n; i++) {
             if (D->A_row.v[i] <= p->row || D->A.v[i] <= p->start || D->TA.v[i] < p->ts) continue;
@@ -639,7 +645,7 @@ static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, i
             if (p->has_tsv && e < D->E_u.n && D->E_row.v[e] == row && D->E_u.v[e] < p->tsv) {
                 if (row < stop) stop = row;
             } else {
-                covered[q] = D->TA.v[i];
+                p->covered_out = D->TA.v[i];
             }
             break;
         }
@@ -650,15 +656,13 @@ static Py_ssize_t cover_rows(const dir_t *dirs, Py_ssize_t k, const pend_t *P, i
 /* The verdicts the per-packet path gives on pending retransmissions over rows [0, k)
  * (LossPath._timeouts, after each row: sent more than pending_ns ago, or covered by the
  * ACK more than max(grace_ns, 4 full RTTs) ago, the smoothed RTTs as the rows up to this
- * one leave them; covered: cover_rows'): verdict[q], the row after which pending q's falls
- * (-1: none). Such a verdict only hands out the retransmission's event (no D-SACK, no
+ * one leave them; the covered times cover_rows left): each one's verdict row. Such a verdict only hands out the retransmission's event (no D-SACK, no
  * Eifel: those rows go per packet), so the run goes on past it. Returns the first row earlier than the row
  * before it while a retransmission still waits (the RTT folds go by time: the run ends
  * there, to be safe), or k. */
-static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, const pend_t *P,
-                               const int64_t *covered, Py_ssize_t *verdict) {
+static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k, pend_t *P) {
     Py_ssize_t waiting = P->n;
-    for (Py_ssize_t q = 0; q < P->n; q++) verdict[q] = -1;
+    for (Py_ssize_t q = 0; q < P->n; q++) P->w[q].verdict = -1;
     srtt_walk_t walk;
     srtt_walk_init(&walk, dirs);
     for (Py_ssize_t r = 0; r < k && waiting; r++) {
@@ -669,12 +673,14 @@ static Py_ssize_t verdict_rows(const dir_t *dirs, const rec_t *rec, Py_ssize_t k
         double full = srtt_walk_full(&walk, P->hs_rtt, &known);
         double grace = (double)P->grace_ns;
         if (known && full != 0.0 && 4.0 * full > grace) grace = 4.0 * full;
-        for (Py_ssize_t q = 0; q < P->n; q++)
-            if (verdict[q] < 0 &&
-                (ts - P->w[q].ts > P->pending_ns || (covered[q] >= 0 && (double)(ts - covered[q]) > grace))) {
-                verdict[q] = r;
+        for (Py_ssize_t q = 0; q < P->n; q++) {
+            waiting_t *p = &P->w[q];
+            if (p->verdict < 0 &&
+                (ts - p->ts > P->pending_ns || (p->covered_out >= 0 && (double)(ts - p->covered_out) > grace))) {
+                p->verdict = r;
                 waiting--;
             }
+        }
     }
     return k;
 }
@@ -1211,8 +1217,6 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     vec_t chunks = {NULL, 0, 0};
     pend_t P;
     memset(&P, 0, sizeof(P));
-    Py_ssize_t *verdict = NULL;
-    int64_t *covered = NULL;
     PyObject *res = NULL;
     if (c.sacks != Py_None && !PyDict_Check(c.sacks)) {
         PyErr_SetString(PyExc_TypeError, "fast_run: sacks must be a dict or None");
@@ -1259,16 +1263,8 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
         }
         if (pend_add_resends(&P, dirs) < 0) goto done;
         resend_kinds(dirs, &P);
-        Py_ssize_t *vr = PyMem_Realloc(verdict, (size_t)P.cap * sizeof(Py_ssize_t));
-        if (vr != NULL) verdict = vr;
-        int64_t *cv = vr != NULL ? PyMem_Realloc(covered, (size_t)P.cap * sizeof(int64_t)) : NULL;
-        if (cv == NULL) {
-            PyErr_NoMemory();
-            goto done;
-        }
-        covered = cv;
-        Py_ssize_t v = cover_rows(dirs, k, &P, covered);
-        if (v == k) v = verdict_rows(dirs, rec, k, &P, covered, verdict);
+        Py_ssize_t v = cover_rows(dirs, k, &P);
+        if (v == k) v = verdict_rows(dirs, rec, k, &P);
         if (v == k) break;
         limit = v; /* the same rows again, up to that one */
         for (int d = 0; d < 2; d++) dir_free(&dirs[d]);
@@ -1285,7 +1281,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     PyObject *fell = PyList_New(0);
     for (Py_ssize_t r = 0; fell != NULL && r < k; r++) /* in row order, pending order within a row */
         for (Py_ssize_t q = 0; q < P.n; q++)
-            if (verdict[q] == r) {
+            if (P.w[q].verdict == r) {
                 PyObject *x = Py_BuildValue("(nn)", q, r);
                 if (x == NULL || PyList_Append(fell, x) < 0) Py_CLEAR(fell);
                 Py_XDECREF(x);
@@ -1298,7 +1294,7 @@ static PyObject *fast_run(PyObject *self, PyObject *args) {
     }
     PyObject *cov = PyTuple_New(P.n);
     for (Py_ssize_t q = 0; cov != NULL && q < P.n; q++) {
-        PyObject *x = PyLong_FromLongLong((long long)covered[q]);
+        PyObject *x = PyLong_FromLongLong((long long)P.w[q].covered_out);
         if (x == NULL) Py_CLEAR(cov);
         else PyTuple_SET_ITEM(cov, q, x);
     }
@@ -1345,8 +1341,6 @@ done:
     dir_free(&dirs[1]);
     PyMem_Free(chunks.v);
     PyMem_Free(P.w);
-    PyMem_Free(verdict);
-    PyMem_Free(covered);
     return res;
 }
 
