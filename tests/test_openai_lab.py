@@ -144,7 +144,11 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     estimated from the record layer (start and end exact, first byte within a millisecond;
     its TTFT is the first response byte, which this server sends before the prefill) and
     the window's attribution reads the same; over HTTP/2 the estimates are per connection
-    (``tls_burst``), as many as the streams within 5%, not scored per request."""
+    (``tls_burst``), not scored per request: as many as the streams, less by 5% at most, more
+    by 10% at most. More, because httpx may write a request's HEADERS and its DATA in two
+    records, and when the server sends a chunk of another stream between them the second
+    record reads as a new request; how often depends on the scheduler: 237 to 251 bursts for
+    235 streams over eight runs on a 2-core machine, four of them beside a CPU hog."""
     pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
     import duckdb
 
@@ -188,7 +192,8 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
             _bound_wire_errors(protocol, err, n)
         else:
             assert [p[:3] for p in protocols] == [("tls", True, True)], protocols
-            assert abs(protocols[0][3] - len(truth)) <= 0.05 * len(truth), (protocols, len(truth))
+            over = 0.05 if protocol == "openai-http1" else 0.10
+            assert -0.05 * len(truth) <= protocols[0][3] - len(truth) <= over * len(truth), (protocols, len(truth))
             kinds = con.execute("SELECT DISTINCT kind FROM requests").fetchall()
             assert kinds == [("tls_exchange" if protocol == "openai-http1" else "tls_burst",)], kinds
             if protocol != "openai-http1":
