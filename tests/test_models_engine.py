@@ -133,3 +133,30 @@ def test_sums_of_durations_do_not_depend_on_row_order(lossy_store):
     # rows left out are NULL; none at all: NULL, as sum gives
     assert con.execute("SELECT sum_ms(CASE WHEN x > 1 THEN x END), sum_ms(CASE WHEN x > 9 THEN x END) "
                        "FROM (VALUES (0.5), (2.25)) AS t(x)").fetchone() == (2.25, None)
+
+
+@needs_samples
+def test_columns_a_store_lacks_read_as_null(tmp_path, lossy_store):
+    """A table's columns are read from its files' footers in one query at connect: a column
+    added after the store was written (here: requests written without ``model``) reads as
+    NULL, the others as before; when a listed file is gone by then (the daemon's
+    retention) each table is asked through its glob instead."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from telemetry.models import db
+    from telemetry.store.schema import COLUMNS
+
+    old = Store(tmp_path / "old")
+    shutil.copytree(lossy_store.root, old.root)
+    for path in old.table_files("requests"):
+        pq.write_table(pq.read_table(path).drop_columns(["model"]), path)
+    query = "SELECT conn_id, stream_id, latency_ms, model FROM requests ORDER BY ALL"
+    want = [(*row[:3], None) for row in connect(lossy_store).execute(query).fetchall()]
+    assert want and connect(old).execute(query).fetchall() == want
+    files = {table: old.table_files(table) for table in COLUMNS}
+    present = db._present_columns(duckdb.connect(), files)
+    assert "model" not in present["requests"] and "latency_ms" in present["requests"]
+    assert present["requests"] == {c.name for c in COLUMNS["requests"]} - {"model"}
+    gone = {**files, "requests": [*files["requests"], old.root / "requests" / "gone.parquet"]}
+    assert db._present_columns(duckdb.connect(), gone) == {}

@@ -230,38 +230,41 @@ def connect(
     con = duckdb.connect(database)
     con.execute("SET TimeZone = 'UTC'")
     small = 0  # bytes of the tables, counted up to ONE_THREAD_BYTES
+    files = {table: store.table_files(table) for table in COLUMNS}
+    for p in (p for listed in files.values() for p in listed):
+        if small >= ONE_THREAD_BYTES:
+            break
+        try:
+            small += p.stat().st_size
+        except OSError:  # removed since the listing (the daemon's retention)
+            pass
+    present = _present_columns(con, files)
+    statements = []
     for table, columns in COLUMNS.items():
-        files = store.table_files(table)
-        for p in files:
-            if small >= ONE_THREAD_BYTES:
-                break
-            try:
-                small += p.stat().st_size
-            except OSError:  # removed since the listing (the daemon's retention)
-                pass
-        if files:
-            glob = [str(p.resolve()) for p in files] if inline_params else store.table_glob(table)
+        if files[table]:
+            glob = [str(p.resolve()) for p in files[table]] if inline_params else store.table_glob(table)
             hive = "true" if isinstance(glob, str) else "false"  # explicit lists may mix layouts
             source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = {hive}, union_by_name = true)"
-            present = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
+            if table not in present:  # a file went (the daemon's retention): ask the glob
+                present[table] = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             # columns added after a store was written read as NULL, so old stores keep working
             cols = ", ".join(
-                f'"{c.name}"' if c.name in present else f'CAST(NULL AS {_DUCKDB_TYPES[c.type]}) AS "{c.name}"'
+                f'"{c.name}"' if c.name in present[table] else f'CAST(NULL AS {_DUCKDB_TYPES[c.type]}) AS "{c.name}"'
                 for c in columns
             )
-            con.execute(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM {source}")
+            statements.append(f"CREATE OR REPLACE VIEW {table} AS SELECT {cols} FROM {source}")
         else:  # an empty table of the right types, so every query still runs
             cols = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[c.type]}) AS "{c.name}"' for c in columns)
             kind = "TABLE" if inline_params else "VIEW"
-            con.execute(f"DROP VIEW IF EXISTS {table}; DROP TABLE IF EXISTS {table}")
-            con.execute(f"CREATE {kind} {table} AS SELECT {cols} WHERE false")
+            statements.append(f"DROP VIEW IF EXISTS {table}; DROP TABLE IF EXISTS {table}")
+            statements.append(f"CREATE {kind} {table} AS SELECT {cols} WHERE false")
+    con.execute(";\n".join(statements))
     if small < ONE_THREAD_BYTES and not inline_params:
         # a few thousand rows gain no time from a second thread, only its CPU
         con.execute("SET threads = 1")
     merged = dict(DEFAULT_PARAMS)
     merged.update(params or {})
-    for name, value in merged.items():
-        con.execute(f"SET VARIABLE {name} = {_sql_literal(value)}")
+    con.execute(";\n".join(f"SET VARIABLE {name} = {_sql_literal(value)}" for name, value in merged.items()))
     analysis = Analysis(con, store, merged, inline_params=inline_params,
                         materialize=materialize and not inline_params, use_stored=use_stored)
     macros = macros_sql()
@@ -274,6 +277,42 @@ def connect(
     elif macros.strip():
         con.execute(macros)
     return analysis
+
+
+def _present_columns(con: duckdb.DuckDBPyConnection, files: dict[str, list[Path]]) -> dict[str, set[str]]:
+    """The columns each table's files hold (any of them), read from their footers in one
+    query; a table some file of which went since the listing is left out."""
+    table_of = {str(p): table for table, listed in files.items() for p in listed}
+    if not table_of:
+        return {}
+    try:
+        rows = con.execute("SELECT file_name, name, num_children FROM parquet_schema(?)", [list(table_of)]).fetchall()
+    except duckdb.IOException:  # removed since the listing (the daemon's retention)
+        return {}
+    present: dict[str, set[str]] = {}
+    # each file's schema is a tree in depth-first order, its root first: the root's
+    # children are the columns (a nested column's own children are skipped)
+    skip: list[int] = []  # children still to pass under each nested node being skipped
+    for file_name, name, children in rows:
+        if skip:
+            skip[-1] -= 1
+            if children:
+                skip.append(children)
+            while skip and skip[-1] == 0:
+                skip.pop()
+            continue
+        if file_name not in present:  # a file's root: its columns follow
+            present[file_name] = set()
+            continue
+        present[file_name].add(name)
+        if children:
+            skip.append(children)
+    by_table: dict[str, set[str]] = {}
+    for file_name, names in present.items():
+        if file_name not in table_of:  # named otherwise than listed: ask the globs
+            return {}
+        by_table.setdefault(table_of[file_name], set()).update(names)
+    return by_table
 
 
 def export_database(store: StoreLayout, path: Path, params: dict[str, object] | None = None) -> Path:
