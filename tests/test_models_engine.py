@@ -160,3 +160,7 @@ def test_columns_a_store_lacks_read_as_null(tmp_path, lossy_store):
     assert present["requests"] == {c.name for c in COLUMNS["requests"]} - {"model"}
     gone = {**files, "requests": [*files["requests"], old.root / "requests" / "gone.parquet"]}
     assert db._present_columns(duckdb.connect(), gone) == {}
+    # nested columns are one column each, whatever they hold
+    con, nested = duckdb.connect(), tmp_path / "nested.parquet"
+    con.execute(f"COPY (SELECT 1 AS a, {{'x': 1, 'y': [{{'z': 2}}]}} AS s, [3] AS l, 4 AS b) TO '{nested}'")
+    assert db._present_columns(con, {"t": [nested]}) == {"t": {"a", "s", "l", "b"}}

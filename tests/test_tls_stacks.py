@@ -6,10 +6,10 @@ With the key log every request is found with the bars of the cleartext stacks (m
 counts as sent, TTFT within 2 ms median of the client's own); without it the same capture
 gives estimates from the records alone, compared with the decrypted truth: the request
 count, and TTFT / end errors (median and p99), bounded here at what the closing note
-justifies. The first response record is what a keyless estimate can see: over HTTP/2 the
-response's head (tshark's reading with the key log: the HEADERS frame over HTTP/2), which
-these servers write in a record of its own, before the first body byte by as long as the
-scheduler keeps them. Python's OpenSSL client and server over TLS 1.2 ChaCha20-Poly1305 and TLS 1.3
+justifies. The first response record is what a keyless estimate can see: the one that
+carried the response's head (tshark's reading with the key log; the HEADERS frame over
+HTTP/2), which these servers write in a record of its own, before the first body byte by as
+long as the scheduler keeps them. Python's OpenSSL client and server over TLS 1.2 ChaCha20-Poly1305 and TLS 1.3
 decrypt too, also when the same bytes come a few at a time (every record over many
 chunks); cut before its handshake, the connection is estimated and says why."""
 
@@ -195,6 +195,20 @@ def test_real_tls_stack_decrypted_and_estimated(tmp_path, server, http2):
     assert abs(median(end_err)) <= KEYLESS_END_MEDIAN_MS, FIGURES[-1]
 
 
+def _tshark_decrypted(capture: Path, port: int, keylog: Path, show: list[str]) -> list[tuple[int, int, int, list[str]]]:
+    """tshark's reading of the TLS on ``port`` decrypted with the key log: per packet
+    ``show`` selects, its time (ns), source and destination ports and the fields it asks."""
+    r = subprocess.run([rs.TSHARK, "-r", str(capture), "-d", f"tcp.port=={port},tls", "-o", f"tls.keylog_file:{keylog}",
+                        "-T", "fields", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport", *show],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    rows = []
+    for line in r.stdout.splitlines():
+        t, sport, dport, *rest = line.split("\t")
+        rows.append((int(round(float(t) * 1e9)), int(sport), int(dport), rest))
+    return rows
+
+
 def tshark_response_heads(capture: Path, port: int, keylog: Path, http2: bool) -> dict[tuple[int, int], int]:
     """(client port, stream id) -> time (ns) of the record that carried the response's
     head, as tshark decrypts the capture with the key log: the server's first HEADERS
@@ -203,16 +217,10 @@ def tshark_response_heads(capture: Path, port: int, keylog: Path, http2: bool) -
     exchange index n as decrypted HTTP/1.1 numbers them."""
     show = (["-Y", "http2.type == 1", "-e", "http2.streamid", "-e", "http2.type"] if http2
             else ["-o", "http.desegment_body:FALSE", "-Y", "http.response", "-e", "http.response.code"])
-    r = subprocess.run([rs.TSHARK, "-r", str(capture), "-d", f"tcp.port=={port},tls", "-o", f"tls.keylog_file:{keylog}",
-                        "-T", "fields", "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport", *show],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
     heads: dict[tuple[int, int], int] = {}
-    for line in r.stdout.splitlines():
-        t, sport, dport, *rest = line.split("\t")
-        if int(sport) != port:
+    for ns, sport, client, rest in _tshark_decrypted(capture, port, keylog, show):
+        if sport != port:
             continue
-        ns, client = int(round(float(t) * 1e9)), int(dport)
         if http2:
             for sid, typ in zip(rest[0].split(","), rest[1].split(","), strict=True):
                 if typ == "1":
@@ -502,21 +510,15 @@ def tshark_first_server_record_after_request(capture: Path, port: int, keylog: P
     """Each HTTP/1.1 request's time (ns) of the first packet from the server that carries
     a protected record after it, whatever the record holds, as tshark decrypts the capture
     with the key log; in request order."""
-    r = subprocess.run([rs.TSHARK, "-r", str(capture), "-d", f"tcp.port=={port},tls", "-o", f"tls.keylog_file:{keylog}",
-                        "-Y", "tls.record.opaque_type == 23 || http.request", "-T", "fields",
-                        "-e", "frame.time_epoch", "-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "http.request.method"],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    show = ["-Y", "tls.record.opaque_type == 23 || http.request", "-e", "http.request.method"]
     waiting: dict[int, int] = {}  # client port -> index of its request still without a record
     firsts: list[int | None] = []
-    for line in r.stdout.splitlines():
-        t, sport, dport, method = line.split("\t")
-        ns = int(round(float(t) * 1e9))
-        if int(sport) != port and method:
-            waiting[int(sport)] = len(firsts)
+    for ns, sport, dport, (method,) in _tshark_decrypted(capture, port, keylog, show):
+        if sport != port and method:
+            waiting[sport] = len(firsts)
             firsts.append(None)
-        elif int(sport) == port and int(dport) in waiting:
-            firsts[waiting.pop(int(dport))] = ns
+        elif sport == port and dport in waiting:
+            firsts[waiting.pop(dport)] = ns
     assert None not in firsts, firsts
     return firsts  # type: ignore[return-value]
 

@@ -289,30 +289,32 @@ def _present_columns(con: duckdb.DuckDBPyConnection, files: dict[str, list[Path]
         rows = con.execute("SELECT file_name, name, num_children FROM parquet_schema(?)", [list(table_of)]).fetchall()
     except duckdb.IOException:  # removed since the listing (the daemon's retention)
         return {}
-    present: dict[str, set[str]] = {}
-    # each file's schema is a tree in depth-first order, its root first: the root's
-    # children are the columns (a nested column's own children are skipped)
-    skip: list[int] = []  # children still to pass under each nested node being skipped
+    schemas: dict[str, list[tuple[str, int | None]]] = {}  # each file's schema nodes, in order
     for file_name, name, children in rows:
-        if skip:
-            skip[-1] -= 1
-            if children:
-                skip.append(children)
-            while skip and skip[-1] == 0:
-                skip.pop()
-            continue
-        if file_name not in present:  # a file's root: its columns follow
-            present[file_name] = set()
-            continue
-        present[file_name].add(name)
-        if children:
-            skip.append(children)
+        schemas.setdefault(file_name, []).append((name, children))
     by_table: dict[str, set[str]] = {}
-    for file_name, names in present.items():
+    for file_name, nodes in schemas.items():
         if file_name not in table_of:  # named otherwise than listed: ask the globs
             return {}
-        by_table.setdefault(table_of[file_name], set()).update(names)
+        by_table.setdefault(table_of[file_name], set()).update(_top_level(nodes))
     return by_table
+
+
+def _top_level(nodes: list[tuple[str, int | None]]) -> list[str]:
+    """The columns of a Parquet schema given as its nodes in depth-first order, the root
+    first: the root's children, without the nodes under a nested column."""
+    names: list[str] = []
+    skip: list[int] = []  # nodes still to pass under each nested column being skipped
+    for name, children in nodes[1:]:
+        if skip:
+            skip[-1] -= 1
+        else:
+            names.append(name)
+        if children:
+            skip.append(children)
+        while skip and skip[-1] == 0:
+            skip.pop()
+    return names
 
 
 def export_database(store: StoreLayout, path: Path, params: dict[str, object] | None = None) -> Path:
