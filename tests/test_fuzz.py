@@ -4,6 +4,7 @@ problems may come out."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -26,6 +27,18 @@ def test_short_fuzz_run(target):
     assert proc.returncode == 0, proc.stderr[-3000:]
     done = re.search(r"^Done (\d+) runs", proc.stderr, re.M)
     assert done and int(done.group(1)) >= SHORT_RUNS[target], proc.stderr[-2000:]
+
+
+def test_long_runs_go_in_slices():
+    """More inputs than a slice holds run as several processes one after the other (an
+    atheris process grows with its inputs), every slice's figures printed."""
+    pytest.importorskip("atheris", reason="atheris (pip, the test extra) is needed")
+    proc = subprocess.run([sys.executable, "-m", "fuzz", "hpack", "-runs=2500", "-seed=1"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TAILTAP_FUZZ_SLICE": "1000"})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert [int(n) for n in re.findall(r"^Done (\d+) runs", proc.stderr, re.M)] == [1000, 1000, 500], proc.stderr[-2000:]
+    assert "inputs 2,001-2,500 of 2,500" in proc.stderr
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
