@@ -148,7 +148,7 @@ def test_lab_over_tls_decrypted_and_estimated(tmp_path, protocol):
     by 10% at most. More, because httpx may write a request's HEADERS and its DATA in two
     records, and when the server sends a chunk of another stream between them the second
     record reads as a new request; how often depends on the scheduler: 237 to 251 bursts for
-    235 streams over eight runs on a 2-core machine, four of them beside a CPU hog."""
+    235 streams over seven runs on a 2-core machine, five of them beside a CPU hog."""
     pytest.importorskip("uvicorn", reason="needs uvicorn (pip install -e '.[test]')")
     import duckdb
 
