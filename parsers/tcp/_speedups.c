@@ -504,7 +504,6 @@ typedef struct {
 
 /* Those waiting, the connection's handshake RTT (-1: none), _limits.PENDING_RETX_NS and
  * DSACK_GRACE_NS. */
-
 typedef struct {
     Py_ssize_t n, n_in, cap; /* n_in: those given; the run's resends follow, in row order */
     waiting_t *w;
