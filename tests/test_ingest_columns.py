@@ -218,6 +218,58 @@ def test_rates_fold_like_the_bucket_dicts(forward):
     assert written
 
 
+def test_note_rates_folds_every_connection_like_the_bucket_dicts():
+    """One fold of many connections' ACK progress and bytes sent, batch after batch,
+    gives each connection direction what bucket dicts of its own give: bytes and segments
+    summed, the highest offset acked in a bucket, ACKs already folded not counted twice."""
+    import random
+
+    from telemetry.ingest.rates import RATE_BUCKET_NS, note_rates
+    from telemetry.ingest.state import Conn
+
+    rnd = random.Random(5)
+    keys = [0, 3, 7, 40]
+    conns = {k: Conn(k) for k in keys}
+    progress = {(k, d): ([], []) for k in keys for d in (0, 1)}  # each direction's whole ACK log
+    sent: dict[tuple[int, int], dict[int, list[int]]] = {(k, d): {} for k in keys for d in (0, 1)}
+    acked: dict[tuple[int, int], dict[int, int]] = {(k, d): {} for k in keys for d in (0, 1)}
+    clock = {kd: 0 for kd in progress}
+    for step in range(12):
+        rows = []
+        for kd in progress:
+            if rnd.random() < 0.3:
+                continue  # nothing from this direction in the batch
+            ts_log, off_log = progress[kd]
+            for _ in range(rnd.randrange(1, 40)):
+                clock[kd] += rnd.randrange(0, RATE_BUCKET_NS // 3)
+                offset = (off_log[-1] if off_log else 0) + rnd.randrange(0, 3000)
+                ts_log.append(clock[kd])
+                off_log.append(offset)
+                bucket = clock[kd] // RATE_BUCKET_NS
+                acked[kd][bucket] = max(acked[kd].get(bucket, -1), offset)
+            for _ in range(rnd.randrange(0, 30)):  # sent rows: any order, repeated buckets
+                bucket = (step * RATE_BUCKET_NS * 2 + rnd.randrange(0, 3 * RATE_BUCKET_NS)) // RATE_BUCKET_NS
+                nbytes = rnd.randrange(1, 1500)
+                rows.append((kd[0] * 2 + kd[1], bucket, nbytes, 1, -1))
+                got = sent[kd].setdefault(bucket, [0, 0])
+                got[0] += nbytes
+                got[1] += 1
+        rnd.shuffle(rows)
+        columns = tuple(np.array(c, np.int64) for c in zip(*rows, strict=True)) if rows else None
+        note_rates(conns, lambda k, d: tuple(np.array(x, np.int64) for x in progress[(k, d)]), columns)
+        # a batch that brings nothing new folds nothing again
+        note_rates(conns, lambda k, d: tuple(np.array(x, np.int64) for x in progress[(k, d)]), None)
+    for (k, d), by_bucket in acked.items():
+        assert conns[k].rates[d].counted() == len(by_bucket) + len(sent[(k, d)])
+        done = conns[k].rates[d].take(None)
+        buckets = sorted(by_bucket.keys() | sent[(k, d)].keys())
+        assert done.bucket.tolist() == buckets
+        assert done.acked.tolist() == [by_bucket.get(b, -1) for b in buckets]
+        assert done.sent_bytes.tolist() == [sent[(k, d)].get(b, [0, 0])[0] for b in buckets]
+        assert done.sent_pkts.tolist() == [sent[(k, d)].get(b, [0, 0])[1] for b in buckets]
+    assert sum(len(v) for v in acked.values()) > 100
+
+
 def test_c_smoothed_rtt_rounds_like_python():
     import random
 

@@ -39,9 +39,10 @@ from telemetry.ingest.options import IngestOptions, IngestResult
 from telemetry.ingest.rates import (
     RATE_BUCKET_NS,
     RATE_HOLD_NS,
-    count_sent,
     flow_rates_rows,
     flow_rates_table,
+    note_rates,
+    sent_rows,
 )
 from telemetry.ingest.sendlog import SendLog
 from telemetry.ingest.state import Conn, ConnRows, Ready, StreamTimes
@@ -201,14 +202,11 @@ class CapturePipeline:
                         session.feed_run(item)
                     else:
                         session.feed(item)
-            sent = count_sent(chunks)
+            sent = sent_rows(chunks)
             self.sendlog.note_chunks(chunks)
         else:
-            sent = {}
-        for key, conn in self.conns.items():
-            for tcp_dir in (TO_SERVER, TO_CLIENT):
-                ts, off = self.tcp.ack_progress(key, tcp_dir)
-                conn.note_rates(tcp_dir, ts, off, sent.get(key * 2 + tcp_dir))
+            sent = None
+        note_rates(self.conns, self.tcp.ack_progress, sent)
         self._take_tcp_events()
         self._take_messages(self._session_rows())
         waiting: list[tuple[int, Conn]] = []
@@ -283,6 +281,9 @@ class CapturePipeline:
             session.feed(chunk)
         self._take_tcp_events()
         ended = [(summary, *self._end_session(summary)) for summary in summaries]
+        # their last ACK progress into their flow_rates buckets, all together
+        final = {s.conn_key: (conn, s.ack_progress) for s, conn, _result in ended if s.ack_progress is not None}
+        note_rates({key: conn for key, (conn, _acks) in final.items()}, lambda key, tcp_dir: final[key][1][tcp_dir])
         # the closing connections' last message rows together (at the end of a capture,
         # every connection closes at once)
         self._take_messages((conn, result.message_rows) for _s, conn, result in ended
@@ -358,10 +359,6 @@ class CapturePipeline:
             self.issues.extend(result.issues)
             conn.rows.h2.extend(result.h2_events)
             conn.pending_requests.extend(result.requests)
-        if summary.ack_progress is not None:
-            for tcp_dir in (TO_SERVER, TO_CLIENT):
-                ts, off = summary.ack_progress[tcp_dir]
-                conn.note_rates(tcp_dir, ts, off)
         resolve_acks(self.tcp, conn, summary, self.stream_times)
         self.stream_times.forget_connection(conn.key)
         if conn.flip:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -82,6 +82,11 @@ class Rates:
                 acked = np.maximum.reduceat(acked, starts)
         elif not n:
             return
+        self.add_distinct(bucket, sent_bytes, sent_pkts, acked)
+
+    def add_distinct(self, bucket: np.ndarray, sent_bytes: np.ndarray, sent_pkts: np.ndarray,
+                     acked: np.ndarray) -> None:  # fmt: skip
+        """:meth:`add` for rows of distinct buckets in order (at least one)."""
         first = int(bucket[0])
         last = int(self._runs[-1][0][-1]) if self._runs else None  # the last bucket held
         if last is not None and first <= last:
@@ -146,35 +151,69 @@ class Rates:
         return out
 
 
-def count_sent(chunks: list) -> dict[int, tuple[np.ndarray, ...]]:
-    """flow_rates bytes/segments sent per connection direction and bucket, in bulk:
-    conn key * 2 + TCP direction -> (bucket, bytes, segments, -1) rows, by bucket."""
+def sent_rows(chunks: list) -> tuple[np.ndarray, ...] | None:
+    """flow_rates bytes/segments sent of a batch's chunks, as (conn key * 2 + TCP
+    direction, bucket, bytes, segments, -1) rows, a row per chunk or per group of chunks
+    (None: no chunks)."""
     runs = [c for c in chunks if type(c) is ChunkRun]
     singles = [c for c in chunks if type(c) is not ChunkRun] if len(runs) < len(chunks) else []
     parts = [run_sent(runs)] if runs else []
     if singles:
         parts.append(chunk_sent(singles))
-    cd, buckets, nbytes, npkts = concat_columns(parts)
-    if not len(cd):
-        return {}
-    order = np.argsort(cd, kind="stable")
+    if not parts:
+        return None
+    cols = concat_columns(parts) if len(parts) > 1 else parts[0]
+    return (*cols, np.full(len(cols[0]), -1, dtype=np.int64))
+
+
+def note_rates(conns: Mapping[int, Conn], ack_progress: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
+               sent: tuple[np.ndarray, ...] | None = None) -> None:  # fmt: skip
+    """Fold into each connection's flow_rates buckets its ACK progress not seen yet
+    (``ack_progress(conn key, TCP direction)``: ACK times and acked offsets, both
+    non-decreasing) and ``sent`` (:func:`sent_rows`), for all the connections at once:
+    one sort of every row, then one :meth:`Rates.add_distinct` per connection direction
+    with rows (numpy calls per connection cost ~100 us, more than the rows)."""
+    keys: list[int] = []
+    times: list[np.ndarray] = []
+    offsets: list[np.ndarray] = []
+    for key, conn in conns.items():
+        seen_ns = conn.ack_seen_ns
+        for tcp_dir in (TO_SERVER, TO_CLIENT):
+            ts, off = ack_progress(key, tcp_dir)
+            if not len(ts) or ts[-1] <= seen_ns[tcp_dir]:
+                continue  # nothing new in this direction
+            start = int(np.searchsorted(ts, seen_ns[tcp_dir], side="right"))
+            keys.append(key * 2 + tcp_dir)
+            times.append(ts[start:])
+            offsets.append(off[start:])
+            seen_ns[tcp_dir] = int(ts[-1])
+    parts = [] if sent is None else [sent]
+    if keys:
+        cd = np.repeat(np.array(keys, dtype=np.int64), [len(t) for t in times])
+        buckets = np.concatenate(times) // RATE_BUCKET_NS
+        # the last entry of each (direction, bucket) holds its highest offset
+        last = np.flatnonzero(np.append((cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1]), True))
+        zeros = np.zeros(len(last), dtype=np.int64)
+        parts.append((cd[last], buckets[last], zeros, zeros, np.concatenate(offsets)[last].astype(np.int64)))
+    if not parts:
+        return
+    cd, buckets, nbytes, npkts, acked = concat_columns(parts) if len(parts) > 1 else parts[0]
+    order = np.lexsort((buckets, cd))
     cd, buckets = cd[order], buckets[order]
-    # one row per stretch of equal (connection direction, bucket): summed here, for
-    # every connection at once
     change = np.empty(len(cd), dtype=bool)
     change[:1] = True
     change[1:] = (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1])
-    starts = np.flatnonzero(change)
+    starts = np.flatnonzero(change)  # one row per (direction, bucket): sent summed, acked max
     cd, buckets = cd[starts], buckets[starts]
     nbytes = np.add.reduceat(nbytes[order], starts)
     npkts = np.add.reduceat(npkts[order], starts)
-    no_ack = np.full(len(cd), -1, dtype=np.int64)
+    acked = np.maximum.reduceat(acked[order], starts)
     firsts = np.flatnonzero(np.concatenate(([True], cd[1:] != cd[:-1])))
     bounds = [*firsts.tolist(), len(cd)]
-    return {
-        k: (buckets[a:z], nbytes[a:z], npkts[a:z], no_ack[a:z])
-        for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True)
-    }
+    for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True):
+        conn = conns.get(k >> 1)
+        if conn is not None:
+            conn.rates[k & 1].add_distinct(buckets[a:z], nbytes[a:z], npkts[a:z], acked[a:z])
 
 
 def run_sent(runs: list[ChunkRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

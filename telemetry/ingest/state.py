@@ -12,8 +12,7 @@ import numpy as np
 
 from parsers.records import H2Event, RequestRecord, RttRun, RttSample, TcpEvent
 from parsers.session import AppSession
-from telemetry.ingest.columns import concat_columns
-from telemetry.ingest.rates import RATE_BUCKET_NS, Rates
+from telemetry.ingest.rates import Rates
 
 _MSG_FIELDS = ("sid", "idx", "ts", "size", "comp", "end", "gap", "acked", "kind", "tokens")
 _EMPTY_I64 = np.zeros(0, dtype=np.int64)
@@ -192,31 +191,6 @@ class Conn:
     # stream -> ACK time of its first response message (resolved before the request is;
     # NO_TS: not acked)
     first_acked: dict[int, int] = field(default_factory=dict)
-
-    def note_rates(
-        self, tcp_direction: int, ts: np.ndarray, offsets: np.ndarray, sent: tuple[np.ndarray, ...] | None = None
-    ) -> None:
-        """Fold ACK progress not yet seen into the per-bucket highest acked offset, and
-        ``sent`` (a batch's bucket, bytes, segments, -1 rows) with it: one fold a batch."""
-        seen = self.ack_seen_ns[tcp_direction]
-        if sent is None and (not len(ts) or ts[-1] <= seen):
-            return  # nothing new for this connection in the batch
-        rows = [sent] if sent is not None else []
-        start = int(np.searchsorted(ts, seen, side="right"))
-        if start < len(ts):
-            new_ts, new_off = ts[start:], offsets[start:]
-            buckets = new_ts // RATE_BUCKET_NS
-            # last entry of each bucket holds its highest offset (progress is non-decreasing)
-            last = np.flatnonzero(np.append(buckets[1:] != buckets[:-1], True))
-            zeros = np.zeros(len(last), dtype=np.int64)
-            rows.append((buckets[last], zeros, zeros, new_off[last].astype(np.int64)))
-            self.ack_seen_ns[tcp_direction] = int(new_ts[-1])
-        if len(rows) == 2:  # both in bucket order (what Rates.add folds fastest)
-            cols = concat_columns(rows)
-            order = np.argsort(cols[0], kind="stable")
-            rows = [tuple(c[order] for c in cols)]
-        if rows:
-            self.rates[tcp_direction].add(*rows[0])
 
     @property
     def flip(self) -> int:
