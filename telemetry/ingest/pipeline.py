@@ -282,8 +282,9 @@ class CapturePipeline:
         self._take_tcp_events()
         ended = [(summary, *self._end_session(summary)) for summary in summaries]
         # their last ACK progress into their flow_rates buckets, all together
-        final = {s.conn_key: (conn, s.ack_progress) for s, conn, _result in ended if s.ack_progress is not None}
-        note_rates({key: conn for key, (conn, _acks) in final.items()}, lambda key, tcp_dir: final[key][1][tcp_dir])
+        final_acks = {s.conn_key: s.ack_progress for s, _conn, _result in ended if s.ack_progress is not None}
+        note_rates({s.conn_key: conn for s, conn, _result in ended if s.conn_key in final_acks},
+                   lambda key, tcp_dir: final_acks[key][tcp_dir])
         # the closing connections' last message rows together (at the end of a capture,
         # every connection closes at once)
         self._take_messages((conn, result.message_rows) for _s, conn, result in ended
