@@ -255,10 +255,18 @@ def test_note_rates_folds_every_connection_like_the_bucket_dicts():
                 got[0] += nbytes
                 got[1] += 1
         rnd.shuffle(rows)
-        columns = tuple(np.array(c, np.int64) for c in zip(*rows, strict=True)) if rows else None
-        note_rates(conns, lambda k, d: tuple(np.array(x, np.int64) for x in progress[(k, d)]), columns)
-        # a batch that brings nothing new folds nothing again
-        note_rates(conns, lambda k, d: tuple(np.array(x, np.int64) for x in progress[(k, d)]), None)
+        half = len(rows) // 2
+
+        def acks(k: int, d: int) -> tuple[np.ndarray, ...]:
+            return tuple(np.array(x, np.int64) for x in progress[(k, d)])
+
+        def columns(part: list) -> tuple[np.ndarray, ...] | None:
+            return tuple(np.array(c, np.int64) for c in zip(*part, strict=True)) if part else None
+
+        note_rates(conns, acks, columns(rows[:half]))
+        # bytes sent and no ACK progress not folded yet; then nothing new: nothing folded again
+        note_rates(conns, acks, columns(rows[half:]))
+        note_rates(conns, acks, None)
     for (k, d), by_bucket in acked.items():
         assert conns[k].rates[d].counted() == len(by_bucket) + len(sent[(k, d)])
         done = conns[k].rates[d].take(None)

@@ -163,7 +163,24 @@ def sent_rows(chunks: list) -> tuple[np.ndarray, ...] | None:
     if not parts:
         return None
     cols = concat_columns(parts) if len(parts) > 1 else parts[0]
-    return (*cols, np.full(len(cols[0]), -1, dtype=np.int64))
+    # one row per (direction, bucket) already: what note_rates sorts again is then a
+    # bucket's worth of rows per connection direction, not a chunk's (less memory at once)
+    return _by_bucket((*cols, np.full(len(cols[0]), -1, dtype=np.int64)))
+
+
+def _by_bucket(rows: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """(direction key, bucket, bytes, segments, acked offset) rows sorted by direction key
+    and bucket, one per (direction key, bucket): bytes and segments summed, the largest
+    acked offset."""
+    cd, buckets, nbytes, npkts, acked = rows
+    order = np.lexsort((buckets, cd))
+    cd, buckets = cd[order], buckets[order]
+    change = np.empty(len(cd), dtype=bool)
+    change[:1] = True
+    change[1:] = (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1])
+    starts = np.flatnonzero(change)
+    return (cd[starts], buckets[starts], np.add.reduceat(nbytes[order], starts),
+            np.add.reduceat(npkts[order], starts), np.maximum.reduceat(acked[order], starts))  # fmt: skip
 
 
 def note_rates(conns: Mapping[int, Conn], ack_progress: Callable[[int, int], tuple[np.ndarray, np.ndarray]],
@@ -197,17 +214,10 @@ def note_rates(conns: Mapping[int, Conn], ack_progress: Callable[[int, int], tup
         parts.append((cd[last], buckets[last], zeros, zeros, np.concatenate(offsets)[last].astype(np.int64)))
     if not parts:
         return
-    cd, buckets, nbytes, npkts, acked = concat_columns(parts) if len(parts) > 1 else parts[0]
-    order = np.lexsort((buckets, cd))
-    cd, buckets = cd[order], buckets[order]
-    change = np.empty(len(cd), dtype=bool)
-    change[:1] = True
-    change[1:] = (cd[1:] != cd[:-1]) | (buckets[1:] != buckets[:-1])
-    starts = np.flatnonzero(change)  # one row per (direction, bucket): sent summed, acked max
-    cd, buckets = cd[starts], buckets[starts]
-    nbytes = np.add.reduceat(nbytes[order], starts)
-    npkts = np.add.reduceat(npkts[order], starts)
-    acked = np.maximum.reduceat(acked[order], starts)
+    if sent is None:  # the ACK rows alone: grouped by direction, each in bucket order
+        cd, buckets, nbytes, npkts, acked = parts[0]
+    else:
+        cd, buckets, nbytes, npkts, acked = _by_bucket(concat_columns(parts) if len(parts) > 1 else sent)
     firsts = np.flatnonzero(np.concatenate(([True], cd[1:] != cd[:-1])))
     bounds = [*firsts.tolist(), len(cd)]
     for k, a, z in zip(cd[firsts].tolist(), bounds[:-1], bounds[1:], strict=True):
