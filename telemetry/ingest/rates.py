@@ -153,8 +153,8 @@ class Rates:
 
 def sent_rows(chunks: list) -> tuple[np.ndarray, ...] | None:
     """flow_rates bytes/segments sent of a batch's chunks, as (conn key * 2 + TCP
-    direction, bucket, bytes, segments, -1) rows, a row per chunk or per group of chunks
-    (None: no chunks)."""
+    direction, bucket, bytes, segments, -1) rows, one per direction and bucket, in that
+    order (None: no chunks)."""
     runs = [c for c in chunks if type(c) is ChunkRun]
     singles = [c for c in chunks if type(c) is not ChunkRun] if len(runs) < len(chunks) else []
     parts = [run_sent(runs)] if runs else []
@@ -188,8 +188,8 @@ def note_rates(conns: Mapping[int, Conn], ack_progress: Callable[[int, int], tup
     """Fold into each connection's flow_rates buckets its ACK progress not seen yet
     (``ack_progress(conn key, TCP direction)``: ACK times and acked offsets, both
     non-decreasing) and ``sent`` (:func:`sent_rows`), for all the connections at once:
-    one sort of every row, then one :meth:`Rates.add_distinct` per connection direction
-    with rows (numpy calls per connection cost ~100 us, more than the rows)."""
+    one sort of the batch's rows, then one :meth:`Rates.add_distinct` per connection
+    direction with rows (numpy calls per connection cost ~100 us, more than the rows)."""
     keys: list[int] = []
     times: list[np.ndarray] = []
     offsets: list[np.ndarray] = []
