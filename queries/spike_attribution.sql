@@ -3,6 +3,7 @@
 -- all explained delay), and where it concentrates: the top connections, client
 -- addresses, methods and directions (value and number of slow requests with that cause).
 -- depends_on: spikes, slow_requests, request_cause
+-- materialize: session
 WITH slow AS (
     SELECT sp.window_id, sp.window_start, sr.conn_id, sr.stream_id, sr.client_addr, sr.method
     FROM spikes AS sp
