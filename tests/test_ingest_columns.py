@@ -458,3 +458,94 @@ def test_messages_of_many_connections_taken_at_once_as_one_by_one():
             assert sorted(ga) == sorted(gb)
             for sid in ga:
                 assert np.array_equal(np.concatenate(ga[sid]), np.concatenate(gb[sid]))
+
+
+def test_rtt_values_keep_every_sample_up_to_the_bound():
+    """A connection direction keeps every RTT sample while there are at most RTT_KEEP of
+    them, in order: its percentiles are those of all of them, as before the bound."""
+    from telemetry.ingest.state import RTT_KEEP, RttValues
+
+    rng = np.random.default_rng(1)
+    held, added = RttValues(seed=7), []
+    while sum(map(len, added)) < RTT_KEEP - 1000:
+        part = rng.lognormal(1.0, 0.5, int(rng.integers(1, 5000)))
+        held.add(part)
+        added.append(part)
+    part = rng.lognormal(1.0, 0.5, RTT_KEEP - sum(map(len, added)))  # exactly up to the bound
+    held.add(part)
+    added.append(part)
+    every = np.concatenate(added)
+    assert len(held) == RTT_KEEP and np.array_equal(held.values(), every)
+    assert rtt_stats(held.values()) == np.percentile(every, (0, 50, 99)).tolist()
+
+
+def test_rtt_values_past_the_bound_are_a_uniform_sample_of_bounded_size():
+    """Past RTT_KEEP samples a direction holds a uniform sample of RTT_KEEP of them
+    (Algorithm R), whatever the count: memory does not grow with a long connection, and its
+    median and 99th percentile stay close to those of every sample; the same samples give
+    the same sample."""
+    from telemetry.ingest.state import RTT_KEEP, RttValues
+
+    rng = np.random.default_rng(2)
+    n = 12 * RTT_KEEP
+    every = rng.lognormal(1.0, 0.6, n)
+    cuts = np.sort(rng.integers(0, n, 40))
+    held, again = RttValues(seed=11), RttValues(seed=11)
+    for part in np.split(every, cuts):
+        held.add(part)
+        again.add(part)
+    sample = held.values()
+    assert len(held) == n and len(sample) == RTT_KEEP and sample.nbytes == 8 * RTT_KEEP
+    assert np.array_equal(sample, again.values())
+    _lo, p50, p99 = rtt_stats(sample)
+    true50, true99 = np.percentile(every, (50, 99))
+    assert abs(p50 - true50) < 0.02 * true50 and abs(p99 - true99) < 0.05 * true99
+    # uniform over the stream: each twelfth of it holds about a twelfth of the sample
+    position = {v: i for i, v in enumerate(every.tolist())}
+    share = np.bincount(np.array([position[v] for v in sample.tolist()]) * 12 // n, minlength=12) / RTT_KEEP
+    assert np.all(np.abs(share - 1 / 12) < 0.01), share
+
+
+def test_rtt_values_sample_as_algorithm_r_one_sample_at_a_time():
+    """The reservoir taken a batch at a time is Algorithm R run one sample at a time on the
+    same draws: a slot drawn by several samples of a batch keeps the last of them."""
+    from telemetry.ingest.state import RTT_KEEP, RttValues
+
+    rng = np.random.default_rng(3)
+    first, rest = rng.random(RTT_KEEP), rng.random(5 * RTT_KEEP)
+    held = RttValues(seed=5)
+    held.add(first)
+    held.add(rest)
+    slots = np.random.default_rng(5).integers(0, RTT_KEEP + np.arange(len(rest)) + 1)
+    expected = first.copy()
+    for value, slot in zip(rest.tolist(), slots.tolist(), strict=True):
+        if slot < RTT_KEEP:
+            expected[slot] = value
+    assert np.array_equal(held.values(), expected)
+
+
+def test_connection_row_past_the_rtt_bound_reads_the_sample_and_the_running_minimum():
+    """A connection with more RTT samples than RTT_KEEP in a direction: its row's median
+    and 99th percentile are those of the uniform sample, close to those of every sample,
+    and its minimum is the minimum of all of them (the running one), as with fewer."""
+    from parsers.records import TO_CLIENT, TO_SERVER, ConnectionSummary
+    from telemetry.ingest.state import RTT_KEEP, Conn
+    from telemetry.ingest.tables import connection_row
+
+    rng = np.random.default_rng(4)
+    conn = Conn(3)
+    every = {TO_SERVER: rng.lognormal(0.5, 0.3, 1000), TO_CLIENT: rng.lognormal(2.0, 0.7, 4 * RTT_KEEP)}
+    every[TO_CLIENT][int(rng.integers(0, 4 * RTT_KEEP))] = 0.123  # the minimum, wherever it comes
+    for d, values in every.items():
+        for part in np.array_split(values, 9):
+            conn.rtt_values[d].add(part)
+            low = float(part.min())
+            conn.rtt_floor[d] = low if conn.rtt_floor[d] is None else min(conn.rtt_floor[d], low)
+    summary = ConnectionSummary(3, "c3", "10.0.0.1", 40000, "10.0.0.2", 50051, True, 0, 10**9, (1, 1), (0, 0),
+                                True, 0.5, "Sh")  # fmt: skip
+    row = connection_row("cap", conn, summary, "h2", side="server")
+    assert [row[f"rtt_{s}_ms_to_server"] for s in ("min", "p50", "p99")] == rtt_stats(every[TO_SERVER])
+    assert row["rtt_min_ms_to_client"] == 0.123
+    true50, true99 = np.percentile(every[TO_CLIENT], (50, 99))
+    assert abs(row["rtt_p50_ms_to_client"] - true50) < 0.02 * true50
+    assert abs(row["rtt_p99_ms_to_client"] - true99) < 0.05 * true99

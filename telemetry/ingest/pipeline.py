@@ -262,7 +262,7 @@ class CapturePipeline:
                 values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
                 if not len(values):
                     continue
-                conn.rtt_values[tcp_dir].frombytes(values.astype(np.float64, copy=False).tobytes())
+                conn.rtt_values[tcp_dir].add(values)
                 low = float(values.min())  # the running minimum (RTTs are never NaN)
                 floor = conn.rtt_floor[tcp_dir]
                 if floor is None or low < floor:

@@ -167,6 +167,62 @@ class Ready:
     gaps: list[list[np.ndarray] | None]  # each request's response gaps (ns, by batch); None: none
 
 
+# RTT samples a connection keeps per direction for its percentiles (512 KiB of doubles):
+# all of them up to this many, which covers every capture the project measures on (the
+# realistic 10M one: at most 57,778 in a connection direction); past it, a uniform sample
+RTT_KEEP = 65_536
+
+
+class RttValues:
+    """One connection direction's RTT samples (ms), for its median and 99th percentile at
+    close: every sample while there are at most RTT_KEEP, then a uniform sample of
+    RTT_KEEP of them (reservoir sampling: each sample seen so far stays with the same
+    chance), so that a connection open for days holds 512 KiB a direction, not every
+    sample it had.
+    (The minimum is the connection's running one, exact whatever the count.)"""
+
+    __slots__ = ("_all", "_sample", "_seen", "_rng", "_seed")
+
+    def __init__(self, seed: int) -> None:
+        self._all: array | None = array("d")  # every sample, until RTT_KEEP
+        self._sample: np.ndarray | None = None  # the uniform sample, past RTT_KEEP
+        self._seen = 0
+        self._rng: np.random.Generator | None = None
+        self._seed = seed  # (one sample of a connection's samples, the same in every run)
+
+    def __len__(self) -> int:
+        """Samples seen."""
+        return self._seen
+
+    def add(self, values: np.ndarray) -> None:
+        values = values.astype(np.float64, copy=False)
+        if self._all is not None:
+            room = RTT_KEEP - len(self._all)
+            self._all.frombytes(values[:room].tobytes())
+            self._seen += min(len(values), room)
+            if len(values) <= room:
+                return
+            self._sample = np.frombuffer(self._all, dtype=np.float64).copy()
+            self._all, values = None, values[room:]
+        # Algorithm R: the sample numbered t (from 0) takes slot j, drawn uniformly from
+        # [0, t], when j < RTT_KEEP; of the samples drawing the same slot the last one stays
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._seed)
+        slot = self._rng.integers(0, self._seen + np.arange(len(values)) + 1)
+        self._seen += len(values)
+        taken = np.flatnonzero(slot < RTT_KEEP)
+        last = len(taken) - 1 - np.unique(slot[taken][::-1], return_index=True)[1]
+        assert self._sample is not None
+        self._sample[slot[taken[last]]] = values[taken[last]]
+
+    def values(self) -> np.ndarray:
+        """The samples held: every one, or the uniform sample of them."""
+        if self._all is not None:
+            return np.frombuffer(self._all, dtype=np.float64)
+        assert self._sample is not None
+        return self._sample
+
+
 @dataclass
 class Conn:
     key: int
@@ -178,9 +234,8 @@ class Conn:
     # stream -> ns between its consecutive response messages (one array per batch), kept
     # until its request is resolved: the request's gap statistics
     response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    # RTT sample values per TCP direction (for the connection's min/p50/p99); compact
-    # doubles, as every sample of a long connection is kept for its exact percentiles
-    rtt_values: tuple[array, array] = field(default_factory=lambda: (array("d"), array("d")))
+    # RTT sample values per TCP direction, for the connection's p50/p99 (bounded: RttValues)
+    rtt_values: tuple[RttValues, RttValues] = field(init=False)
     rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
     requests: int = 0
     # flow_rates, per TCP direction: new bytes, segments and highest acked offset per bucket
@@ -191,6 +246,9 @@ class Conn:
     # stream -> ACK time of its first response message (resolved before the request is;
     # NO_TS: not acked)
     first_acked: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rtt_values = (RttValues(2 * self.key), RttValues(2 * self.key + 1))
 
     @property
     def flip(self) -> int:
