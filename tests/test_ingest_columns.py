@@ -539,8 +539,6 @@ def test_connection_row_past_the_rtt_bound_reads_the_sample_and_the_running_mini
     for d, values in every.items():
         for part in np.array_split(values, 9):
             conn.rtt_values[d].add(part)
-            low = float(part.min())
-            conn.rtt_floor[d] = low if conn.rtt_floor[d] is None else min(conn.rtt_floor[d], low)
     summary = ConnectionSummary(3, "c3", "10.0.0.1", 40000, "10.0.0.2", 50051, True, 0, 10**9, (1, 1), (0, 0),
                                 True, 0.5, "Sh")  # fmt: skip
     row = connection_row("cap", conn, summary, "h2", side="server")

@@ -259,14 +259,7 @@ class CapturePipeline:
                     arrays.append(np.array(singles[tcp_dir], dtype=np.float64))
                 if not arrays:
                     continue
-                values = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
-                if not len(values):
-                    continue
-                conn.rtt_values[tcp_dir].add(values)
-                low = float(values.min())  # the running minimum (RTTs are never NaN)
-                floor = conn.rtt_floor[tcp_dir]
-                if floor is None or low < floor:
-                    conn.rtt_floor[tcp_dir] = low
+                conn.rtt_values[tcp_dir].add(np.concatenate(arrays) if len(arrays) > 1 else arrays[0])
 
     def _close_all(self, summaries: list[ConnectionSummary]) -> None:
         """Closing a connection settles what the TCP layer still held: verdicts on recent

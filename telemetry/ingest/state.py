@@ -178,10 +178,10 @@ class RttValues:
     close: every sample while there are at most RTT_KEEP, then a uniform sample of
     RTT_KEEP of them (reservoir sampling: each sample seen so far stays with the same
     chance), so that a connection open for days holds 512 KiB a direction, not every
-    sample it had.
-    (The minimum is the connection's running one, exact whatever the count.)"""
+    sample it had; and the minimum of all of them (the direction's RTT floor so far),
+    exact whatever the count."""
 
-    __slots__ = ("_all", "_sample", "_seen", "_rng", "_seed")
+    __slots__ = ("_all", "_sample", "_seen", "_rng", "_seed", "low")
 
     def __init__(self, seed: int) -> None:
         self._all: array | None = array("d")  # every sample, until RTT_KEEP
@@ -189,13 +189,19 @@ class RttValues:
         self._seen = 0
         self._rng: np.random.Generator | None = None
         self._seed = seed  # (one sample of a connection's samples, the same in every run)
+        self.low: float | None = None  # the running minimum (RTTs are never NaN)
 
     def __len__(self) -> int:
         """Samples seen."""
         return self._seen
 
     def add(self, values: np.ndarray) -> None:
+        if not len(values):
+            return
         values = values.astype(np.float64, copy=False)
+        low = float(values.min())
+        if self.low is None or low < self.low:
+            self.low = low
         if self._all is not None:
             room = RTT_KEEP - len(self._all)
             self._all.frombytes(values[:room].tobytes())
@@ -234,9 +240,8 @@ class Conn:
     # stream -> ns between its consecutive response messages (one array per batch), kept
     # until its request is resolved: the request's gap statistics
     response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
-    # RTT sample values per TCP direction, for the connection's p50/p99 (bounded: RttValues)
+    # RTT samples per TCP direction, for the connection's min, p50 and p99 (bounded: RttValues)
     rtt_values: tuple[RttValues, RttValues] = field(init=False)
-    rtt_floor: list[float | None] = field(default_factory=lambda: [None, None])  # running minimum
     requests: int = 0
     # flow_rates, per TCP direction: new bytes, segments and highest acked offset per bucket
     rates: tuple[Rates, Rates] = field(default_factory=lambda: (Rates(), Rates()))
@@ -255,7 +260,7 @@ class Conn:
         return int(self.session.flipped) if self.session is not None else 0
 
     def rtt_floor_ms(self, tcp_direction: int) -> float | None:
-        return self.rtt_floor[tcp_direction]
+        return self.rtt_values[tcp_direction].low
 
     def rate_buckets(self) -> int:
         return self.rates[0].counted() + self.rates[1].counted()

@@ -241,7 +241,7 @@ def connection_row(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: 
         held = conn.rtt_values[tcp_dir]
         stats = rtt_stats(held.values()) if len(held) else [None] * 3
         if len(held) > RTT_KEEP:  # p50 and p99 of a uniform sample; the minimum of all of them
-            stats[0] = conn.rtt_floor[tcp_dir]
+            stats[0] = held.low
         for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
             row[f"rtt_{stat}_ms_{name}"] = value
         floors[name] = stats[0]
