@@ -168,10 +168,11 @@ class Ready:
 
 
 # RTT samples a connection keeps per direction for its percentiles (128 KiB of doubles):
-# all of them up to this many, which covers every sample and lab capture (at most 10,395 in
-# a connection direction) and the realistic 1M one (6,463); past it, a uniform sample. A
-# bigger bound keeps memory growing with the capture for longer: with 65,536 the samples
-# of the realistic 10M capture (200 connections) held 48 MiB at its end against 25 MiB
+# all of them up to this many, which covers every capture of samples/ and of the shared
+# public ones (at most 10,395 in a connection direction) and the realistic 1M one (6,463);
+# past it, a uniform sample. A bigger bound keeps memory growing with the capture for
+# longer: with 65,536 the samples of the realistic 10M capture (200 connections) held
+# 48 MiB at its end against 25 MiB
 RTT_KEEP = 16_384
 
 
