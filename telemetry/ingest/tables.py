@@ -35,7 +35,7 @@ from telemetry.ingest.columns import (
 )
 from telemetry.ingest.joins import gap_stats
 from telemetry.ingest.sendlog import KIND_NAMES as SEND_KINDS
-from telemetry.ingest.state import RTT_KEEP, Conn, Msgs, Ready
+from telemetry.ingest.state import Conn, Msgs, Ready
 from telemetry.store.parquet import TEXT, table_from_columns
 
 APP_THROTTLE_HTTP = (429, 503)
@@ -240,8 +240,8 @@ def connection_row(capture_id: str, conn: Conn, s: ConnectionSummary, protocol: 
         name = DIRECTION_NAMES[tcp_dir ^ conn.flip]
         held = conn.rtt_values[tcp_dir]
         stats = rtt_stats(held.values()) if len(held) else [None] * 3
-        if len(held) > RTT_KEEP:  # p50 and p99 of a uniform sample; the minimum of all of them
-            stats[0] = held.low
+        # the minimum of every sample seen (past the bound the uniform sample may not hold it)
+        stats[0] = held.low
         for stat, value in zip(("min", "p50", "p99"), stats, strict=True):
             row[f"rtt_{stat}_ms_{name}"] = value
         floors[name] = stats[0]
