@@ -27,7 +27,7 @@ from test_split import table_rows
 
 from parsers.capture import CaptureDecoder
 from parsers.tcp import _analyzer
-from telemetry.ingest import IngestOptions, ingest_file, pipeline
+from telemetry.ingest import IngestOptions, ingest_file, pipeline, source
 from telemetry.store.parquet import Store
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
@@ -47,6 +47,30 @@ def test_small_batches_store_the_same_rows(sample, tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
     small = _ingest(capture, tmp_path / "small")
     assert whole["requests"] and whole["rtt_samples"]
+    for table, rows in whole.items():
+        assert small[table] == rows, table
+
+
+def test_a_batch_is_let_go_before_the_next_is_handed_out(tmp_path, monkeypatch):
+    """A file is read a chunk at a time and each chunk's batches are processed before the
+    next chunk is read; the reader lets go of them first, so when the decoder hands out
+    the next batch no earlier one holds an input store: the one the last batch had is
+    reused, and a file is read with two stores, not three (95 MiB each at the default
+    batch size). The rows are those of one batch."""
+    capture = SAMPLES / "loss_burst" / "capture.pcap"
+    whole = _ingest(capture, tmp_path / "whole")
+    monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
+    monkeypatch.setattr(source, "CHUNK_BYTES", 64 << 10)
+    in_use: list[int] = []  # at each hand-out: retired stores an earlier batch still holds
+    spare = CaptureDecoder._spare
+
+    def spy(self: CaptureDecoder, size: int):
+        in_use.append(sum(buf() is not None for _, buf in self._retired))
+        return spare(self, size)
+
+    monkeypatch.setattr(CaptureDecoder, "_spare", spy)
+    small = _ingest(capture, tmp_path / "small")
+    assert len(in_use) >= 20 and not any(in_use), in_use
     for table, rows in whole.items():
         assert small[table] == rows, table
 

@@ -62,8 +62,10 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
             except CaptureFormatError as exc:
                 result.error = f"{path}: {exc}"
                 return
-            for batch in batches:
-                pipeline.process(batch)
+            # popped, not iterated: a processed batch's buffer is then free before the next
+            # feed hands out a store, and the decoder reuses it instead of a new one
+            while batches:
+                pipeline.process(batches.pop(0))
             if progress is not None:
                 progress(raw.tell(), decoder.packets_read)
         try:
