@@ -787,3 +787,42 @@ def test_mangled_bytes_same_with_and_without_c(monkeypatch, seed):
         chunks.append(PayloadChunk(c.conn_key, c.direction, bytes(b), c.ts_ns, c.frame_no, c.stream_offset))
     _assert_same_whole(chunks, monkeypatch)
     assert _run(chunks, False, monkeypatch, runs=True) == _run(chunks, True, monkeypatch)
+
+
+def test_huffman_strings_decode_as_hpack_decodes() -> None:
+    """The C Huffman decoder walks hpack's own state machine: RFC 7541's examples (C.4),
+    20,000 random strings hpack's encoder coded, and 20,000 random byte strings (many of
+    them no valid code) give hpack's bytes, or None exactly where hpack raises; the header
+    decoder then lets hpack raise its own error."""
+    from hpack.exceptions import HPACKDecodingError
+    from hpack.huffman import HuffmanEncoder
+    from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
+    from hpack.huffman_table import decode_huffman
+
+    from parsers.h2 import _hpack
+
+    c_huffman = _conn._speedups.huffman
+    rfc = {"f1e3c2e5f23a6ba0ab90f4ff": b"www.example.com", "a8eb10649cbf": b"no-cache",
+           "25a849e95ba97d7f": b"custom-key", "25a849e95bb8e8b4bf": b"custom-value"}  # fmt: skip
+    for coded, text in rfc.items():
+        assert c_huffman(bytes.fromhex(coded)) == text
+    encoder = HuffmanEncoder(REQUEST_CODES, REQUEST_CODES_LENGTH)
+    rng = random.Random(7)
+    for _ in range(20_000):
+        text = rng.randbytes(rng.randrange(0, 64))
+        coded = encoder.encode(text)
+        assert c_huffman(memoryview(coded)) == text == decode_huffman(coded)
+    declined = 0
+    for _ in range(20_000):
+        raw = rng.randbytes(rng.randrange(0, 12))
+        try:
+            want = decode_huffman(raw)
+        except HPACKDecodingError:
+            want = None
+        got = c_huffman(memoryview(raw))
+        assert got == want, raw.hex()
+        declined += got is None
+    assert 1_000 < declined < 19_000, declined
+    assert _hpack._huffman is not decode_huffman  # the header decoder uses the C one
+    with pytest.raises(HPACKDecodingError, match="Invalid Huffman string"):
+        _hpack._huffman(memoryview(b"\xff\xff\xff\xff"))  # EOS inside a string

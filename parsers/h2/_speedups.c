@@ -1936,6 +1936,74 @@ python:
     Py_RETURN_NONE;
 }
 
+/* ---- HPACK Huffman strings (RFC 7541 5.2) ----
+ *
+ * hpack's own decoder (hpack.huffman_table.decode_huffman) walks a nibble state machine
+ * in Python, about 20 us a header string: a capture of thousands of connections decodes
+ * tens of thousands of them (each connection's first requests are literals). This walks
+ * the same table, handed over once by huffman_init, so it decodes exactly what hpack
+ * decodes; it declines (None) where hpack raises, and the caller lets hpack say why. */
+
+enum { HUFF_COMPLETE = 1, HUFF_EMIT = 2, HUFF_FAIL = 4 };
+static uint8_t huff_next[4096], huff_flags[4096], huff_sym[4096];
+static int huff_ready;
+
+static PyObject *huffman_init(PyObject *self, PyObject *arg) {
+    Py_buffer t;
+    if (PyObject_GetBuffer(arg, &t, PyBUF_SIMPLE) < 0) return NULL;
+    if (t.len != 3 * 4096) {
+        PyBuffer_Release(&t);
+        PyErr_SetString(PyExc_ValueError, "huffman_init: 4096 (state, flags, symbol) entries expected");
+        return NULL;
+    }
+    const uint8_t *b = t.buf;
+    for (int i = 0; i < 4096; i++) {
+        huff_next[i] = b[3 * i];
+        huff_flags[i] = b[3 * i + 1];
+        huff_sym[i] = b[3 * i + 2];
+    }
+    PyBuffer_Release(&t);
+    huff_ready = 1;
+    Py_RETURN_NONE;
+}
+
+static PyObject *huffman(PyObject *self, PyObject *arg) {
+    if (!huff_ready) {
+        PyErr_SetString(PyExc_RuntimeError, "huffman: huffman_init was not called");
+        return NULL;
+    }
+    Py_buffer in;
+    if (PyObject_GetBuffer(arg, &in, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *p = in.buf;
+    Py_ssize_t n = in.len;
+    /* a nibble emits at most one symbol */
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n ? 2 * n : 0);
+    if (out == NULL || n == 0) {
+        PyBuffer_Release(&in);
+        return out;
+    }
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(out);
+    Py_ssize_t k = 0;
+    unsigned state = 0, flags = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        for (int half = 0; half < 2; half++) {
+            unsigned idx = state * 16 + (half ? (p[i] & 0x0F) : (p[i] >> 4));
+            flags = huff_flags[idx];
+            if (flags & HUFF_FAIL) goto decline;
+            if (flags & HUFF_EMIT) o[k++] = huff_sym[idx];
+            state = huff_next[idx];
+        }
+    }
+    if (!(flags & HUFF_COMPLETE)) goto decline;
+    PyBuffer_Release(&in);
+    if (_PyBytes_Resize(&out, k) < 0) return NULL;
+    return out;
+decline:
+    PyBuffer_Release(&in);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"sent_runs", (PyCFunction)(void (*)(void))sent_runs, METH_FASTCALL,
      "sent_runs(chunks, bucket_ns): {(key, bucket): (bytes, chunks)} over the chunks."},
@@ -1948,6 +2016,10 @@ static PyMethodDef methods[] = {
      "to_records(streams, conn_key, client): Stream.to_record over a list of streams."},
     {"feed_chunk", (PyCFunction)(void (*)(void))feed_chunk, METH_FASTCALL,
      "feed_chunk(conn, chunk): H2Connection.feed_chunk with the whole-message DATA case in C."},
+    {"huffman_init", (PyCFunction)huffman_init, METH_O,
+     "huffman_init(table): hpack's Huffman state machine, (state, flags, symbol) bytes per entry."},
+    {"huffman", (PyCFunction)huffman, METH_O,
+     "huffman(data): the Huffman-coded string decoded as hpack decodes it, or None where hpack raises."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
      "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk): the classes whose slots it reads."},
     {NULL, NULL, 0, NULL},
