@@ -37,7 +37,7 @@ class FileStore(Store):
 
 def _overlapping_captures(store: Store, capture_id: str, staged: dict[str, list[Path]]) -> list[str]:
     """Committed captures whose time span overlaps what the new capture's requests look at."""
-    import duckdb
+    from telemetry.models.db import duckdb
 
     committed = store.table_files("captures")
     if not committed or not staged.get("captures"):
