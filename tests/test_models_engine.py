@@ -155,12 +155,42 @@ def test_columns_a_store_lacks_read_as_null(tmp_path, lossy_store):
     want = [(*row[:3], None) for row in connect(lossy_store).execute(query).fetchall()]
     assert want and connect(old).execute(query).fetchall() == want
     files = {table: old.table_files(table) for table in COLUMNS}
-    present = db._present_columns(duckdb.connect(), files)
+    present, uniform = db._present_columns(duckdb.connect(), files)
     assert "model" not in present["requests"] and "latency_ms" in present["requests"]
     assert present["requests"] == {c.name for c in COLUMNS["requests"]} - {"model"}
+    assert "requests" in uniform  # every file lacks it alike
     gone = {**files, "requests": [*files["requests"], old.root / "requests" / "gone.parquet"]}
-    assert db._present_columns(duckdb.connect(), gone) == {}
+    assert db._present_columns(duckdb.connect(), gone) == ({}, set())
     # nested columns are one column each, whatever they hold
     con, nested = duckdb.connect(), tmp_path / "nested.parquet"
     con.execute(f"COPY (SELECT 1 AS a, {{'x': 1, 'y': [{{'z': 2}}]}} AS s, [3] AS l, 4 AS b) TO '{nested}'")
-    assert db._present_columns(con, {"t": [nested]}) == {"t": {"a", "s", "l", "b"}}
+    assert db._present_columns(con, {"t": [nested]}) == ({"t": {"a", "s", "l", "b"}}, {"t"})
+
+
+@needs_samples
+def test_a_table_whose_files_differ_is_read_by_column_name(tmp_path, lossy_store):
+    """Files of one table written by different versions (here: one without ``model``, its
+    columns in another order) are matched by column name; files that all share one schema
+    are read with the first one's, which is quicker, with the same answer."""
+    import duckdb
+    import pyarrow.parquet as pq
+
+    from telemetry.models import db
+    from telemetry.store.schema import COLUMNS
+
+    mixed = Store(tmp_path / "mixed")
+    shutil.copytree(lossy_store.root, mixed.root)
+    shutil.rmtree(mixed.root / MODELS)
+    (path,) = mixed.table_files("requests")
+    table = pq.read_table(path)
+    half = table.num_rows // 2
+    pq.write_table(table.slice(0, half), path)
+    older = table.slice(half).drop_columns(["model"])
+    pq.write_table(older.select(older.column_names[::-1]), path.with_name("older-00001.parquet"))
+    present, uniform = db._present_columns(duckdb.connect(), {t: mixed.table_files(t) for t in COLUMNS})
+    assert "requests" not in uniform and "messages" in uniform and "model" in present["requests"]
+    # (the lab's requests name no model: every column read is as it was)
+    query = "SELECT conn_id, stream_id, method, request_start, latency_ms, model FROM requests ORDER BY ALL"
+    whole = connect(lossy_store).execute(query).fetchall()
+    assert len(whole) > 100 and connect(mixed).execute(query).fetchall() == whole
+    assert _rows(connect(mixed), "request_metrics") == _rows(connect(lossy_store), "request_metrics")

@@ -253,13 +253,17 @@ def connect(
             small += p.stat().st_size
         except OSError:  # removed since the listing (the daemon's retention)
             pass
-    present = _present_columns(con, files)
+    present, uniform = _present_columns(con, files)
     statements = []
     for table, columns in COLUMNS.items():
         if files[table]:
             glob = [str(p.resolve()) for p in files[table]] if inline_params else store.table_glob(table)
             hive = "true" if isinstance(glob, str) else "false"  # explicit lists may mix layouts
-            source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = {hive}, union_by_name = true)"
+            # files of one schema are read with the first one's; matching every file's
+            # columns by name (a store written by several versions) costs ~2 ms more at
+            # every read of the view, dozens of which make the analysis
+            by_name = "false" if table in uniform else "true"
+            source = f"read_parquet({_sql_literal(glob)}, hive_partitioning = {hive}, union_by_name = {by_name})"
             if table not in present:  # a file went (the daemon's retention): ask the glob
                 present[table] = {row[0] for row in con.execute(f"DESCRIBE SELECT * FROM {source}").fetchall()}
             # columns added after a store was written read as NULL, so old stores keep working
@@ -294,25 +298,32 @@ def connect(
     return analysis
 
 
-def _present_columns(con: duckdb.DuckDBPyConnection, files: dict[str, list[Path]]) -> dict[str, set[str]]:
-    """The columns each table's files hold (any of them), read from their footers in one
-    query; a table some file of which went since the listing is left out."""
+def _present_columns(
+    con: duckdb.DuckDBPyConnection, files: dict[str, list[Path]]
+) -> tuple[dict[str, set[str]], set[str]]:
+    """The columns each table's files hold (any of them), and the tables whose files all
+    have one schema (the same columns, types and order), read from their footers in one
+    query; a table some file of which went since the listing is in neither."""
     table_of = {str(p): table for table, listed in files.items() for p in listed}
     if not table_of:
-        return {}
+        return {}, set()
     try:
-        rows = con.execute("SELECT file_name, name, num_children FROM parquet_schema(?)", [list(table_of)]).fetchall()
+        rows = con.execute(
+            "SELECT file_name, name, num_children, duckdb_type, repetition_type FROM parquet_schema(?)", [list(table_of)]
+        ).fetchall()
     except duckdb.IOException:  # removed since the listing (the daemon's retention)
-        return {}
-    schemas: dict[str, list[tuple[str, int | None]]] = {}  # each file's schema nodes, in order
-    for file_name, name, children in rows:
-        schemas.setdefault(file_name, []).append((name, children))
+        return {}, set()
+    schemas: dict[str, list[tuple]] = {}  # each file's schema nodes, in order
+    for file_name, name, children, *kind in rows:
+        schemas.setdefault(file_name, []).append((name, children, *kind))
     by_table: dict[str, set[str]] = {}
+    schemas_of: dict[str, set[tuple]] = {}
     for file_name, nodes in schemas.items():
         if file_name not in table_of:  # named otherwise than listed: ask the globs
-            return {}
-        by_table.setdefault(table_of[file_name], set()).update(_top_level(nodes))
-    return by_table
+            return {}, set()
+        by_table.setdefault(table_of[file_name], set()).update(_top_level([n[:2] for n in nodes]))
+        schemas_of.setdefault(table_of[file_name], set()).add(tuple(nodes[1:]))  # the root's name varies
+    return by_table, {table for table, kinds in schemas_of.items() if len(kinds) == 1}
 
 
 def _top_level(nodes: list[tuple[str, int | None]]) -> list[str]:
