@@ -4,6 +4,7 @@ same answer as computing them from the tables."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -194,3 +195,32 @@ def test_a_table_whose_files_differ_is_read_by_column_name(tmp_path, lossy_store
     whole = connect(lossy_store).execute(query).fetchall()
     assert len(whole) > 100 and connect(mixed).execute(query).fetchall() == whole
     assert _rows(connect(mixed), "request_metrics") == _rows(connect(lossy_store), "request_metrics")
+
+
+@needs_samples
+def test_a_model_past_the_memory_bound_is_stored_all_the_same(tmp_path, lossy_store, monkeypatch):
+    """DuckDB spills what does not fit in DERIVE_MEMORY_MB, but not every operator can (a
+    quantile keeps every value of its group): a model that runs out of it is computed again
+    within twice as much, and so on, and stored, the same rows, and the user is told. (A
+    4 MB bound makes the lab capture's client_read run out, as 512 MB would path_rtt's
+    quantiles past some 15M packets.)"""
+    from telemetry.models import stored
+
+    monkeypatch.setattr(stored, "DERIVE_MEMORY_MB", 4)
+    store = Store(tmp_path / "store")
+    result = ingest_file(SAMPLES / "loss_burst" / "capture.pcap", store, IngestOptions())
+    assert result.error is None
+    (issue,) = [i for i in result.issues if i.kind == "analysis_memory"]
+    assert "its 4 MB" in issue.message
+    grown = re.search(r"client_read: within (\d+) MB", issue.message)
+    assert grown and int(grown.group(1)) in (8, 16, 32), issue.message
+    assert not [i for i in result.issues if i.kind == "analysis_not_stored"]
+    (capture_id,) = store.capture_ids()
+    for name in CAPTURE_MODELS:
+        assert list(store.kept_model_files(capture_id, name)), name
+        assert _rows(connect(store), name) == _rows(connect(lossy_store), name)
+    # past the last grown bound: without one
+    monkeypatch.setattr(stored, "GROWN_BOUNDS", 0)
+    result = ingest_file(SAMPLES / "loss_burst" / "capture.pcap", Store(tmp_path / "again"), IngestOptions())
+    (issue,) = [i for i in result.issues if i.kind == "analysis_memory"]
+    assert "client_read: without a bound" in issue.message

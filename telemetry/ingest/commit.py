@@ -30,13 +30,18 @@ def derive(writer: CaptureWriter, result: IngestResult) -> dict[Path, Path]:
     """The models kept with the capture, computed from its written files (imported here:
     DuckDB is not loaded until the capture's rows are written). If they cannot be computed
     the capture is stored without them, with a warning: queries then compute them when read."""
-    from telemetry.models.stored import store_capture_models
+    from telemetry.models.stored import DERIVE_MEMORY_MB, store_capture_models
 
+    outgrown: list[str] = []
     try:
-        return store_capture_models(writer)
+        stored = store_capture_models(writer, outgrown)
     except Exception as exc:  # noqa: BLE001 - the rows are good; only the stored analysis is missing
         result.issues.append(DecodeIssue("analysis_not_stored", 0, f"analysis not stored with the capture ({str(exc).splitlines()[0]}); queries compute it when read"))
         return {}
+    if outgrown:
+        result.issues.append(DecodeIssue(
+            "analysis_memory", 0, f"the analysis needed more than its {DERIVE_MEMORY_MB} MB of memory ({'; '.join(outgrown)})"))
+    return stored
 
 
 CLOSING_SUFFIX = "#close"  # path of the captures row of a chain's closing commit

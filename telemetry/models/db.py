@@ -91,6 +91,14 @@ def _inline(sql: str, params: dict[str, object]) -> str:
     return _GETVARIABLE.sub(lambda m: _sql_literal(params.get(m.group(1))), sql)
 
 
+class ModelError(RuntimeError):
+    """A model's SQL failed: the message names its file; DuckDB's error is the cause."""
+
+    def __init__(self, model: Model, error: duckdb.Error) -> None:
+        super().__init__(f"queries/{model.path.name}: {error}")
+        self.model = model.name
+
+
 class Analysis:
     """A DuckDB connection over a store on which every queries/ model can be read by name:
     :meth:`execute` defines the models a query names (and what they read) first. Other
@@ -171,7 +179,7 @@ class Analysis:
         try:
             self.con.execute(f"CREATE OR REPLACE {kind} {model.name} AS {sql}")
         except duckdb.Error as exc:
-            raise RuntimeError(f"queries/{model.path.name}: {exc}") from exc
+            raise ModelError(model, exc) from exc
         self._defined.add(model.name)
 
     def _resolve_settings(self) -> None:

@@ -13,12 +13,21 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from telemetry.store.parquet import CaptureWriter, Store
 from telemetry.store.schema import TABLES
 
+if TYPE_CHECKING:
+    from telemetry.models.db import Analysis
+
 LOOKBACK_NS = 60_000_000_000  # the longest trailing window a model looks back over (rtt_floor)
-DERIVE_MEMORY = "512MB"  # DuckDB's share while a capture's models are computed (it spills beyond)
+# DuckDB's share while a capture's models are computed: it spills beyond, except the state of
+# an aggregate that keeps every value of a group (quantile_cont: path_rtt's RTT samples took
+# 256-384 MB at 10M packets); a model that does not fit is computed again within twice as
+# much, up to GROWN_BOUNDS times, then without a bound
+DERIVE_MEMORY_MB = 512
+GROWN_BOUNDS = 3
 
 
 class FileStore(Store):
@@ -77,9 +86,10 @@ def _exact_select(con, name: str) -> str:
     ) + f" FROM {name}"
 
 
-def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
+def store_capture_models(writer: CaptureWriter, outgrown: list[str] | None = None) -> dict[Path, Path]:
     """Compute the capture-kept models for the capture ``writer`` is about to commit (its
-    files written and closed) into its staging folder; returns staging file -> place."""
+    files written and closed) into its staging folder; returns staging file -> place.
+    ``outgrown`` gets what needed more than DERIVE_MEMORY_MB (see :func:`_define_within`)."""
     from telemetry.models.catalogue import stored_key
     from telemetry.models.db import DEFAULT_PARAMS, connect
 
@@ -94,14 +104,16 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
     spill = writer.stage_path(Path("duckdb-spill"))
     # the models read the capture's few files again and again: their Parquet footers once
     # (DuckDB checks a file did not change; the cache goes with this short-lived connection)
-    analysis.con.execute(f"SET memory_limit = '{DERIVE_MEMORY}'; SET temp_directory = '{spill}'; "
+    analysis.con.execute(f"SET temp_directory = '{spill}'; "
                          "SET preserve_insertion_order = false; SET parquet_metadata_cache = true")
     out: dict[Path, Path] = {}
     try:
         for model in analysis.models.values():
             if model.materialize != "capture":
                 continue
-            analysis.define([model.name])
+            grown = _define_within(analysis, model.name)
+            if grown and outgrown is not None:
+                outgrown.append(grown)
             key = stored_key(analysis.models, model.name, DEFAULT_PARAMS)
             place = store.model_file(key, model.name, capture_id).relative_to(store.root)
             path = writer.stage_path(place)
@@ -111,3 +123,31 @@ def store_capture_models(writer: CaptureWriter) -> dict[Path, Path]:
         analysis.close()
         shutil.rmtree(spill, ignore_errors=True)
     return out
+
+
+def _define_within(analysis: Analysis, name: str) -> str | None:
+    """Define model ``name`` (and what it reads) within DERIVE_MEMORY_MB; where DuckDB runs
+    out of it, again within twice as much, and so on, at last without a bound (left
+    unstored, the model would be computed by every later query, unbounded). Returns, when
+    the bound grew, the model that ran out and the bound it was computed within."""
+    from telemetry.models.db import ModelError, duckdb
+
+    ran_out = None
+    limit_mb: int | None = DERIVE_MEMORY_MB
+    try:
+        while True:
+            analysis.con.execute(f"SET memory_limit = '{limit_mb}MB'" if limit_mb else "RESET memory_limit")
+            try:
+                analysis.define([name])
+                break
+            except ModelError as exc:
+                if limit_mb is None or not isinstance(exc.__cause__, duckdb.OutOfMemoryException):
+                    raise
+                ran_out = ran_out or exc.model
+                grown = 2 * limit_mb
+                limit_mb = grown if grown <= DERIVE_MEMORY_MB << GROWN_BOUNDS else None
+    finally:
+        analysis.con.execute(f"SET memory_limit = '{DERIVE_MEMORY_MB}MB'")
+    if ran_out is None:
+        return None
+    return f"{ran_out}: within {limit_mb} MB" if limit_mb else f"{ran_out}: without a bound"
