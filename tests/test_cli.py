@@ -327,3 +327,36 @@ def test_a_table_narrower_than_its_title_keeps_the_title_on_one_line(tmp_path):
     proc = run("sql", "--store", str(store), "SELECT 1")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0].strip() == "result", proc.stdout
+
+
+def test_on_a_terminal_the_bar_says_what_follows_the_reading(tmp_path):
+    """On a terminal the progress bar follows the reading, then names what the seconds
+    after it go to (finishing the connections, analysing), before the report. The bar is
+    drawn from 8 MiB of input: here from the first byte, on a lab capture."""
+    import pty
+    import select
+
+    code = ("import sys, telemetry.cli.analyze as a; a.PROGRESS_MIN_BYTES = 0; "
+            "from telemetry.cli.main import main; sys.argv[0] = 'tailtap'; main()")
+    capture = SAMPLES / "loss_burst" / "capture.pcap"
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-c", code, "analyze", str(capture), "--out", str(tmp_path / "s")],
+                            stdin=terminal, stdout=terminal, stderr=terminal, close_fds=True,
+                            env={**os.environ, "COLUMNS": "150", "TERM": "xterm"})
+    os.close(terminal)
+    shown = b""
+    try:
+        while select.select([master], [], [], 120)[0]:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # the terminal closed with the command's end
+                break
+            if not chunk:
+                break
+            shown += chunk
+    finally:
+        os.close(master)
+    assert proc.wait(timeout=60) == 0
+    text = shown.decode(errors="replace")
+    assert "Traceback" not in text
+    assert text.index("reading") < text.index("finishing") < text.index("analysing") < text.index("why p99 went bad"), text

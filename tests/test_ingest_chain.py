@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from telemetry.ingest import CLOSING_SUFFIX, IngestChain, closing_id, ingest_file
+from telemetry.ingest import (
+    ANALYSING,
+    CLOSING_SUFFIX,
+    FINISHING,
+    IngestChain,
+    closing_id,
+    ingest_file,
+)
 from telemetry.models.db import connect
 from telemetry.store.parquet import Store
 
@@ -148,3 +155,17 @@ def test_ingest_file_is_a_chain_of_one(tmp_path, whole):
     for table in TABLES:
         assert _rows(store, table) == _rows(whole, table), table
     assert result.requests == connect(whole).execute("SELECT requests FROM captures").fetchone()[0]
+
+
+def test_what_follows_the_reading_is_said_as_it_begins(tmp_path):
+    """After the last progress tick come seconds of work on a big capture (on the realistic
+    10M one, 20 s after 30 s of reading): each stage is said as it begins, FINISHING (the open connections
+    closed, their last rows written), then ANALYSING (the models kept with the capture),
+    both before the commit puts the capture in the store."""
+    store = Store(tmp_path / "store")
+    said: list[tuple[str, object]] = []
+    result = ingest_file(BASELINE, store, progress=lambda pos, packets: said.append(("read", packets)),
+                         stage=lambda name: said.append((name, store.capture_ids())))
+    assert result.error is None and store.capture_ids()
+    assert said[0][0] == "read" and said[-3][0] == "read"
+    assert said[-2:] == [(FINISHING, []), (ANALYSING, [])]

@@ -146,9 +146,12 @@ def run_analyze(
                 done = 0
                 for path in captures:
                     def tick(pos: int, packets: int, base: int = done) -> None:
-                        progress.update(task, completed=base + pos, packets=packets)
+                        progress.update(task, completed=base + pos, packets=packets, description="reading")
 
-                    results.append(ingest_file(path, store, options, tick))
+                    def stage(name: str) -> None:  # what follows the reading (seconds on a big file)
+                        progress.update(task, description=name, refresh=True)
+
+                    results.append(ingest_file(path, store, options, tick, stage))
                     done += path.stat().st_size if path.is_file() else 0
     except StoreError as exc:
         status.say(str(exc), "error")

@@ -20,16 +20,26 @@ The stages, one module each:
 
 from telemetry.ingest.chain import IngestChain, ingest_file
 from telemetry.ingest.commit import CLOSING_SUFFIX, closing_id
-from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
+from telemetry.ingest.options import (
+    ANALYSING,
+    FINISHING,
+    IngestOptions,
+    IngestResult,
+    ProgressFn,
+    StageFn,
+)
 from telemetry.ingest.rates import RATE_BUCKET_NS
 
 __all__ = [
+    "ANALYSING",
     "CLOSING_SUFFIX",
+    "FINISHING",
     "RATE_BUCKET_NS",
     "IngestChain",
     "IngestOptions",
     "IngestResult",
     "ProgressFn",
+    "StageFn",
     "closing_id",
     "ingest_file",
 ]

@@ -8,7 +8,14 @@ import time
 from pathlib import Path
 
 from telemetry.ingest.commit import CLOSING_SUFFIX, closing_id, deriver, fewer_collections
-from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
+from telemetry.ingest.options import (
+    ANALYSING,
+    FINISHING,
+    IngestOptions,
+    IngestResult,
+    ProgressFn,
+    StageFn,
+)
 from telemetry.ingest.pipeline import CapturePipeline
 from telemetry.ingest.source import stream, unreadable
 from telemetry.ingest.split import ingest_split, worth_splitting
@@ -21,9 +28,10 @@ def ingest_file(
     store: Store,
     options: IngestOptions | None = None,
     progress: ProgressFn | None = None,
+    stage: StageFn | None = None,
 ) -> IngestResult:
     """Ingest one capture file on its own: a chain of one file, finished inside its commit."""
-    return IngestChain(store, options).ingest(path, progress, final=True)
+    return IngestChain(store, options).ingest(path, progress, final=True, stage=stage)
 
 
 class IngestChain:
@@ -57,10 +65,13 @@ class IngestChain:
         return self._pipeline is not None
 
     def ingest(
-        self, path: str | os.PathLike[str], progress: ProgressFn | None = None, final: bool = False
+        self, path: str | os.PathLike[str], progress: ProgressFn | None = None, final: bool = False,
+        stage: StageFn | None = None,
     ) -> IngestResult:
         """Ingest the next file of the run. ``final``: it is the last one, finish
-        everything inside its own commit (what :func:`ingest_file` does)."""
+        everything inside its own commit (what :func:`ingest_file` does). ``stage`` is
+        told what follows the reading (FINISHING, ANALYSING) as it begins."""
+        say = stage or _quiet
         path = Path(path)
         result = IngestResult(path=str(path))
         started = time.perf_counter()
@@ -75,7 +86,7 @@ class IngestChain:
         writer = self.store.writer(result.capture_id)
         if final and self._pipeline is None and worth_splitting(path, self.options):
             with fewer_collections():
-                ingest_split(path, writer, result, self.options, progress)
+                ingest_split(path, writer, result, self.options, progress, say)
             self._last = None if result.error else result
             result.seconds = time.perf_counter() - started
             return result
@@ -97,11 +108,13 @@ class IngestChain:
                         self._last = None
                     return result
                 writer.flush()  # the rows so far are written while the last ones are built
+                say(FINISHING)
                 if final:
                     pipeline.finish()
                 else:
                     pipeline.end_file()
                 pipeline.fill_result(result)
+                say(ANALYSING)
                 writer.commit(pipeline.capture_row(path, result), derive=deriver(self.options, result))
             except BaseException:
                 writer.abort()
@@ -134,3 +147,7 @@ class IngestChain:
                 raise
         result.seconds = time.perf_counter() - started
         return result
+
+
+def _quiet(_stage: str) -> None:
+    return None

@@ -9,6 +9,11 @@ from parsers.records import DecodeIssue
 from parsers.tls import KeyLog
 
 ProgressFn = Callable[[int, int], None]  # (bytes read of the file on disk, packets)
+# what the ingest does once a file is read (on a 10M-packet capture, seconds of each): one
+# of the stages below, said as it begins
+StageFn = Callable[[str], None]
+FINISHING = "finishing"  # the connections still open closed, their last rows written
+ANALYSING = "analysing"  # the models kept with the capture computed (telemetry.models.stored)
 
 
 @dataclass

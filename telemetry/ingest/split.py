@@ -11,7 +11,14 @@ from typing import NoReturn
 
 from telemetry.ingest.commit import deriver
 from telemetry.ingest.lockstep import Peer, PeerGone, fork_pair
-from telemetry.ingest.options import IngestOptions, IngestResult, ProgressFn
+from telemetry.ingest.options import (
+    ANALYSING,
+    FINISHING,
+    IngestOptions,
+    IngestResult,
+    ProgressFn,
+    StageFn,
+)
 from telemetry.ingest.pipeline import CapturePipeline
 from telemetry.ingest.source import stream
 from telemetry.store.parquet import CaptureWriter, Store
@@ -24,7 +31,8 @@ def worth_splitting(path: Path, options: IngestOptions) -> bool:
 
 
 def ingest_split(
-    path: Path, writer: CaptureWriter, result: IngestResult, options: IngestOptions, progress: ProgressFn | None
+    path: Path, writer: CaptureWriter, result: IngestResult, options: IngestOptions, progress: ProgressFn | None,
+    stage: StageFn,
 ) -> None:
     """Ingest one capture file with two processes, each handling every other connection
     (TcpAnalyzer's ``share``) in lockstep (telemetry/ingest/lockstep.py). The child writes its rows
@@ -40,12 +48,14 @@ def ingest_split(
             _wait_child(peer)
             writer.abort()
             return
+        stage(FINISHING)
         pipeline.finish()
         part, staged = peer.receive()
         pipeline.add_split_part(part)
         writer.adopt(staged)
         _wait_child(peer)
         pipeline.fill_result(result)
+        stage(ANALYSING)
         writer.commit(pipeline.capture_row(path, result), derive=deriver(options, result))
     except BaseException as exc:
         status = _wait_child(peer, kill=True)
