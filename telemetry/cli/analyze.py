@@ -146,11 +146,12 @@ def run_analyze(
                 done = 0
                 for path in captures:
                     def tick(pos: int, packets: int, base: int = done) -> None:
-                        progress.update(task, completed=base + pos, packets=packets, description="reading")
+                        progress.update(task, completed=base + pos, packets=packets)
 
                     def stage(name: str) -> None:  # what follows the reading (seconds on a big file)
                         progress.update(task, description=name, refresh=True)
 
+                    progress.update(task, description="reading")  # after the last file's stages
                     results.append(ingest_file(path, store, options, tick, stage))
                     done += path.stat().st_size if path.is_file() else 0
     except StoreError as exc:

@@ -321,9 +321,9 @@ def _present_columns(
         ).fetchall()
     except duckdb.IOException:  # removed since the listing (the daemon's retention)
         return {}, set()
-    schemas: dict[str, list[tuple]] = {}  # each file's schema nodes, in order
-    for file_name, name, children, *kind in rows:
-        schemas.setdefault(file_name, []).append((name, children, *kind))
+    schemas: dict[str, list[tuple]] = {}  # each file's schema nodes (name, children, type...), in order
+    for file_name, *node in rows:
+        schemas.setdefault(file_name, []).append(tuple(node))
     by_table: dict[str, set[str]] = {}
     schemas_of: dict[str, set[tuple]] = {}
     for file_name, nodes in schemas.items():
