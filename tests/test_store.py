@@ -162,6 +162,22 @@ def test_null_partition_time_is_kept(tmp_path):
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
 
 
+def test_statistics_of_times_and_numbers_only(tmp_path):
+    """Row groups carry min/max of their times and numbers (what a reader can skip row
+    groups by) and none of their text columns (costly to write, never a range)."""
+    store = Store(tmp_path)
+    w = store.writer("sta")
+    w.append("rtt_samples", _rtt_rows("sta", [T0 + 5, T0 + 9]))
+    w.commit(_capture_row("sta"))
+    (path,) = store.table_files("rtt_samples")
+    group = pq.read_metadata(path).row_group(0)
+    stats = {group.column(i).path_in_schema: group.column(i).statistics for i in range(group.num_columns)}
+    assert stats["ts"].has_min_max and stats["rtt_ms"].has_min_max
+    assert (stats["ts"].min_raw, stats["ts"].max_raw) == (T0 + 5, T0 + 9)  # ns, as stored
+    assert not any(stats[c] is not None and stats[c].has_min_max for c in ("capture_id", "conn_id"))
+    assert connect(store).execute("SELECT count(*) FROM rtt_samples WHERE conn_id = 'Cx'").fetchone()[0] == 2
+
+
 def test_all_models_run_on_an_empty_store(tmp_path):
     con = connect(Store(tmp_path))
     models = load_models()
