@@ -160,6 +160,9 @@ def test_null_partition_time_is_kept(tmp_path):
     w.commit(_capture_row("ghi"))
     con = connect(store)
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
+    # each in the hour of the time it has (the first: its first message's, an hour later)
+    by_hour = {f.parent.name: pq.read_table(f).column("stream_id").to_pylist() for f in store.table_files("requests")}
+    assert by_hour == {"hour=22": [3], "hour=23": [1]}
 
 
 def test_statistics_of_times_and_numbers_only(tmp_path):

@@ -78,6 +78,22 @@ def _partition_keys(table: str, data: pa.Table) -> np.ndarray:
     return (ts // NS_PER_HOUR).astype(np.int64)
 
 
+def _single_hour(table: str, data: pa.Table) -> int | None:
+    """The hour bucket of every row when all have their partition time and share one hour
+    (nearly always): :func:`_partition_keys`'s bucket of the least and the greatest time,
+    equal, says so without a bucket per row (the float conversion and the division keep
+    the order). None otherwise."""
+    values = data.column(PARTITION_TIME[table]).to_numpy()
+    if values.dtype.kind != "M":
+        return None
+    ints = values.view(np.int64)
+    ends = np.array([ints.min(), ints.max()], dtype=np.int64)
+    if ends[0] == np.iinfo(np.int64).min:  # a null time: the fallback columns decide
+        return None
+    first, last = (ends.astype(np.float64) // NS_PER_HOUR).astype(np.int64).tolist()
+    return first if first == last else None
+
+
 # the form the writer takes text columns in: codes into their distinct values
 TEXT = pa.dictionary(pa.int32(), pa.string())
 
@@ -219,9 +235,13 @@ class CaptureWriter:
 
     def _write_hours(self, table: str, data: pa.Table) -> None:
         """Write a table's rows into the files of their hours."""
-        keys = _partition_keys(table, data)
-        if (keys == keys[0]).all():  # one hour, nearly always (empty tables never come here)
-            hours = [(int(keys[0]), data)]
+        hour = _single_hour(table, data)  # one hour, nearly always (never an empty table)
+        if hour is None:
+            keys = _partition_keys(table, data)
+            if (keys == keys[0]).all():
+                hour = int(keys[0])
+        if hour is not None:
+            hours = [(hour, data)]
         else:
             # each hour's rows, in their order, from the stretches of equal keys: slices,
             # no pyarrow.compute filter (whose import costs more than a small write)
