@@ -22,14 +22,19 @@ WITH network AS (
       AND NOT (c.capture_side = 'client' AND s.direction = 'to_client')
 ),
 buckets AS (
-    SELECT client_addr, server_addr, direction, bucket,
-        count(*) AS samples,
-        min(rtt_ms) AS rtt_min_ms,
-        quantile_cont(rtt_ms, 0.25) AS rtt_p25_ms,
-        quantile_cont(rtt_ms, 0.50) AS rtt_p50_ms,
-        max(rtt_ms) AS rtt_max_ms
-    FROM network
-    GROUP BY ALL
+    SELECT client_addr, server_addr, direction, bucket, samples, rtt_min_ms,
+        quartiles[1] AS rtt_p25_ms, quartiles[2] AS rtt_p50_ms, rtt_max_ms
+    FROM (
+        SELECT client_addr, server_addr, direction, bucket,
+            count(*) AS samples,
+            min(rtt_ms) AS rtt_min_ms,
+            -- both from one aggregate: each quantile_cont keeps every value of its group
+            -- (DuckDB cannot spill that), so two of them held the samples twice
+            quantile_cont(rtt_ms, [0.25, 0.50]) AS quartiles,
+            max(rtt_ms) AS rtt_max_ms
+        FROM network
+        GROUP BY ALL
+    )
 ),
 floored AS (
     SELECT *,

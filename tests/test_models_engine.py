@@ -47,6 +47,31 @@ def test_capture_models_are_stored_with_the_capture(lossy_store):
 
 
 @needs_samples
+def test_path_rtt_buckets_are_their_samples_figures(lossy_store):
+    """Each path_rtt bucket's count, minimum, quartiles and maximum are those of its RTT
+    samples (numpy's linearly interpolated percentiles as the reference)."""
+    import numpy as np
+
+    con = connect(lossy_store, use_stored=False)
+    samples: dict[tuple, list[float]] = {}
+    for *key, rtt_ms in con.execute(
+        "SELECT c.client_addr, c.server_addr, s.direction, epoch_ns(s.ts) // 100000000, s.rtt_ms "
+        "FROM rtt_samples AS s JOIN connections AS c USING (conn_id) "
+        "WHERE NOT (c.capture_side = 'server' AND s.direction = 'to_server') "
+        "AND NOT (c.capture_side = 'client' AND s.direction = 'to_client')"
+    ).fetchall():
+        samples.setdefault(tuple(key), []).append(rtt_ms)
+    got = {tuple(row[:4]): row[4:] for row in con.execute(
+        "SELECT client_addr, server_addr, direction, bucket, samples, rtt_min_ms, rtt_p25_ms, rtt_p50_ms, rtt_max_ms "
+        "FROM path_rtt").fetchall()}
+    assert len(got) > 100 and got.keys() == samples.keys()
+    for key, values in samples.items():
+        p25, p50 = np.percentile(values, [25, 50])
+        want = (len(values), min(values), p25, p50, max(values))
+        assert got[key] == pytest.approx(want, rel=1e-12), key
+
+
+@needs_samples
 def test_stored_models_answer_as_computing_them_does(lossy_store):
     stored = connect(lossy_store)
     live = connect(lossy_store, use_stored=False)
