@@ -232,13 +232,16 @@ def test_a_model_past_the_memory_bound_is_stored_all_the_same(tmp_path, lossy_st
     from telemetry.models import stored
 
     monkeypatch.setattr(stored, "DERIVE_MEMORY_MB", 4)
+    # room to grow to 1 GB: how much more than 4 MB client_read needs is DuckDB's to say
+    # (16-32 MB on this machine, past 32 MB in one CI run), not this test's
+    monkeypatch.setattr(stored, "GROWN_BOUNDS", 8)
     store = Store(tmp_path / "store")
     result = ingest_file(SAMPLES / "loss_burst" / "capture.pcap", store, IngestOptions())
     assert result.error is None
     (issue,) = [i for i in result.issues if i.kind == "analysis_memory"]
     assert "its 4 MB" in issue.message
     grown = re.search(r"client_read: within (\d+) MB", issue.message)
-    assert grown and int(grown.group(1)) in (8, 16, 32), issue.message
+    assert grown and int(grown.group(1)) in [4 << k for k in range(1, 9)], issue.message
     assert not [i for i in result.issues if i.kind == "analysis_not_stored"]
     (capture_id,) = store.capture_ids()
     for name in CAPTURE_MODELS:
