@@ -42,19 +42,22 @@
 -- TTFT and latency run at least to the connection's last packet (finished_at).
 -- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
 -- materialize: capture
-WITH read_times AS (  -- the token messages, keyed by a number for the self-join below (text
+WITH read_times AS (  -- the token messages, keyed by a number for the window below (text
     -- keys: several times slower, and millions of rows wider than memory)
     SELECT hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t
     FROM client_read
     WHERE token_index IS NOT NULL  -- gaps between tokens, not to a role or usage chunk
 ),
-read_gaps AS (  -- each token message and the one before it: a join on the next index, not a
-    -- window over every message (which costs ten times more on a long capture); per stream
-    -- key, joined to the requests by the same key
-    SELECT b.k, max(b.t - a.t) / 1e6 AS max_gap_client_est_ms
-    FROM read_times AS a
-    JOIN read_times AS b ON b.k = a.k AND b.token_index = a.token_index + 1
-    GROUP BY b.k
+read_gaps AS (  -- each token message and the one before it (the index before: none across a
+    -- hole); per stream key, joined to the requests by the same key. A window, not a join on
+    -- the next index: DuckDB sorts millions of messages faster than it probes a hash table
+    -- of them (20 % less at 10M and 20M packets, as fast at 1M). Ordered by time within an
+    -- index too: a message that shows twice gives one answer, from the later copy
+    SELECT k, max(t - prev_t) / 1e6 AS max_gap_client_est_ms
+    FROM (SELECT k, t, token_index, lag(t) OVER w AS prev_t, lag(token_index) OVER w AS prev_index
+          FROM read_times WINDOW w AS (PARTITION BY k ORDER BY token_index, t))
+    WHERE prev_index = token_index - 1
+    GROUP BY k
 ),
 first_two AS (  -- the first two messages carrying tokens
     SELECT conn_id, stream_id,

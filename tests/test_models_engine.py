@@ -72,6 +72,49 @@ def test_path_rtt_buckets_are_their_samples_figures(lossy_store):
 
 
 @needs_samples
+def test_a_requests_client_side_token_gap_is_its_largest_between_next_indices(lossy_store, tmp_path):
+    """request_metrics' gap_eff_ms: the largest wait from one token message's read time to
+    the next index's (none across a missing index; from the later copy of a message that
+    shows twice), else the capture point's max_gap_ms. On the lab's loss_burst capture with
+    one response message dropped and another shown twice, two seconds later."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    edited = Store(tmp_path / "edited")
+    shutil.copytree(lossy_store.root, edited.root)
+    shutil.rmtree(edited.root / MODELS)
+    (path,) = edited.table_files("messages")
+    messages = pq.read_table(path)
+    response = pc.equal(messages["direction"], "response")
+    rows = [i for i, r in enumerate(response.to_pylist()) if r and messages["index"][i].as_py() >= 3]
+    dropped, shown_twice = rows[0], rows[len(rows) // 2]
+    copy = messages.slice(shown_twice, 1)
+    later = pc.add(copy["ts"], pa.scalar(2_000_000_000, pa.duration("ns")))
+    copy = copy.set_column(copy.schema.get_field_index("ts"), "ts", later.cast(copy.schema.field("ts").type))
+    keep = [i for i in range(messages.num_rows) if i != dropped]
+    pq.write_table(pa.concat_tables([messages.take(keep), copy]), path)
+
+    con = connect(edited, use_stored=False)
+    reads: dict[tuple, dict[int, list[int]]] = {}
+    for conn_id, stream_id, token_index, t in con.execute(
+        "SELECT conn_id, stream_id, token_index, epoch_ns(coalesce(read_ts, ts)) FROM client_read WHERE token_index IS NOT NULL"
+    ).fetchall():
+        reads.setdefault((conn_id, stream_id), {}).setdefault(token_index, []).append(t)
+    assert any(len(ts) == 2 for by_index in reads.values() for ts in by_index.values())
+    assert any(set(by_index) != set(range(len(by_index))) for by_index in reads.values())
+    want = {}
+    for key, by_index in reads.items():
+        gaps = [min(by_index[i + 1]) - max(ts) for i, ts in by_index.items() if i + 1 in by_index]
+        if gaps:
+            want[key] = max(gaps) / 1e6
+    got = con.execute("SELECT conn_id, stream_id, gap_eff_ms, max_gap_ms FROM request_metrics").fetchall()
+    assert len(want) > 100
+    for conn_id, stream_id, gap_eff_ms, max_gap_ms in got:
+        assert gap_eff_ms == want.get((conn_id, stream_id), max_gap_ms), (conn_id, stream_id)
+
+
+@needs_samples
 def test_stored_models_answer_as_computing_them_does(lossy_store):
     stored = connect(lossy_store)
     live = connect(lossy_store, use_stored=False)
