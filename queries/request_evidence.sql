@@ -261,7 +261,8 @@ rtt AS (
     SELECT conn_id, stream_id,
         sum(samples) AS rtt_samples,
         max(inflation_p25_ms) AS queue_inflation_ms,
-        arg_max(direction, inflation_p25_ms) AS queue_direction,
+        -- (as much both ways: toward the client, so that every run names the same one)
+        arg_max(direction, (inflation_p25_ms, direction = 'to_client')) FILTER (WHERE inflation_p25_ms IS NOT NULL) AS queue_direction,
         sum(floor_ms) AS path_floor_ms
     FROM rtt_dir GROUP BY ALL
 )

@@ -41,7 +41,9 @@ queue_episodes AS (
 ),
 episode_span_q AS (
     SELECT client_addr, server_addr, episode, min(second) AS first_second, max(second) AS last_second,
-        arg_max(second, inflation_ms) AS peak_second, max(inflation_ms) AS max_inflation_ms
+        -- (the earliest of equal peaks, so that every run names the same second)
+        arg_max(second, (inflation_ms, -second)) FILTER (WHERE inflation_ms IS NOT NULL) AS peak_second,
+        max(inflation_ms) AS max_inflation_ms
     FROM queue_episodes
     GROUP BY ALL
 ),

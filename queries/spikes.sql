@@ -51,13 +51,15 @@ SELECT
     any_value(t.requests) AS requests,
     list_sort(list_distinct(flatten(list(f.spiked_metrics)))) AS spiked_metrics,
     list_sort(list(f.method)) AS spiked_methods,
-    arg_max(f.method, f.severity) AS method,
-    arg_max(f.latency_p99_ms, f.severity) AS latency_p99_ms,
-    arg_max(f.latency_baseline_p99_ms, f.severity) AS latency_baseline_p99_ms,
-    arg_max(f.ttft_p99_ms, f.severity) AS ttft_p99_ms,
-    arg_max(f.ttft_baseline_p99_ms, f.severity) AS ttft_baseline_p99_ms,
-    arg_max(f.gap_p99_ms, f.severity) AS gap_p99_ms,
-    arg_max(f.gap_baseline_p99_ms, f.severity) AS gap_baseline_p99_ms,
+    -- the most severe method and its figures (of equal severities the method named last:
+    -- every run, and every figure, the same one)
+    arg_max(f.method, (f.severity, f.method)) AS method,
+    arg_max(f.latency_p99_ms, (f.severity, f.method)) AS latency_p99_ms,
+    arg_max(f.latency_baseline_p99_ms, (f.severity, f.method)) AS latency_baseline_p99_ms,
+    arg_max(f.ttft_p99_ms, (f.severity, f.method)) AS ttft_p99_ms,
+    arg_max(f.ttft_baseline_p99_ms, (f.severity, f.method)) AS ttft_baseline_p99_ms,
+    arg_max(f.gap_p99_ms, (f.severity, f.method)) AS gap_p99_ms,
+    arg_max(f.gap_baseline_p99_ms, (f.severity, f.method)) AS gap_baseline_p99_ms,
     sum(f.errors) AS errors,
     round(sum(coalesce(f.error_typical_share, 0) * f.requests), 1) AS errors_expected
 FROM flagged AS f

@@ -114,6 +114,51 @@ def test_a_requests_client_side_token_gap_is_its_largest_between_next_indices(lo
         assert gap_eff_ms == want.get((conn_id, stream_id), max_gap_ms), (conn_id, stream_id)
 
 
+def test_the_queue_direction_is_where_the_path_inflated_most_toward_the_client_on_a_tie(tmp_path):
+    """request_evidence's queue_direction: the direction whose path RTT inflation over the
+    request's 100 ms buckets (the 25th percentile of path_rtt's inflation_p25_ms) is the
+    larger; as large both ways, toward the client, in every run (it was either, at random,
+    before). On a small capture of the realistic benchmark's generator, where hundreds of
+    requests see the same inflation both ways."""
+    import sys
+
+    import numpy as np
+
+    sys.path.insert(0, str(SAMPLES.parent / "bench"))
+    from gen_realistic import generate
+
+    capture = tmp_path / "realistic.pcap"
+    generate(str(capture), 60_000, connections=200, seed=1)
+    store = Store(tmp_path / "store")
+    assert ingest_file(capture, store, IngestOptions()).error is None
+    con = connect(store, use_stored=False)
+    inflation: dict[tuple, list[float]] = {}
+    for client, server, direction, bucket, value in con.execute(
+        "SELECT client_addr, server_addr, direction, bucket, inflation_p25_ms FROM path_rtt WHERE inflation_p25_ms IS NOT NULL"
+    ).fetchall():
+        inflation[(client, server, bucket)] = inflation.get((client, server, bucket), []) + [(direction, value)]
+    ties = 0
+    got = dict(((c, s), d) for c, s, d in con.execute("SELECT conn_id, stream_id, queue_direction FROM request_evidence").fetchall())
+    for conn_id, stream_id, client, server, first, last in con.execute(
+        "SELECT conn_id, stream_id, client_addr, server_addr, epoch_ns(started_at) // 100000000, epoch_ns(finished_at) // 100000000 "
+        "FROM request_metrics WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL AND finished_at >= started_at"
+    ).fetchall():
+        by_direction: dict[str, list[float]] = {}
+        for bucket in range(first, last + 1):
+            for direction, value in inflation.get((client, server, bucket), []):
+                by_direction.setdefault(direction, []).append(value)
+        typical = {d: float(np.percentile(v, 25)) for d, v in by_direction.items()}
+        if len(typical) == 2 and typical["to_client"] == typical["to_server"]:
+            ties += 1
+            assert got[(conn_id, stream_id)] == "to_client", (conn_id, stream_id)
+        elif len(typical) == 2 and abs(typical["to_client"] - typical["to_server"]) <= 1e-9 * max(typical.values()):
+            continue  # the last bits of an interpolation decide: either
+        else:
+            want = max(typical, key=typical.get) if typical else None
+            assert got[(conn_id, stream_id)] == want, (conn_id, stream_id, typical)
+    assert ties >= 50
+
+
 @needs_samples
 def test_stored_models_answer_as_computing_them_does(lossy_store):
     stored = connect(lossy_store)
