@@ -51,7 +51,7 @@ WITH read_times AS (  -- the token messages, keyed by a number for the window be
 read_gaps AS (  -- each token message and the one before it (the index before: none across a
     -- hole); per stream key, joined to the requests by the same key. A window, not a join on
     -- the next index: DuckDB sorts millions of messages faster than it probes a hash table
-    -- of them (20 % less at 10M and 20M packets, as fast at 1M). Ordered by time within an
+    -- of them (15-20 % less at 10M and 20M packets, as fast at 1M). Ordered by time within an
     -- index too: a message that shows twice gives one answer, from the later copy
     SELECT k, max(t - prev_t) / 1e6 AS max_gap_client_est_ms
     FROM (SELECT k, t, token_index, lag(t) OVER w AS prev_t, lag(token_index) OVER w AS prev_index
