@@ -10,13 +10,14 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``.
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
-at 1M with 2,000 connections instead of 200 and a seed of its own (costs that grow with the
-connections, not the packets, show there), the lab's captures (real kernel TCP), and the
+at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked) and
+a seed of its own (costs that grow with the connections, not the packets, show there), the lab's captures (real kernel TCP), and the
 ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
 
 Usage: python bench/bench_users.py [--sizes 200k,1m,10m] [--runs 3] [--cache DIR]
        [--out bench/results/users.md] [--no-lab] [--no-ideal] [--no-many]
+       [--many-connections 2000]
 """
 
 from __future__ import annotations
@@ -139,11 +140,11 @@ def realistic(cache: Path, size: str) -> Path:
     return generated(cache, f"realistic-{size}.pcap", "gen_realistic.py", "--packets", str(SIZES[size]))
 
 
-def many_connections(cache: Path) -> Path:
-    """1M packets over 2,000 connections, seed 7 (the 200-connection captures use the
-    generator's default seed, 1)."""
-    return generated(cache, "realistic-1m-2000c-seed7.pcap", "gen_realistic.py",
-                     "--packets", "1000000", "--connections", "2000", "--seed", "7")
+def many_connections(cache: Path, connections: int) -> Path:
+    """1M packets over ``connections`` connections, seed 7 (the 200-connection captures use
+    the generator's default seed, 1)."""
+    return generated(cache, f"realistic-1m-{connections}c-seed7.pcap", "gen_realistic.py",
+                     "--packets", "1000000", "--connections", str(connections), "--seed", "7")
 
 
 def ideal(cache: Path) -> Path:
@@ -158,7 +159,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "users.md")
     ap.add_argument("--no-lab", action="store_true")
     ap.add_argument("--no-ideal", action="store_true")
-    ap.add_argument("--no-many", action="store_true", help="leave out the 2,000-connection capture")
+    ap.add_argument("--no-many", action="store_true", help="leave out the many-connection capture")
+    ap.add_argument("--many-connections", type=int, default=2000, metavar="N",
+                    help="connections of the many-connection capture (1M packets)")
     args = ap.parse_args()
     if shutil.which("tshark") is None:
         sys.exit("tshark is needed as the peer (apt-get install tshark)")
@@ -172,7 +175,8 @@ def main() -> None:
         rows.append(bench_input(f"realistic {size.upper()}", realistic(args.cache, size), runs, tshark=True))
         print(table(rows[-1:]), flush=True)
     if not args.no_many:
-        rows.append(bench_input("realistic 1M, 2,000 connections", many_connections(args.cache), args.runs, tshark=True))
+        many = many_connections(args.cache, args.many_connections)
+        rows.append(bench_input(f"realistic 1M, {args.many_connections:,} connections", many, args.runs, tshark=True))
         print(table(rows[-1:]), flush=True)
     if not args.no_lab:
         for name in LAB:
