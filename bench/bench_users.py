@@ -10,9 +10,10 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``.
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
-at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked) and
-a seed of its own (costs that grow with the connections, not the packets, show there), the lab's captures (real kernel TCP), and the
-ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
+at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked)
+and a seed of its own (costs that grow with the connections, not the packets, show there),
+the lab's captures (real kernel TCP), and the ideal capture of bench/gen_grpc_capture.py as
+one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
 
 Usage: python bench/bench_users.py [--sizes 200k,1m,10m] [--runs 3] [--cache DIR]
