@@ -26,7 +26,7 @@ import re
 from collections import deque
 
 from parsers.llm.taps import EventSplitter, JsonBodyTap, llm_facts, tap_for
-from parsers.records import DecodeIssue, MessageRecord, RequestRecord, unpack_flags
+from parsers.records import DecodeIssue, MessageRecord, MessageRow, RequestRecord, message_from_row
 
 _HEAD_MAX = 64 * 1024
 _REQ_LINE = re.compile(rb"^([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01])$")
@@ -159,7 +159,9 @@ class Http1Conn:
         self.pending: deque[_Exchange] = deque()  # requests without a complete response
         self.next_index = 0
         self.records: list[RequestRecord] = []
-        self.messages: list[MessageRecord] = []
+        # response events as MessageRows, no record object each (drain_rows; drain makes
+        # MessageRecords of them)
+        self.rows: list[MessageRow] = []
         self.issues: list[DecodeIssue] = []
         self.switch: str | None = None  # 'h2c' after 101, 'tunnel' after CONNECT 2xx
         self.upgraded: _Exchange | None = None
@@ -227,6 +229,9 @@ class Http1Conn:
                         side.state = CHUNK_CRLF
                         side.left = 2
             elif st == CHUNK_CRLF:
+                if side.left == 2 and data[i : i + 2] == b"\r\n":  # the usual whole CRLF at once
+                    i += 2
+                    side.left = 0
                 while side.left and i < n:
                     c = data[i]
                     i += 1
@@ -243,9 +248,12 @@ class Http1Conn:
                         side.buf.clear()
                         self._broken(role, "http1_bad_chunk", "chunk-size line too long")
                     return total
-                side.buf += data[i:j]
-                line = bytes(side.buf).strip()
-                side.buf.clear()
+                if side.buf:
+                    side.buf += data[i:j]
+                    line = bytes(side.buf).strip()
+                    side.buf.clear()
+                else:  # the usual case: the whole line in this feed
+                    line = bytes(data[i:j]).strip()
                 i = j + 1
                 if st == TRAILERS:
                     if not line:
@@ -442,12 +450,12 @@ class Http1Conn:
         if tap is not None:
             tmp = self._tmp
             tap.feed(data, i, j, off, ts, tmp)
-            for t, size, flags, end in tmp:
-                self.messages.append(
-                    MessageRecord(self.conn_key, ex.index, 1, ex.msgs, t, size, False, end, *unpack_flags(flags)[1:])
-                )
-                ex.msgs += 1
-            tmp.clear()
+            if tmp:
+                rows, index = self.rows, ex.index
+                for t, size, flags, end in tmp:
+                    rows.append((index, 1, ex.msgs, t, size, flags, end))
+                    ex.msgs += 1
+                tmp.clear()
 
     def _end(self, role: int, side: _Side, ts: int, end_off: int) -> None:
         ex = side.ex
@@ -519,6 +527,11 @@ class Http1Conn:
         self.pending.clear()
 
     def drain(self) -> tuple[list[RequestRecord], list[MessageRecord]]:
+        r, m = self.drain_rows()
+        return r, [message_from_row(self.conn_key, row) for row in m]
+
+    def drain_rows(self) -> tuple[list[RequestRecord], list[MessageRow]]:
+        """Like :meth:`drain`, messages as MessageRows."""
         r, self.records = self.records, []
-        m, self.messages = self.messages, []
+        m, self.rows = self.rows, []
         return r, m

@@ -321,10 +321,10 @@ class AppSession:
             self._messages = []
         evs: list[H2Event] = []
         if self._h1 is not None:
-            r, m = self._h1.drain()
+            r, m = self._h1.drain_rows()
             reqs += r
             if m:
-                parts.append(_cols_of(_rows_of(m)))
+                parts.append(_cols_of(m))
         if self._h2 is not None:
             r, cols, e = self._h2.drain_columns()
             reqs += r
@@ -347,9 +347,9 @@ class AppSession:
         self._messages = []
         evs: list[H2Event] = []
         if self._h1 is not None:
-            r, m = self._h1.drain()
+            r, m = self._h1.drain_rows()
             reqs += r
-            rows += _rows_of(m)
+            rows += m
         if self._h2 is not None:
             r, m, e = self._h2.drain_rows()
             reqs += r
@@ -380,9 +380,9 @@ class AppSession:
         issues = list(self._issues)
         if self._h1 is not None:
             self._h1.finish(end_ns)
-            r, m = self._h1.drain()
+            r, m = self._h1.drain_rows()
             reqs += r
-            rows += _rows_of(m)
+            rows += m
             issues += self._h1.issues
         if self._h2 is not None:
             self._h2.finish(end_ns)

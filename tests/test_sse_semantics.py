@@ -271,6 +271,25 @@ def test_json_scan_and_bodies() -> None:
     assert model_from_path("/v1/chat/completions") is None
 
 
+
+def test_json_scan_passes_nested_values_over() -> None:
+    """Keys after long nested values (an embeddings response's arrays of numbers, objects
+    with their own "model" and colons in strings) are read, at any cut, as json reads them."""
+    rnd = random.Random(4)
+    doc = {"object": "list", "data": [{"object": "embedding", "index": k, "embedding": [rnd.uniform(-1, 1) for _ in range(300)],
+                                       "meta": {"model": "inner", "note": "a: b, [c] {d}"}} for k in range(3)],
+           "model": "embed-1", "usage": {"prompt_tokens": 8, "total_tokens": 8}}  # fmt: skip
+    body = json.dumps(doc).encode()
+    keys = frozenset((b"model", b"usage", b"object"))
+    for _ in range(40):
+        cuts = sorted(rnd.sample(range(1, len(body)), rnd.randrange(1, 30)))
+        t = TopLevelJson(keys)
+        for a, z in zip([0, *cuts], [*cuts, len(body)], strict=True):
+            t.feed(body[a:z])
+        assert t.done
+        assert {k.decode(): json.loads(v) for k, v in t.values.items()} == {
+            "model": "embed-1", "usage": doc["usage"], "object": "list"}, cuts
+
 def pb_varint(v: int) -> bytes:
     """A protobuf varint, written from the encoding's specification."""
     out = b""
@@ -464,3 +483,145 @@ def test_http1_other_methods_still_parse() -> None:
     _s, r = run_session(conv.chunks)
     assert [(q.method, q.http_status) for q in sorted(r.requests, key=lambda q: q.stream_id)] == [("GET", 200), ("PROPFIND", 207)]
     assert not r.issues
+
+
+# -- the per-event shortcuts read as the general loops do ---------------------------------
+
+# events of every shape: those the SSE framer takes at once (one ``data:`` line and its blank
+# line, nothing half-read before them) among those it reads line by line
+MIXED_EVENTS = (
+    b"\xef\xbb\xbfdata: first\n\n",  # a BOM: the first line, read line by line
+    b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n',
+    b"data:nospace\n\n",
+    b"data:\n\n",  # an empty value
+    b"data: \n\n",
+    b"data:  two spaces\n\n",  # one space dropped only
+    b"data: \xff\xfe not utf-8\n\n",
+    b": comment\ndata: after a comment\n\n",
+    b"event: add\ndata: typed\n\n",
+    b"data: a\ndata: b\n\n",  # two data lines
+    b"data: crlf\r\n\r\n",
+    b"data: cr\r\r",
+    b"event: only-type\n\n",  # no data: no event, but a type held...
+    b"data: typed by nothing\n\n",  # ...and dropped at the blank line
+    b"data: [DONE]\n\n",
+)
+
+
+def test_sse_framer_shortcut_reads_events_as_the_line_loop_does() -> None:
+    """Events fed one a packet, and the same bytes cut at random, give the same events,
+    offsets and sizes, and leave the framer in the same state, with the whole-event
+    shortcut as through the line loop alone; the shortcut is taken for most of them."""
+    from parsers.llm import framing
+
+    class LineLoopOnly(SseFramer):
+        __slots__ = ()
+
+        def feed(self, b: bytes, off: int, ts: int, out: list) -> None:
+            framing._Lines.feed(self, b, off, ts, out)
+
+    class Counted(SseFramer):
+        __slots__ = ("looped",)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.looped = 0
+
+        def _line_done(self, *a) -> None:
+            self.looped += 1
+            super()._line_done(*a)
+
+    def state(framer: SseFramer) -> tuple:
+        slots = ("_line", "_cr", "_pos", "_start", "_skip", "_first", "_data", "_type")
+        return tuple(bytes(v) if isinstance(v, bytearray) else v for v in (getattr(framer, s) for s in slots))
+
+    rnd = random.Random(11)
+    events = [MIXED_EVENTS[0], *(rnd.choice(MIXED_EVENTS) for _ in range(400))]
+    body = b"".join(events)
+    cuts = sorted(rnd.sample(range(1, len(body)), 300))
+    for pieces in (events, [body[a:z] for a, z in zip([0, *cuts], [*cuts, len(body)], strict=True)]):
+        tested, reference = Counted(), LineLoopOnly()
+        off = 500
+        for ts, piece in enumerate(pieces):
+            got, want = [], []
+            tested.feed(piece, off, ts, got)
+            reference.feed(piece, off, ts, want)
+            assert got == want, piece
+            assert state(tested) == state(reference), piece
+            off += len(piece)
+    # lines read one by one: each event that took the shortcut saved two
+    tested, loop_only = Counted(), type("CountedLoopOnly", (Counted,), {"feed": LineLoopOnly.feed})()
+    for ts, event in enumerate(events):
+        tested.feed(event, 0, ts, [])
+        loop_only.feed(event, 0, ts, [])
+    assert loop_only.looped - tested.looped >= len(events) // 2
+
+
+def test_http1_chunked_events_read_alike_in_packets_and_byte_by_byte() -> None:
+    """A chunked SSE response (chunk extensions, a bare-LF chunk end, trailers) fed a
+    chunk a packet, several chunks a packet and byte by byte: the same requests and
+    messages (the chunk-size and chunk-end shortcuts apply to the whole ones only)."""
+    from parsers.http1 import Http1Conn
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    rnd = random.Random(3)
+    body = [chunked(e) for e in (ROLE, *(tok(f"t{k}") for k in range(30)), FINISH, USAGE)]
+    body[3] = b"%x;ext=1\r\n%s\r\n" % (len(tok("t2")), tok("t2"))  # a chunk extension
+    body[5] = body[5][:-2] + b"\n"  # a chunk ended by a bare LF
+    body.append(b"0\r\nx-trailer: 1\r\n\r\n")
+    request = b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+    def run(packets: list[bytes]) -> tuple[list, list]:
+        h1 = Http1Conn(1)
+        h1.feed(0, request, 1, 0)
+        off = 0
+        for ts, p in enumerate(packets):
+            h1.feed(1, p, 1000 + ts, off)
+            off += len(p)
+        r, m = h1.drain()
+        return [(q.stream_id, q.kind, q.response_messages, q.first_message, q.end, q.end_offset,
+                 q.finish_reason, q.completion_tokens) for q in r], m  # fmt: skip
+
+    # byte by byte, each byte stamped with the time of the packet it came in
+    packets = [head, *body]
+    stamped = [(p[k : k + 1], ts) for ts, p in enumerate(packets) for k in range(len(p))]
+    h1 = Http1Conn(1)
+    h1.feed(0, request, 1, 0)
+    off = 0
+    for b, ts in stamped:
+        h1.feed(1, b, 1000 + ts, off)
+        off += 1
+    r, m = h1.drain()
+    want = ([(q.stream_id, q.kind, q.response_messages, q.first_message, q.end, q.end_offset,
+              q.finish_reason, q.completion_tokens) for q in r], m)  # fmt: skip
+    assert want[0][0][2] == 33 and want[0][0][6] == "stop"
+    assert run(packets) == want
+    # several chunks a packet: the messages of a packet all take its time
+    cuts = sorted(rnd.sample(range(1, len(body)), 8))
+    grouped = [head, *(b"".join(body[a:z]) for a, z in zip([0, *cuts], [*cuts, len(body)], strict=True))]
+    last_of = {}
+    for ts, (a, z) in enumerate(zip([0, *cuts], [*cuts, len(body)], strict=True), start=1):
+        for j in range(a, z):
+            last_of[j] = ts
+    stamped = [(p[k : k + 1], last_of[j]) for j, p in enumerate(body) for k in range(len(p))]
+    h1 = Http1Conn(1)
+    h1.feed(0, request, 1, 0)
+    h1.feed(1, head, 1000, 0)
+    off = len(head)
+    for b, ts in stamped:
+        h1.feed(1, b, 1000 + ts, off)
+        off += 1
+    r, m = h1.drain()
+    assert run(grouped) == ([(q.stream_id, q.kind, q.response_messages, q.first_message, q.end, q.end_offset,
+                              q.finish_reason, q.completion_tokens) for q in r], m)  # fmt: skip
+
+
+def test_stream_events_that_are_not_one_json_value_are_data() -> None:
+    """What json.loads refuses (nothing, half a value, a value and more) is a DATA event;
+    what it takes after the event's whitespace is stripped is read."""
+    for text in ("{", '{"a": 1} {"b": 2}', '{"a": 1}x', "[1, 2", '{"a": }', "{}}"):
+        assert LlmStream().event("message", text) == (DATA, None), text
+    s = LlmStream()
+    assert s.event("message", ' {"choices": [{"delta": {"content": "x"}}], "model": "m"}\u00a0\n') == (CONTENT, None)
+    assert s.model == "m" and s.api == "openai"
+    assert LlmStream().event("message", "[1, 2]") == (DATA, None)  # a value, not an object

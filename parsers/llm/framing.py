@@ -93,6 +93,20 @@ class SseFramer(_Lines):
         self._data: list[bytes] = []  # data field values of the event being read
         self._type = b""
 
+    def feed(self, b: bytes, off: int, ts: int, out: list[RawEvent]) -> None:
+        # the usual feed: a packet (or chunk) holding one whole ``data:`` line and the
+        # blank line after it, nothing half-read before it: the event at once, without
+        # the line loop (the same event and state as the loop leaves; tests compare them)
+        if (b[-2:] == b"\n\n" and b.startswith(b"data:") and b.count(b"\n") == 2 and b"\r" not in b
+                and not (self._line or self._cr or self._skip or self._data or self._type)):  # fmt: skip
+            value = b[6:-2] if b[5:6] == b" " else b[5:-2]
+            pos = self._pos + len(b)
+            out.append(("message", value.decode("utf-8", "replace"), ts, pos - self._start, off + len(b)))
+            self._start = self._pos = pos
+            self._first = False
+            return
+        super().feed(b, off, ts, out)
+
     def _line_done(self, line: bytes, ts: int, pos: int, end_off: int, out: list[RawEvent]) -> None:
         if self._first:
             self._first = False

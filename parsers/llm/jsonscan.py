@@ -12,6 +12,9 @@ from __future__ import annotations
 import re
 
 _OUTSIDE = re.compile(rb'["{}\[\],:]')  # what matters outside strings
+# what matters inside a nested value: not its commas and colons (an embedding's thousands
+# of numbers are passed over in one search, not one a comma)
+_NESTED = re.compile(rb'["{}\[\]]')
 _INSIDE = re.compile(rb'["\\]')  # what ends or escapes inside a string
 _WS = b" \t\r\n"
 
@@ -84,7 +87,7 @@ class TopLevelJson:
                 self._want_key = True
                 i += 1
                 continue
-            m = _OUTSIDE.search(b, i)
+            m = (_NESTED if self._depth > 1 else _OUTSIDE).search(b, i)
             if m is None:
                 i = n
                 break

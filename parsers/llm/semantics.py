@@ -33,6 +33,7 @@ JSON bodies (captured by :class:`TopLevelJson` without keeping the body), and
 from __future__ import annotations
 
 import json
+import json.scanner
 import re
 from typing import Any
 
@@ -49,6 +50,9 @@ _ANTHROPIC = frozenset((
 ))  # fmt: skip
 _RESPONSE_DONE = frozenset(("response.completed", "response.incomplete", "response.failed"))
 _OPENAI_OBJECTS = frozenset(("chat.completion.chunk", "text_completion", "chat.completion"))
+# json.loads' own scanner, called directly once per event: (value, end) of the JSON value at
+# an index, StopIteration when none starts there, JSONDecodeError (a ValueError) inside one
+_scan_json = json.scanner.make_scanner(json.JSONDecoder())
 
 
 def _text(v: Any) -> bool:
@@ -76,6 +80,13 @@ def _tool_content(calls: Any) -> bool:
             if isinstance(fn, dict) and (_text(fn.get("arguments")) or _text(fn.get("name"))):
                 return True
     return False
+
+
+def _other_delta_content(d: dict[str, Any]) -> bool:
+    """A chat delta carrying generated text other than ``content``: reasoning, a
+    refusal, a tool or function call's name or arguments."""
+    return (_text(d.get("reasoning_content")) or _text(d.get("reasoning")) or _text(d.get("refusal"))
+            or _tool_content(d.get("tool_calls")) or _tool_content(d.get("function_call")))  # fmt: skip
 
 
 class LlmStream:
@@ -108,9 +119,11 @@ class LlmStream:
             return None
         if not s.startswith(("{", "[")):
             return DATA, None
-        try:
-            obj = json.loads(s)
-        except ValueError:
+        try:  # json.loads without its wrappers (s is stripped: nothing may follow the value)
+            obj, end = _scan_json(s, 0)
+        except (StopIteration, ValueError):
+            return DATA, None
+        if end != len(s):
             return DATA, None
         if not isinstance(obj, dict):
             return DATA, None
@@ -161,7 +174,11 @@ class LlmStream:
         return c
 
     def _openai(self, obj: dict[str, Any]) -> tuple[int, int | None]:
-        self.model = _str(obj.get("model")) or self.model
+        # (called once per event of the commonest streams: the usual checks are written
+        # out, not calls of _text and _str, which cost as much as the rest)
+        model = obj.get("model")
+        if isinstance(model, str) and model:
+            self.model = model
         content = role = False
         finish = None
         logprob_tokens: int | None = None
@@ -173,15 +190,13 @@ class LlmStream:
                 content = True
             d = ch.get("delta")
             if isinstance(d, dict):
-                if (_text(d.get("content")) or _text(d.get("reasoning_content"))
-                        or _text(d.get("reasoning")) or _text(d.get("refusal"))
-                        or _tool_content(d.get("tool_calls"))
-                        or _tool_content(d.get("function_call"))):  # fmt: skip
+                text = d.get("content")
+                if (isinstance(text, str) and text) or _other_delta_content(d):
                     content = True
                 if d.get("role"):
                     role = True
-            fr = _str(ch.get("finish_reason"))
-            if fr and (finish is None or ch.get("index", 0) == 0):
+            fr = ch.get("finish_reason")
+            if isinstance(fr, str) and fr and (finish is None or ch.get("index", 0) == 0):
                 finish = fr
             lp = ch.get("logprobs")
             if isinstance(lp, dict):
@@ -192,7 +207,7 @@ class LlmStream:
             self.finish_reason = finish
         tokens = None
         usage = obj.get("usage")
-        c = self._usage(usage, "prompt_tokens", "completion_tokens")
+        c = self._usage(usage, "prompt_tokens", "completion_tokens") if isinstance(usage, dict) else None
         if c is None:
             self._cum_all = False
         elif self._cum_all:
