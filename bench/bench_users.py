@@ -1,4 +1,4 @@
-"""What users run, timed against tshark's gRPC dissection in the same run.
+"""What users run, timed against tshark in the same run (its gRPC dissection; HTTP/1.1 for SSE).
 
 For each input capture, each command as a whole process (CPU seconds = user + sys of the
 process and its children, from wait4; wall; peak RSS), median over ``--runs`` runs:
@@ -7,17 +7,22 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
   analysis, the report);
 * ``tailtap analyze FILE --out FRESH --no-report`` (the ingest alone);
 * ``tailtap report --store S`` and ``tailtap sql --store S "SELECT 1"`` on that store;
-* tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``.
+* tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``
+  (for the SSE row, its HTTP/1.1 dissection: ``-d tcp.port==50051,http -Y http``, chunked
+  bodies reassembled).
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
 at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked)
 and a seed of its own (costs that grow with the connections, not the packets, show there),
-the lab's captures (real kernel TCP), and the ideal capture of bench/gen_grpc_capture.py as
-one row, labelled the best case. The ratios are tshark CPU / tailtap CPU of the same row.
+the lab's captures (real kernel TCP), an OpenAI-compatible SSE service over HTTP/1.1 (the
+lab's uvicorn server at 40 requests a second for 30 s, one token event a segment, real kernel
+TCP; made once with ``tailtap lab run``, which needs root; ``--no-sse`` leaves it out), and
+the ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios
+are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
 
 Usage: python bench/bench_users.py [--sizes 200k,1m,10m] [--runs 3] [--cache DIR]
-       [--out bench/results/users.md] [--no-lab] [--no-ideal] [--no-many]
+       [--out bench/results/users.md] [--no-lab] [--no-ideal] [--no-many] [--no-sse]
        [--many-connections 2000]
 """
 
@@ -32,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +80,13 @@ def tshark_argv(capture: Path) -> list[str]:
             "-Y", "grpc", "-T", "fields", "-e", "frame.time_epoch", "-e", "http2.streamid", "-e", "grpc.message_length"]
 
 
-def bench_input(label: str, capture: Path, runs: int, tshark: bool) -> dict[str, object]:
+def tshark_http_argv(capture: Path) -> list[str]:
+    return ["tshark", "-n", "-r", str(capture), "-d", "tcp.port==50051,http", "-o", "tcp.reassemble_out_of_order:TRUE",
+            "-Y", "http", "-T", "fields", "-e", "frame.time_epoch", "-e", "http.response.code", "-e", "http.content_type"]
+
+
+def bench_input(label: str, capture: Path, runs: int, tshark: bool,
+                peer: Callable[[Path], list[str]] = tshark_argv) -> dict[str, object]:  # fmt: skip
     timings = {k: Timing() for k in ("analyze", "ingest", "report", "sql", "tshark")}
     packets = None
     with tempfile.TemporaryDirectory(prefix="tailtap-bench-") as tmp:
@@ -91,7 +103,7 @@ def bench_input(label: str, capture: Path, runs: int, tshark: bool) -> dict[str,
                 packets = int(out[-1])
             shutil.rmtree(store)
             if tshark and (i == 0 or runs <= 3):
-                run(tshark_argv(capture), timings["tshark"])
+                run(peer(capture), timings["tshark"])
     return {"label": label, "capture": str(capture), "packets": packets, "timings": timings}
 
 
@@ -148,6 +160,16 @@ def many_connections(cache: Path, connections: int) -> Path:
                      "--packets", "1000000", "--connections", str(connections), "--seed", "7")
 
 
+def sse_lab(cache: Path) -> Path:
+    """The lab's OpenAI-compatible SSE service over HTTP/1.1 (uvicorn), 40 requests a
+    second for 30 s, seed 3, captured at the server: made once (root: network namespaces)."""
+    out = cache / "lab-openai-http1-40rps-seed3"
+    if not (out / "capture.pcap").exists():
+        subprocess.run([TAILTAP, "lab", "run", "baseline", "--protocol", "openai-http1", "--seed", "3", "--rate", "40",
+                        "--duration", "30", "--out", str(out)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    return out / "capture.pcap"
+
+
 def ideal(cache: Path) -> Path:
     return generated(cache, "ideal-1m.pcap", "gen_grpc_capture.py", "--packets", "1000000")
 
@@ -161,6 +183,7 @@ def main() -> None:
     ap.add_argument("--no-lab", action="store_true")
     ap.add_argument("--no-ideal", action="store_true")
     ap.add_argument("--no-many", action="store_true", help="leave out the many-connection capture")
+    ap.add_argument("--no-sse", action="store_true", help="leave out the SSE capture (made with root)")
     ap.add_argument("--many-connections", type=int, default=2000, metavar="N",
                     help="connections of the many-connection capture (1M packets)")
     args = ap.parse_args()
@@ -182,6 +205,13 @@ def main() -> None:
     if not args.no_lab:
         for name in LAB:
             rows.append(bench_input(f"lab {name}", ROOT / "samples" / name / "capture.pcap", args.runs, tshark=True))
+            print(table(rows[-1:]), flush=True)
+    if not args.no_sse:
+        if os.geteuid() != 0 and not (args.cache / "lab-openai-http1-40rps-seed3" / "capture.pcap").exists():
+            print("the SSE row needs root once, to make its capture in network namespaces: left out", flush=True)
+        else:
+            rows.append(bench_input("lab SSE over HTTP/1.1 (vs tshark's HTTP)", sse_lab(args.cache), args.runs,
+                                    tshark=True, peer=tshark_http_argv))  # fmt: skip
             print(table(rows[-1:]), flush=True)
     if not args.no_ideal:
         rows.append(bench_input("ideal 1M (best case)", ideal(args.cache), args.runs, tshark=True))
