@@ -625,3 +625,58 @@ def test_stream_events_that_are_not_one_json_value_are_data() -> None:
     assert s.event("message", ' {"choices": [{"delta": {"content": "x"}}], "model": "m"}\u00a0\n') == (CONTENT, None)
     assert s.model == "m" and s.api == "openai"
     assert LlmStream().event("message", "[1, 2]") == (DATA, None)  # a value, not an object
+
+
+def test_loads_json_reads_every_text_as_json_does() -> None:
+    """orjson where it agrees, json where not: the same value (type, sign of zero, key
+    order, last of duplicate keys) or the same refusal as json.loads, on odd documents and
+    on thousands of random ones and their random mutilations."""
+    from parsers.llm.semantics import loads_json
+
+    def outcome(fn, text: str) -> str:
+        try:
+            return repr(fn(text))
+        except ValueError:
+            return "ValueError"
+
+    odd = ['{"a":1,"b":2,"a":3}', '{"a":1e400}', '{"a":-1e400}', '{"a":NaN}', '[Infinity, -Infinity]',
+           '{"a":123456789012345678901234567890}', '{"a":-9223372036854775809}', '{"a":18446744073709551616}',
+           '{"a":9223372036854775807}', '{"a":1234567890123456789.5}', '{"a":"\\ud800"}', '{"a":"\\udc00x"}',
+           '{"a":-0.0}', '{"a":-0}', '{"a":1E2}', '{"a":2.2250738585072014e-308}', '{"a":5e-324}', '{"a":1e-400}',
+           '{"a":"x\ty"}', '{"a":01}', '{"a":1.}', '{"a":.5}', '{"a":+1}', '{"a":"\\x"}', '{"a":1,}', '[1,]',
+           '{"a":true,"b":false,"c":null}', '{"a":tru}', '{"\\u00e9":"\\u0000"}', '{"a":"\u2028"}', '{} {}', '{}x',
+           '{"a":[[[[[]]]]]}', "{'a': 1}", '{"a":1}\u00a0', '{"a" : 1 , "b" : [ 1 , 2 ] }']  # fmt: skip
+    for text in odd:
+        assert outcome(loads_json, text) == outcome(json.loads, text), text
+    rnd = random.Random(8)
+    alphabet = '{}[]":,.-+eE0123456789 \\u/nrtbfx\u00e9\ud83d\ude00'
+
+    def value(depth: int) -> object:
+        k = rnd.randrange(9 if depth < 4 else 6)
+        if k == 0:
+            return rnd.randrange(-10**25, 10**25) if rnd.random() < 0.2 else rnd.randrange(-1000, 1000)
+        if k == 1:
+            return rnd.choice([rnd.uniform(-1e6, 1e6), float(f"{rnd.random()}e{rnd.randrange(-330, 320)}"), -0.0, 0.1])
+        if k == 2:
+            return "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(8)))
+        if k in (3, 4, 5):
+            return rnd.choice([True, False, None])
+        if k == 6:
+            return [value(depth + 1) for _ in range(rnd.randrange(4))]
+        return {"".join(rnd.choice("abc") for _ in range(2)): value(depth + 1) for _ in range(rnd.randrange(5))}
+
+    for _ in range(3000):
+        text = json.dumps(value(0), ensure_ascii=rnd.random() < 0.5, separators=rnd.choice([(",", ":"), (", ", ": ")]))
+        assert outcome(loads_json, text) == outcome(json.loads, text), text
+        cut = list(text)
+        for _ in range(rnd.randrange(1, 4)):
+            at = rnd.randrange(len(cut) + 1)
+            op = rnd.randrange(3)
+            if op == 0 and cut:
+                del cut[min(at, len(cut) - 1)]
+            elif op == 1:
+                cut.insert(at, rnd.choice(alphabet))
+            elif cut:
+                cut[min(at, len(cut) - 1)] = rnd.choice(alphabet)
+        text = "".join(cut)
+        assert outcome(loads_json, text) == outcome(json.loads, text), text

@@ -33,9 +33,10 @@ JSON bodies (captured by :class:`TopLevelJson` without keeping the body), and
 from __future__ import annotations
 
 import json
-import json.scanner
 import re
 from typing import Any
+
+import orjson
 
 # Event kinds (messages.event); NONE for messages that are not events (gRPC).
 NONE, CONTENT, START, FINAL, OTHER, ERROR, DATA = range(7)
@@ -50,9 +51,25 @@ _ANTHROPIC = frozenset((
 ))  # fmt: skip
 _RESPONSE_DONE = frozenset(("response.completed", "response.incomplete", "response.failed"))
 _OPENAI_OBJECTS = frozenset(("chat.completion.chunk", "text_completion", "chat.completion"))
-# json.loads' own scanner, called directly once per event: (value, end) of the JSON value at
-# an index, StopIteration when none starts there, JSONDecodeError (a ValueError) inside one
-_scan_json = json.scanner.make_scanner(json.JSONDecoder())
+# digits marked, to find a run of 19 of them: an integer orjson may read as a float (past
+# 64 bits) where json keeps it (a translation and a search: a regex took four times as long)
+_DIGITS_MARKED = bytes.maketrans(b"0123456789", b"#" * 10)
+_NINETEEN = b"#" * 19
+
+
+def loads_json(s: str) -> Any:
+    """``json.loads(s)``, by orjson (three times faster, with the check: one call per event)
+    wherever it reads the same value. Not where it reads another or refuses what json takes:
+    integers of 19 digits or more (orjson makes floats of those past 64 bits), NaN,
+    Infinity, 1e400 and lone surrogates (orjson's errors), which json reads again.
+    ValueError when ``s`` is not one JSON value."""
+    raw = s.encode("utf-8", "surrogatepass")
+    if _NINETEEN not in raw.translate(_DIGITS_MARKED):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(s)
 
 
 def _text(v: Any) -> bool:
@@ -119,11 +136,9 @@ class LlmStream:
             return None
         if not s.startswith(("{", "[")):
             return DATA, None
-        try:  # json.loads without its wrappers (s is stripped: nothing may follow the value)
-            obj, end = _scan_json(s, 0)
-        except (StopIteration, ValueError):
-            return DATA, None
-        if end != len(s):
+        try:
+            obj = loads_json(s)
+        except ValueError:
             return DATA, None
         if not isinstance(obj, dict):
             return DATA, None
