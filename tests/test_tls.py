@@ -102,3 +102,21 @@ def test_hello_facts_of_a_real_tls13_handshake():
     assert hello.alpn_offered[:2] == ["h2", "http/1.1"]
     assert hello.version_name == "TLS 1.3" and hello.cipher_suite == 0x1301 and hello.resumed is False
     assert len(hello.client_random) == 32 and len(hello.server_random) == 32
+
+
+@pytest.mark.parametrize("seq", [0, 1, 255, 2**32 + 7, 2**64 - 1])
+def test_tls13_record_nonce_is_the_iv_xor_the_padded_sequence_number(seq):
+    """RFC 8446 section 5.3, written out byte by byte here: a record protected by
+    cryptography's AES-GCM under that nonce is read back at that sequence number."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from parsers.tls._decrypt import RecordCipher
+
+    keys = tls13_keys(AES128, bytes.fromhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38"))
+    nonce = bytes(a ^ b for a, b in zip(keys.iv, seq.to_bytes(12, "big"), strict=True))
+    inner = b"hello" + bytes([23]) + b"\0\0"  # content, inner type, padding
+    header = bytes([23, 3, 3]) + (len(inner) + 16).to_bytes(2, "big")
+    protected = AESGCM(keys.key).encrypt(nonce, inner, header)
+    cipher = RecordCipher(AES128, keys, tls13=True)
+    cipher.seq = seq
+    assert cipher.decrypt(23, 0x0303, protected) == (23, b"hello")

@@ -21,6 +21,7 @@ class RecordCipher:
         self.suite = suite
         self.tls13 = tls13
         self.iv = keys.iv
+        self._iv_number = int.from_bytes(keys.iv, "big")  # the per-record nonce in one XOR
         self.seq = 0
         # cryptography at the first keyed direction, not at every start (~10 ms)
         from cryptography.exceptions import InvalidTag
@@ -30,8 +31,7 @@ class RecordCipher:
         self.aead = AESGCM(keys.key) if suite.cipher == "aes-gcm" else ChaCha20Poly1305(keys.key)
 
     def _xor_nonce(self) -> bytes:
-        seq = self.seq.to_bytes(12, "big")
-        return bytes(a ^ b for a, b in zip(self.iv, seq, strict=True))
+        return (self._iv_number ^ self.seq).to_bytes(12, "big")
 
     def decrypt(self, content_type: int, version: int, payload: bytes) -> tuple[int, bytes]:
         """(content type, plaintext) of a protected record; DecryptError when the tag
