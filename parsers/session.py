@@ -266,6 +266,21 @@ class AppSession:
         """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the
         HTTP/2 steady state the run goes to the HTTP/2 layer as columns."""
         first = 0
+        if self.fast_feed is None and self._mode in ("http1", "tls"):
+            # HTTP/1.1 and TLS read chunk by chunk: the rows go straight to them, with no
+            # PayloadChunk made and dispatched each (what feed does with one), until an
+            # Upgrade or CONNECT hands the connection on
+            mode, mv = self._mode, memoryview(run.buf)
+            for d, ts, fno, off, a, z in run.rows.tolist():
+                if self._mode != mode:
+                    break
+                if mode == "http1":
+                    self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
+                else:
+                    self._tls.feed(d, bytes(mv[a:z]), ts, fno, off, 0)  # type: ignore[union-attr]
+                first += 1
+            if first == len(run):
+                return
         if self.fast_feed is None:
             # chunk by chunk until the HTTP/2 steady state, often a few rows in; rows
             # become PayloadChunks in growing slices, so few are made in vain. Rows of a

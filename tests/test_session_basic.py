@@ -529,3 +529,73 @@ def test_status_digits_that_int_refuses_are_no_status() -> None:
     (req,) = r.requests
     assert req.http_status is None and req.grpc_status is None
     assert req.end == conv.ts(3)
+
+
+def _as_run(chunks: list[PayloadChunk]):
+    """Gap-free chunks of one connection as one ChunkRun over a fresh buffer."""
+    import numpy as np
+
+    from parsers.records import ChunkRun
+
+    buf = np.frombuffer(b"".join(c.data for c in chunks) + b"\0" * 8, np.uint8)
+    rows = np.zeros((len(chunks), 6), np.int64)
+    pos = 0
+    for i, c in enumerate(chunks):
+        rows[i] = (c.direction, c.ts_ns, c.frame_no, c.stream_offset, pos, pos + len(c.data))
+        pos += len(c.data)
+    return ChunkRun(chunks[0].conn_key, rows, buf)
+
+
+def _fed(chunks: list[PayloadChunk], as_runs: bool, keylog=None) -> tuple:
+    """What a session says of ``chunks``, fed one by one or in gap-free runs of up to 5
+    (the later ones begin after the protocol is known)."""
+    s = AppSession(chunks[0].conn_key, 40000, 50051, keylog=keylog)
+    run: list[PayloadChunk] = []
+    for c in [*chunks, None]:
+        if as_runs and c is not None and not c.gap_before and len(run) < 5:
+            run.append(c)
+            continue
+        if run:
+            s.feed_run(_as_run(run))
+            run = []
+        if c is not None:
+            s.feed(c)
+    r = s.finish(chunks[-1].ts_ns + 1)
+    return (r.protocol, r.flipped, repr(r.requests), repr(r.message_rows), repr(r.h2_events), repr(r.issues), r.tls)
+
+
+def test_http1_and_tls_runs_read_as_chunk_by_chunk() -> None:
+    """HTTP/1.1 and TLS take a run's rows straight (no PayloadChunk each) until the
+    connection changes hands: keep-alive SSE exchanges, then an Upgrade to h2c in the
+    same run; a lost stretch; and a real TLS 1.2 capture with its key log."""
+    from h2_builders import read_capture
+    from shared_paths import CAPTURES
+
+    from parsers.tls import KeyLog
+
+    conv, sh = Conv(), Hpack()
+    for k in range(3):
+        conv.send(0, b"POST /v1/chat/completions HTTP/1.1\r\nHost: h\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 2\r\n\r\n{}", 10 * k)  # fmt: skip
+        conv.send(1, b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n", 10 * k + 1)
+        for j in range(5):
+            ev = b'data: {"choices":[{"delta":{"content":"t%d"}}]}\n\n' % j
+            conv.send(1, b"%x\r\n%s\r\n" % (len(ev), ev), 10 * k + 2 + j, gap=7 if (k, j) == (1, 3) else 0)
+        conv.send(1, b"0\r\n\r\n", 10 * k + 8)
+    conv.send(0, b"GET /robots.txt HTTP/1.1\r\nHost: example\r\nConnection: Upgrade, HTTP2-Settings\r\n"
+              b"Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n", 40)  # fmt: skip
+    conv.send(1, b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n" + settings(), 41)
+    conv.send(0, PREFACE + settings() + settings(ack=True), 42)
+    conv.send(1, headers(1, sh.block([(":status", "200"), ("content-type", "text/plain")])) + data(1, b"ok", end=True), 43)
+    whole = _fed(conv.chunks, as_runs=False)
+    assert whole[0] == "h2c" and "http1_gap" in whole[5]
+    assert _fed(conv.chunks, as_runs=True) == whole
+    keylog = KeyLog()
+    keylog.add_text((CAPTURES / "http2-16-ssl.keylog").read_text(), "http2-16-ssl.keylog")
+    decrypted = 0
+    for conn in read_capture(CAPTURES / "http2-16-ssl.pcapng"):
+        if conn.chunks:
+            whole = _fed(conn.chunks, as_runs=False, keylog=keylog)
+            decrypted += bool(whole[6] and whole[6].get("tls_decrypted"))
+            assert _fed(conn.chunks, as_runs=True, keylog=keylog) == whole
+    assert decrypted
