@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import dpkt
+import numpy as np
 from hpack import Encoder
 from shared_paths import CAPTURES
 
-from parsers.records import PayloadChunk
+from parsers.records import ChunkRun, PayloadChunk
 
 TSHARK = shutil.which("tshark")
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
@@ -158,6 +159,18 @@ class Conv:
 
     def ts(self, t_ms: float) -> int:
         return self.t0 + int(t_ms * 1_000_000)
+
+
+def as_run(chunks: list[PayloadChunk]) -> ChunkRun:
+    """Gap-free chunks of one connection as one ChunkRun over a fresh buffer."""
+    assert not any(c.gap_before for c in chunks)
+    buf = np.frombuffer(b"".join(c.data for c in chunks) + b"\0" * 8, np.uint8)
+    rows = np.zeros((len(chunks), 6), np.int64)
+    pos = 0
+    for i, c in enumerate(chunks):
+        rows[i] = (c.direction, c.ts_ns, c.frame_no, c.stream_offset, pos, pos + len(c.data))
+        pos += len(c.data)
+    return ChunkRun(chunks[0].conn_key, rows, buf)
 
 
 def run_session(chunks: list[PayloadChunk], force_h2: bool = False, end_ns: int | None = None):

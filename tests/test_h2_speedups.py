@@ -8,13 +8,13 @@ import random
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from h2_builders import (
     CAPTURES,
     GRPC_RESPONSE,
     Conv,
     Hpack,
+    as_run,
     continuation,
     data,
     frame,
@@ -28,24 +28,12 @@ from h2_builders import (
 )
 
 from parsers.h2 import _conn
-from parsers.records import ChunkRun, PayloadChunk
+from parsers.records import PayloadChunk
 from parsers.session import AppSession
 
 pytestmark = pytest.mark.skipif(_conn._speedups is None, reason="C extension not built (pip install -e .)")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-
-def as_run(chunks: list[PayloadChunk]) -> ChunkRun:
-    """Gap-free chunks of one connection as one ChunkRun over a fresh buffer."""
-    assert not any(c.gap_before for c in chunks)
-    buf = np.frombuffer(b"".join(c.data for c in chunks) + b"\0" * 8, np.uint8)
-    rows = np.zeros((len(chunks), 6), np.int64)
-    pos = 0
-    for i, c in enumerate(chunks):
-        rows[i] = (c.direction, c.ts_ns, c.frame_no, c.stream_offset, pos, pos + len(c.data))
-        pos += len(c.data)
-    return ChunkRun(chunks[0].conn_key, rows, buf)
 
 
 def _feed_group(s: AppSession, group: list[PayloadChunk], runs: bool) -> None:

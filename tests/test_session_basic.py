@@ -10,6 +10,7 @@ from h2_builders import (
     PREFACE,
     Conv,
     Hpack,
+    as_run,
     data,
     grpc_msg,
     grpc_request_headers,
@@ -531,21 +532,6 @@ def test_status_digits_that_int_refuses_are_no_status() -> None:
     assert req.end == conv.ts(3)
 
 
-def _as_run(chunks: list[PayloadChunk]):
-    """Gap-free chunks of one connection as one ChunkRun over a fresh buffer."""
-    import numpy as np
-
-    from parsers.records import ChunkRun
-
-    buf = np.frombuffer(b"".join(c.data for c in chunks) + b"\0" * 8, np.uint8)
-    rows = np.zeros((len(chunks), 6), np.int64)
-    pos = 0
-    for i, c in enumerate(chunks):
-        rows[i] = (c.direction, c.ts_ns, c.frame_no, c.stream_offset, pos, pos + len(c.data))
-        pos += len(c.data)
-    return ChunkRun(chunks[0].conn_key, rows, buf)
-
-
 def _fed(chunks: list[PayloadChunk], as_runs: bool, keylog=None) -> tuple:
     """What a session says of ``chunks``, fed one by one or in gap-free runs of up to 5
     (the later ones begin after the protocol is known)."""
@@ -556,7 +542,7 @@ def _fed(chunks: list[PayloadChunk], as_runs: bool, keylog=None) -> tuple:
             run.append(c)
             continue
         if run:
-            s.feed_run(_as_run(run))
+            s.feed_run(as_run(run))
             run = []
         if c is not None:
             s.feed(c)
