@@ -266,6 +266,11 @@ class Http1Conn:
                     continue
                 if size == 0:
                     side.state = TRAILERS
+                elif data[i + size : i + size + 2] == b"\r\n":
+                    # the usual chunk, whole in this feed with its CRLF: read at once (as
+                    # CHUNK_DATA and CHUNK_CRLF would), the side at the next chunk size
+                    self._body(role, side, data, i, i + size, ts, off)
+                    i += size + 2
                 else:
                     side.state = CHUNK_DATA
                     side.left = size
