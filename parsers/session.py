@@ -83,6 +83,10 @@ def _cols_of(rows: list[MessageRow]) -> np.ndarray:
     return np.array(rows, dtype=np.int64).reshape(-1, len(MC))
 
 
+def _finished_plaintext(d: int, data: bytes, ts: int, frame_no: int, offset: int, gap: int) -> None:
+    raise RuntimeError("TLS plaintext after the session finished")
+
+
 def _sniff(data: bytes | bytearray, final: bool = False) -> str | None:
     """Detailed sniff of the first bytes of one direction: 'h2-preface', 'h2-frames',
     'http1-request', 'http1-response', 'tls-client', 'tls-server', 'tls', 'unknown',
@@ -581,6 +585,9 @@ class AppSession:
         ck = self.conn_key
         msgs = [message_from_row(ck, row) for row in rows]
         self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows, tls.facts())
+        # the TLS connection's plaintext callback is this session's bound method: a cycle
+        # that only the cycle collector would free; a finished session takes no more bytes
+        tls.plaintext = _finished_plaintext
         return self._finished
 
     # -- HTTP/2 ----------------------------------------------------------------------

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from telemetry.ingest.commit import CLOSING_SUFFIX, closing_id, deriver, fewer_collections
+from telemetry.ingest.commit import CLOSING_SUFFIX, closing_id, deriver, no_cycle_collection
 from telemetry.ingest.options import (
     ANALYSING,
     FINISHING,
@@ -85,7 +85,7 @@ class IngestChain:
             return result
         writer = self.store.writer(result.capture_id)
         if final and self._pipeline is None and worth_splitting(path, self.options):
-            with fewer_collections():
+            with no_cycle_collection():
                 ingest_split(path, writer, result, self.options, progress, say)
             self._last = None if result.error else result
             result.seconds = time.perf_counter() - started
@@ -97,7 +97,7 @@ class IngestChain:
         else:
             pipeline.begin_file(result.capture_id, writer)
         self._pipeline = None  # only a file read to its end hands its state on
-        with fewer_collections():
+        with no_cycle_collection():
             try:
                 stream(path, pipeline, result, progress)
                 if result.error:
@@ -137,7 +137,7 @@ class IngestChain:
         result = IngestResult(path=last.path, capture_id=closing_id(last.capture_id))
         writer = self.store.writer(result.capture_id)
         pipeline.begin_file(result.capture_id, writer)
-        with fewer_collections():
+        with no_cycle_collection():
             try:
                 pipeline.finish()
                 pipeline.fill_result(result)

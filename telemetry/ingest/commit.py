@@ -1,5 +1,5 @@
 """What a capture's commit adds besides its rows: the models kept with it (computed from
-its written files), the id of a chain's closing commit, and fewer garbage collections
+its written files), the id of a chain's closing commit, and no cycle collection
 while the rows are built."""
 
 from __future__ import annotations
@@ -13,12 +13,6 @@ from pathlib import Path
 from parsers.records import DecodeIssue
 from telemetry.ingest.options import IngestOptions, IngestResult
 from telemetry.store.parquet import CaptureWriter
-
-# Net new container objects between two runs of the cycle collector while ingesting. A
-# run walks every young object and whatever it references: the pipeline's growing lists
-# of rows (each run 10-45 ms at 50,000, most freeing nothing). On the realistic 1M capture
-# `analyze` cost 5% less CPU at 1,000,000 than at 50,000 (7 pairs).
-GC_GEN0_THRESHOLD = 1_000_000
 
 
 def deriver(options: IngestOptions, result: IngestResult) -> Callable[[CaptureWriter], dict[Path, Path]] | None:
@@ -54,13 +48,21 @@ def closing_id(capture_id: str) -> str:
 
 
 @contextmanager
-def fewer_collections() -> Iterator[None]:
-    # The pipeline allocates (and frees by reference counting) a few container objects
-    # per packet; the default gen-0 threshold (700) runs the cycle collector every few
-    # hundred packets for nothing. Collect less often while ingesting.
-    gc_threshold = gc.get_threshold()
-    gc.set_threshold(max(gc_threshold[0], GC_GEN0_THRESHOLD), *gc_threshold[1:])
+def no_cycle_collection() -> Iterator[None]:
+    """No automatic cycle collection while a file is ingested (restored after).
+
+    The ingest frees what it allocates by reference counting and makes no reference
+    cycles (tests/test_ingest_gc.py holds it to that), so a collector run finds nothing to
+    free; but each run walks every young container, and an open connection holds ~150 of
+    them (its TCP, HTTP/2 and HPACK state): at 10,000 open connections a run took 0.5-0.8
+    s and freed ~300 objects. A gen-0 threshold of 1,000,000 (the rule before) still ran
+    it twice on that capture. Should a cycle appear after all, it waits for the first
+    collection after the file, not for ever.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
         yield
     finally:
-        gc.set_threshold(*gc_threshold)
+        if was_enabled:
+            gc.enable()

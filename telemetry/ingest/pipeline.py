@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterable, Iterator
+from functools import partial
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -80,6 +81,12 @@ _PART_TABLES = {
 _CONN_KEY = attrgetter("conn_key")
 
 
+def _addresses_of(tcp: TcpAnalyzer, key: int) -> tuple[str, str] | None:
+    """(client, server) address of an open connection as the TCP layer names it."""
+    s = tcp.open_summary(key)
+    return None if s is None else (s.client_addr, s.server_addr)
+
+
 class CapturePipeline:
     """Drives the parsers for one capture and hands rows to the writer."""
 
@@ -117,7 +124,9 @@ class CapturePipeline:
         # the other tables' rows handed over by connections, not built into tables yet
         self._parts: dict[str, list[Part]] = {t: [] for t in _PART_TABLES}
         self._parts_rows: dict[str, int] = dict.fromkeys(_PART_TABLES, 0)
-        self.sendlog = SendLog(self._path_of, peer)  # segment_sends (loss-gated)
+        # segment_sends (loss-gated); the addresses from the TCP layer itself (a method of
+        # this pipeline held by its own send log would be a reference cycle)
+        self.sendlog = SendLog(partial(_addresses_of, self.tcp), peer)
         # TLS secrets: the given key logs, then the capture's Decryption Secrets Blocks
         self.keylog = copy.deepcopy(options.keylog) if options.keylog is not None else KeyLog()
 
@@ -327,11 +336,6 @@ class CapturePipeline:
             rates_upto = (self.last_ts - RATE_HOLD_NS) // RATE_BUCKET_NS
         self._write_rows(conn, summary, rates_upto=rates_upto, final=False)
         return True
-
-    def _path_of(self, key: int) -> tuple[str, str] | None:
-        """(client, server) address of an open connection as the TCP layer names it."""
-        s = self.tcp.open_summary(key)
-        return None if s is None else (s.client_addr, s.server_addr)
 
     def _open_summary(self, key: int) -> ConnectionSummary | None:
         """conn_id and addresses of a connection still open (as the TCP layer names it)."""
