@@ -31,6 +31,8 @@ PLAIN = [
     ["a.pcap", "--window", "300ms", "b.pcap"],
     ["-w", "1.5m", "a.pcap", "--h2-port", "0"],
     ["a.pcap", "--capture-side", "server", "--jobs", "12", "--force"],
+    ["a.pcap", "--keylog", "keys.txt"],
+    ["--keylog", "a.keys", "a.pcap", "--keylog", "/tmp/b keys.log", "-o", "st"],
 ]
 
 UNUSUAL = [
@@ -57,6 +59,10 @@ UNUSUAL = [
     ["a.pcap", "--force", "--force"],
     ["a.pcap", "--report", "--no-report"],
     ["a.pcap", "--verbose"],
+    ["a.pcap", "--keylog"],
+    ["a.pcap", "--keylog", "-"],
+    ["a.pcap", "--keylog=keys.txt"],
+    ["a.pcap", "--keylog", "keys.txt", "--html", "r.html"],
 ]
 
 
@@ -118,6 +124,19 @@ def test_fast_and_typer_paths_agree_on_a_missing_file(tmp_path):
     slow = subprocess.run([TAILTAP, "analyze", missing, f"--out={tmp_path / 's1'}"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert fast.returncode == slow.returncode == EXIT_INPUT
+    assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
+
+
+def test_fast_and_typer_paths_agree_on_a_missing_key_log(tmp_path):
+    env = {**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}
+    capture = Path(__file__).resolve().parents[1] / "samples" / "sweep" / "tls_probe" / "capture.pcap"
+    keys = str(tmp_path / "no-such-keys.txt")
+    fast = subprocess.run([TAILTAP, "analyze", str(capture), "--keylog", keys, "--out", str(tmp_path / "s1")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    slow = subprocess.run([TAILTAP, "analyze", str(capture), f"--keylog={keys}", "--out", str(tmp_path / "s2")],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert fast.returncode == slow.returncode == EXIT_INPUT, (fast.stderr, slow.stderr)
+    assert "no-such-keys.txt: cannot read the key log" in fast.stderr
     assert fast.stdout == slow.stdout and fast.stderr == slow.stderr
 
 

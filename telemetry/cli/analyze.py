@@ -106,7 +106,7 @@ def run_analyze(
     jobs: int | None = None,
     report: bool = True,
     window: str | None = None,
-    keylog_files: list[Path] | None = None,
+    keylog: list[Path] | None = None,
 ) -> int:
     """Ingest ``captures`` into the store ``out``, print what was read and (``report``)
     the per-method report; returns the exit code. ``jobs``: processes; several files are
@@ -116,10 +116,10 @@ def run_analyze(
     from telemetry.store.capture_id import prefetch
 
     status = StatusLines()
-    keylog = None
-    if keylog_files:
-        keylog = load_keylogs(keylog_files, status)
-        if keylog is None:
+    keys = None
+    if keylog:
+        keys = load_keylogs(keylog, status)
+        if keys is None:
             return EXIT_INPUT
     jobs, split = _processes(jobs)
     if jobs == 1 or len(captures) == 1:
@@ -136,10 +136,10 @@ def run_analyze(
             from concurrent.futures import ProcessPoolExecutor
 
             with ProcessPoolExecutor(max_workers=jobs) as pool:
-                args = [(str(p), str(out), ports, capture_side.value, force, keylog) for p in captures]
+                args = [(str(p), str(out), ports, capture_side.value, force, keys) for p in captures]
                 results = list(pool.map(_ingest_one, args))
         else:
-            options = IngestOptions(frozenset(ports), capture_side.value, force, processes=split, keylog=keylog)
+            options = IngestOptions(frozenset(ports), capture_side.value, force, processes=split, keylog=keys)
             total = sum(p.stat().st_size for p in captures if p.is_file())
             with _progress(status, total) as progress:
                 task = progress.add_task("reading", total=total or None, packets=0)

@@ -27,6 +27,7 @@ from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 _ANALYZE_VALUE_OPTS = {
     "--out": "out", "-o": "out", "--format": "fmt", "-f": "fmt", "--h2-port": "h2_port",
     "--capture-side": "capture_side", "--jobs": "jobs", "-j": "jobs", "--window": "window", "-w": "window",
+    "--keylog": "keylog",
 }
 _ANALYZE_FLAGS = {"--force": ("force", True), "--report": ("report", True), "--no-report": ("report", False)}
 _DIGITS = frozenset("0123456789")
@@ -45,6 +46,7 @@ def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
     kw: dict[str, object] = {}
     captures: list[Path] = []
     ports: list[int] = []
+    keylogs: list[Path] = []  # --keylog, repeatable like --h2-port
     i = 0
     while i < len(argv):
         arg = argv[i]
@@ -66,6 +68,9 @@ def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
                 if port is None:
                     return None
                 ports.append(port)
+                continue
+            if name == "keylog":
+                keylogs.append(Path(text))
                 continue
             if name == "out":
                 value = Path(text)
@@ -97,6 +102,8 @@ def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
     kw["captures"] = captures
     if ports:
         kw["h2_port"] = ports
+    if keylogs:
+        kw["keylog"] = keylogs
     return kw
 
 
