@@ -4,8 +4,11 @@ stay typer's own."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
+import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +21,7 @@ from typer.main import get_command
 
 from telemetry.cli import analyze, main
 from telemetry.cli import app as cli
+from telemetry.cli.args import report_params
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE
 
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
@@ -212,9 +216,11 @@ def test_reading_a_store_imports_neither_pyarrow_numpy_nor_the_duckdb_package(tm
     assert "loaded: []" in proc.stderr, proc.stderr
 
 
-REPORT_PLAIN = [[], ["--store", "st"], ["-s", "st", "-f", "json"], ["--format", "markdown", "--store", "st"]]
+REPORT_PLAIN = [[], ["--store", "st"], ["-s", "st", "-f", "json"], ["--format", "markdown", "--store", "st"],
+                ["--window", "10s"], ["-s", "st", "-w", "250ms", "-f", "json"]]
 REPORT_UNUSUAL = [["--help"], ["--store=st"], ["--store"], ["-s", "a", "-s", "b"], ["--format", "csv"],
-                  ["--window", "10s"], ["--top", "3"], ["--html", "r.html"], ["extra"]]
+                  ["--top", "3"], ["--html", "r.html"], ["extra"], ["--window", "soon"], ["--window", "-5s"],
+                  ["--window", "0"], ["-w", "1s", "--window", "2s"], ["--window=10s"], ["--window", "10s", "--top", "3"]]
 
 
 @pytest.mark.parametrize("argv", REPORT_PLAIN)
@@ -222,6 +228,8 @@ def test_fast_report_command_lines(argv):
     kw = main.fast_report_args(argv)
     assert kw is not None and isinstance(kw["store_dir"], Path)
     assert kw.get("fmt", "table") in ("table", "json", "markdown")
+    window = dict(zip(argv[::2], argv[1::2], strict=True)).get("--window") or dict(zip(argv[::2], argv[1::2], strict=True)).get("-w")
+    assert kw["params"] == report_params(window=window)  # as the typer command builds them
 
 
 @pytest.mark.parametrize("argv", REPORT_UNUSUAL)
@@ -236,3 +244,8 @@ def test_fast_and_typer_report_agree(tmp_path):
         assert main.fast_report_args(["--store", str(target), "-f", fmt]) is not None
         out = _both_paths("report", target, ["-f", fmt], code)
         assert ("spike" in out.stdout) if code == 0 else ("no store here" in out.stderr)
+    # the window `tailtap analyze` tells users to change: the same report either way, and
+    # not the default window's
+    out = _both_paths("report", store, ["--window", "2s", "-f", "json"], 0)
+    starts = [dt.datetime.fromisoformat(w["window_start"]) for w in json.loads(out.stdout)["timeline"]]
+    assert len(starts) > 2 and {b - a for a, b in itertools.pairwise(starts)} == {dt.timedelta(seconds=2)}

@@ -20,10 +20,17 @@ from rich.markup import escape
 
 from telemetry import __version__
 from telemetry.cli.analyze import run_analyze
-from telemetry.cli.args import BadValue, CaptureSide, Format, SqlFormat, parse_period
+from telemetry.cli.args import (
+    REPORT_TOP,
+    BadValue,
+    CaptureSide,
+    Format,
+    SqlFormat,
+    parse_period,
+    report_params,
+)
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
-from telemetry.cli.args import parse_time_ns as _parse_time_ns
 from telemetry.cli.errors import error_line, user_error_text
 from telemetry.cli.report import note_recomputed, run_report, write_report_html
 from telemetry.cli.stores import open_store
@@ -64,7 +71,6 @@ def _usage_checked(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 parse_duration_ms = _usage_checked(_parse_duration_ms)
 parse_slo = _usage_checked(_parse_slo)
-parse_time_ns = _usage_checked(_parse_time_ns)
 
 
 def _version(value: bool) -> None:
@@ -207,17 +213,14 @@ def report(
     since: Annotated[str | None, typer.Option("--since", help="Only requests from this time (ISO-8601 or epoch s).")] = None,
     until: Annotated[str | None, typer.Option("--until", help="Only requests before this time.")] = None,
     fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format.")] = Format.table,
-    top: Annotated[int, typer.Option("--top", min=1, help="Slowest requests listed.")] = 10,
+    top: Annotated[int, typer.Option("--top", min=1, help="Slowest requests listed.")] = REPORT_TOP,
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
-    params = {
-        "window_s": parse_duration_ms(window) / 1000.0 if window else None,
-        "since_ns": parse_time_ns(since),
-        "until_ns": parse_time_ns(until),
-        "slowest_n": top,
-        **parse_slo(slo),
-    }
+    try:
+        params = report_params(window, slo, since, until, top)
+    except BadValue as exc:
+        raise typer.BadParameter(str(exc)) from None
     code = run_report(store_dir, params, fmt.value, html_out)
     if code:
         raise typer.Exit(code)

@@ -1,6 +1,6 @@
 """Command-line values of the `tailtap` verbs, parsed without typer.
 
-Both the typer app (telemetry/cli/app.py) and the fast `analyze` path (telemetry/cli/main.py) use
+Both the typer app (telemetry/cli/app.py) and the fast paths (telemetry/cli/main.py) use
 these, so a value means the same on both. Errors are :class:`BadValue`; the typer app
 reports them as usage errors (exit 2).
 """
@@ -84,6 +84,21 @@ def parse_time_ns(text: str | None) -> int | None:
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
     return int(when.timestamp() * 1e9)
+
+
+REPORT_TOP = 10  # slowest requests the report lists unless told
+
+
+def report_params(window: str | None = None, slo: str | None = None, since: str | None = None,
+                  until: str | None = None, top: int = REPORT_TOP) -> dict[str, object]:
+    """The report's model parameters from its options (both command paths build them so)."""
+    return {
+        "window_s": parse_duration_ms(window) / 1000.0 if window else None,
+        "since_ns": parse_time_ns(since),
+        "until_ns": parse_time_ns(until),
+        "slowest_n": top,
+        **parse_slo(slo),
+    }
 
 
 def parse_period(text: str, day_ns: int | None) -> tuple[int | None, int | None, str | None]:

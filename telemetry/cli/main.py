@@ -7,8 +7,8 @@ unusual (help, `--`, `--opt=value`, joined short options, repeated options, valu
 would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
 own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values. So
 are `tailtap sql --store S QUERY` (telemetry/cli/sql.py) and `tailtap report` with no
-option but --store and --format (telemetry/cli/report.py): scripts and users run them over
-and over, and the typer app costs a quarter of a report on a small store.
+option but --store, --format and --window (telemetry/cli/report.py): scripts and users run
+them over and over, and the typer app costs a quarter of a report on a small store.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 # per core at import, which spin on the core the hash and Parquet threads use.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from telemetry.cli.args import BadValue, CaptureSide, Format, parse_duration_ms  # noqa: E402
+from telemetry.cli.args import BadValue, CaptureSide, Format, parse_duration_ms, report_params  # noqa: E402
 from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 
 _ANALYZE_VALUE_OPTS = {
@@ -131,13 +131,15 @@ def fast_sql_args(argv: list[str]) -> dict[str, object] | None:
     return kw
 
 
-_REPORT_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-f": "fmt"}
+_REPORT_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-f": "fmt",
+                "--window": "window", "-w": "window"}
 _REPORT_FORMATS = ("table", "json", "markdown")
 
 
 def fast_report_args(argv: list[str]) -> dict[str, object] | None:
-    """Keyword arguments of `report` for a command line of --store and --format alone (the
-    report with its default settings), or None (typer)."""
+    """Keyword arguments of `report` for a command line of --store, --format and --window
+    alone (the report with its other settings' defaults: `tailtap analyze` tells users to
+    run `tailtap report --window`), or None (typer)."""
     kw: dict[str, object] = {}
     i = 0
     while i < len(argv):
@@ -148,6 +150,10 @@ def fast_report_args(argv: list[str]) -> dict[str, object] | None:
         i += 2
     if kw.get("fmt", "table") not in _REPORT_FORMATS:
         return None
+    try:
+        kw["params"] = report_params(window=kw.pop("window", None))  # type: ignore[arg-type]
+    except BadValue:
+        return None  # typer's usage error to report
     kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
     return kw
 
