@@ -21,7 +21,7 @@ from typer.main import get_command
 
 from telemetry.cli import analyze, main
 from telemetry.cli import app as cli
-from telemetry.cli.args import report_params
+from telemetry.cli.args import report_params, window_params
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE
 
 TAILTAP = shutil.which("tailtap", path=str(Path(sys.executable).parent)) or "tailtap"
@@ -249,3 +249,42 @@ def test_fast_and_typer_report_agree(tmp_path):
     out = _both_paths("report", store, ["--window", "2s", "-f", "json"], 0)
     starts = [dt.datetime.fromisoformat(w["window_start"]) for w in json.loads(out.stdout)["timeline"]]
     assert len(starts) > 2 and {b - a for a, b in itertools.pairwise(starts)} == {dt.timedelta(seconds=2)}
+
+
+EXPLAIN_PLAIN = [["--request", "C1a2:3"], ["-r", "C1a2:3", "--store", "st"], ["-s", "st", "-r", "C9:0", "-f", "json", "-w", "2s"],
+                 ["--store", "st", "--request", "C1a2:11", "--format", "markdown", "--window", "500ms"]]
+EXPLAIN_UNUSUAL = [[], ["--help"], ["--store", "st"], ["--request", "garbage"], ["--request", "C1:x"], ["--request", ":3"],
+                   ["--request=C1:3"], ["-r", "C1:3", "-r", "C1:4"], ["-r", "C1:3", "--slo", "ttft=1s"],
+                   ["-r", "C1:3", "--html", "x.html"], ["-r", "C1:3", "--window", "soon"], ["-r", "C1:3", "-f", "csv"],
+                   ["-r", "C1:3", "extra"], ["-r"]]
+
+
+@pytest.mark.parametrize("argv", EXPLAIN_PLAIN)
+def test_fast_explain_command_lines(argv):
+    kw = main.fast_explain_args(argv)
+    assert kw is not None and isinstance(kw["store_dir"], Path) and kw["request"] in argv
+    given = dict(zip(argv[::2], argv[1::2], strict=True))
+    assert kw["params"] == window_params(given.get("--window") or given.get("-w"))  # as the typer command builds them
+
+
+@pytest.mark.parametrize("argv", EXPLAIN_UNUSUAL)
+def test_unusual_explain_command_lines_go_to_typer(argv):
+    assert main.fast_explain_args(argv) is None
+
+
+def test_fast_and_typer_explain_agree(tmp_path):
+    """The same story, errors and exit codes whichever path runs `tailtap explain`."""
+    store = _sample_store(tmp_path)
+    listed = subprocess.run([TAILTAP, "sql", "--store", str(store), "-f", "csv",
+                             "SELECT conn_id || ':' || stream_id FROM requests ORDER BY conn_id, stream_id LIMIT 1"],
+                            capture_output=True, text=True, timeout=120, env=ENV, check=True)
+    request = listed.stdout.splitlines()[-1]
+    for args, code in ((["--request", request], 0), (["--request", request, "-f", "json", "-w", "2s"], 0),
+                       (["--request", "C0000000000000000:1"], EXIT_INPUT)):
+        out = _both_paths("explain", store, args, code)
+        if code == 0:
+            assert request.split(":")[0] in out.stdout
+        else:
+            assert "no request C0000000000000000:1 in the store" in out.stderr
+    _both_paths("explain", tmp_path / "none", ["--request", request], EXIT_STORE)
+

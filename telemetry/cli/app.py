@@ -28,10 +28,12 @@ from telemetry.cli.args import (
     SqlFormat,
     parse_period,
     report_params,
+    window_params,
 )
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.errors import error_line, user_error_text
+from telemetry.cli.explain import parse_request, run_explain
 from telemetry.cli.report import note_recomputed, run_report, write_report_html
 from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
@@ -242,29 +244,17 @@ def explain(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the request's story as one self-contained HTML file (waterfall, decomposition).")] = None,
 ) -> None:
     """Tell one request's story: its timeline with the network events during it, its causes, and the decomposition of its latency (path RTT, queueing, loss recovery, reordering, flow control, server)."""
-    from telemetry.report import render
-    from telemetry.report.sections import RequestNotFound, explain_sections
-
-    conn_id, sep, stream = request.strip().rpartition(":")
-    if not sep or not conn_id or not stream.isdigit():
-        raise typer.BadParameter(f"{request!r}: expected CONN_ID:STREAM_ID, e.g. C1a2b3c4d5e6f7a8b:3", param_hint="--request")
-    params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
-    with _user_errors(html_out, RequestNotFound):
-        store = _open_store(store_dir)
-        con = _connect(store, params)
-        sections = explain_sections(store, conn_id, int(stream), params, con)
-        if html_out is not None:
-            from telemetry.report.html import explain_html
-
-            html_out.write_text(explain_html(sections, f"tailtap explain {request}"), encoding="utf-8")
-            error_line(f"wrote {html_out}", label=None)
-    note_recomputed(con)
-    if fmt == Format.table:
-        from telemetry.report.sections import print_explain
-
-        print_explain(console, sections)
-    else:
-        render.emit(console, fmt.value, sections, title=f"tailtap explain {request}")
+    try:
+        parse_request(request)
+    except BadValue as exc:
+        raise typer.BadParameter(str(exc), param_hint="--request") from None
+    try:
+        params = window_params(window, slo)
+    except BadValue as exc:
+        raise typer.BadParameter(str(exc)) from None
+    code = run_explain(store_dir, request, params, fmt.value, html_out)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -89,16 +89,16 @@ def parse_time_ns(text: str | None) -> int | None:
 REPORT_TOP = 10  # slowest requests the report lists unless told
 
 
+def window_params(window: str | None = None, slo: str | None = None) -> dict[str, object]:
+    """The models' window and SLO parameters from a verb's --window and --slo."""
+    return {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
+
+
 def report_params(window: str | None = None, slo: str | None = None, since: str | None = None,
                   until: str | None = None, top: int = REPORT_TOP) -> dict[str, object]:
     """The report's model parameters from its options (both command paths build them so)."""
-    return {
-        "window_s": parse_duration_ms(window) / 1000.0 if window else None,
-        "since_ns": parse_time_ns(since),
-        "until_ns": parse_time_ns(until),
-        "slowest_n": top,
-        **parse_slo(slo),
-    }
+    return {**window_params(window, slo), "since_ns": parse_time_ns(since), "until_ns": parse_time_ns(until),
+            "slowest_n": top}
 
 
 def parse_period(text: str, day_ns: int | None) -> tuple[int | None, int | None, str | None]:

@@ -6,9 +6,10 @@ validation) costs ~0.2 s of every run, a tenth of a big capture's whole ingest. 
 unusual (help, `--`, `--opt=value`, joined short options, repeated options, values typer
 would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
 own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values. So
-are `tailtap sql --store S QUERY` (telemetry/cli/sql.py) and `tailtap report` with no
-option but --store, --format and --window (telemetry/cli/report.py): scripts and users run
-them over and over, and the typer app costs a quarter of a report on a small store.
+are `tailtap sql --store S QUERY` (telemetry/cli/sql.py), and `tailtap report` and
+`tailtap explain --request R` with no option but --store, --format and --window
+(telemetry/cli/report.py, explain.py): scripts and users run them over and over, and the
+typer app costs a quarter of a report on a small store.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from pathlib import Path
 # per core at import, which spin on the core the hash and Parquet threads use.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from telemetry.cli.args import BadValue, CaptureSide, Format, parse_duration_ms, report_params  # noqa: E402
+from telemetry.cli.args import (  # noqa: E402
+    BadValue,
+    CaptureSide,
+    Format,
+    parse_duration_ms,
+    report_params,
+    window_params,
+)
 from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 
 _ANALYZE_VALUE_OPTS = {
@@ -158,6 +166,33 @@ def fast_report_args(argv: list[str]) -> dict[str, object] | None:
     return kw
 
 
+_EXPLAIN_OPTS = {"--request": "request", "-r": "request", **_REPORT_OPTS}
+
+
+def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
+    """Keyword arguments of `explain` for a command line of --request, --store, --format
+    and --window alone, or None (typer)."""
+    from telemetry.cli.explain import parse_request
+
+    kw: dict[str, object] = {}
+    i = 0
+    while i < len(argv):
+        name = _EXPLAIN_OPTS.get(argv[i])
+        if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
+            return None
+        kw[name] = argv[i + 1]
+        i += 2
+    if "request" not in kw or kw.get("fmt", "table") not in _REPORT_FORMATS:
+        return None
+    try:
+        parse_request(kw["request"])  # type: ignore[arg-type]
+        kw["params"] = window_params(kw.pop("window", None))  # type: ignore[arg-type]
+    except BadValue:
+        return None  # typer's usage error to report
+    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    return kw
+
+
 def run_fast(verb: str, kwargs: dict[str, object]) -> None:
     """Run `analyze`, `sql` or `report` as typer's standalone mode would: same exit codes
     and EPIPE handling."""
@@ -172,6 +207,10 @@ def run_fast(verb: str, kwargs: dict[str, object]) -> None:
             from telemetry.cli.report import run_report
 
             code = run_report(**kwargs)  # type: ignore[arg-type]
+        elif verb == "explain":
+            from telemetry.cli.explain import run_explain
+
+            code = run_explain(**kwargs)  # type: ignore[arg-type]
         else:
             from telemetry.cli import analyze
 
@@ -199,6 +238,8 @@ def main() -> None:
         fast = fast_sql_args(argv[1:])
     elif verb == "report":
         fast = fast_report_args(argv[1:])
+    elif verb == "explain":
+        fast = fast_explain_args(argv[1:])
     try:
         if fast is not None:
             run_fast(verb, fast)
