@@ -671,11 +671,16 @@ class PacketPath:
         t = conn.tuple6
         return (t[2], t[5]) if conn.client_is_lo else (t[5], t[2])
 
-    def _summary(self, conn: Conn) -> ConnectionSummary:
+    @staticmethod
+    def _endpoints(conn: Conn) -> tuple[tuple[str, int], tuple[str, int]]:
+        """((client address, port), (server address, port)) as the summary names them."""
         t = conn.tuple6
         lo = (addr_str(t[0], t[1]), t[2])
         hi = (addr_str(t[3], t[4]), t[5])
-        cl, sv = (lo, hi) if conn.client_is_lo else (hi, lo)
+        return (lo, hi) if conn.client_is_lo else (hi, lo)
+
+    def _summary(self, conn: Conn) -> ConnectionSummary:
+        cl, sv = self._endpoints(conn)
         c, s = conn.dirs
         return ConnectionSummary(
             conn_key=conn.key,

@@ -229,6 +229,16 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
         conn = self._by_key.get(conn_key)
         return None if conn is None else self._summary(conn)
 
+    def open_addresses(self, conn_key: int) -> tuple[str, str] | None:
+        """(client, server) address of a connection still open, as its summary names them,
+        or None when it is not open: without the rest of :meth:`open_summary` (its ACK
+        logs as arrays, its history as text)."""
+        conn = self._by_key.get(conn_key)
+        if conn is None:
+            return None
+        (client, _), (server, _) = self._endpoints(conn)
+        return client, server
+
     def flip_connection(self, conn_key: int) -> None:
         """Swap client and server of a live connection (e.g. the HTTP/2 preface showed
         the heuristic guessed wrong). Later chunks, events and the summary use the new

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterable, Iterator
-from functools import partial
 from itertools import groupby
 from operator import attrgetter, itemgetter
 from pathlib import Path
@@ -81,12 +80,6 @@ _PART_TABLES = {
 _CONN_KEY = attrgetter("conn_key")
 
 
-def _addresses_of(tcp: TcpAnalyzer, key: int) -> tuple[str, str] | None:
-    """(client, server) address of an open connection as the TCP layer names it."""
-    s = tcp.open_summary(key)
-    return None if s is None else (s.client_addr, s.server_addr)
-
-
 class CapturePipeline:
     """Drives the parsers for one capture and hands rows to the writer."""
 
@@ -126,7 +119,7 @@ class CapturePipeline:
         self._parts_rows: dict[str, int] = dict.fromkeys(_PART_TABLES, 0)
         # segment_sends (loss-gated); the addresses from the TCP layer itself (a method of
         # this pipeline held by its own send log would be a reference cycle)
-        self.sendlog = SendLog(partial(_addresses_of, self.tcp), peer)
+        self.sendlog = SendLog(self.tcp.open_addresses, peer)
         # TLS secrets: the given key logs, then the capture's Decryption Secrets Blocks
         self.keylog = copy.deepcopy(options.keylog) if options.keylog is not None else KeyLog()
 
