@@ -12,7 +12,7 @@ from pathlib import Path
 
 from telemetry.cli.args import BadValue
 from telemetry.cli.errors import error_line, user_error_text
-from telemetry.cli.report import note_recomputed
+from telemetry.cli.report import note_recomputed, show
 from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
 
@@ -32,7 +32,6 @@ def run_explain(store_dir: Path, request: str, params: dict[str, object] | None 
     exit code. A request not in the store, a query that cannot answer or an HTML file that
     cannot be written: one line and exit code 1, never a traceback."""
     from telemetry.models.db import connect
-    from telemetry.report import render
     from telemetry.report.sections import RequestNotFound, explain_sections, print_explain
 
     conn_id, stream_id = parse_request(request)
@@ -52,9 +51,5 @@ def run_explain(store_dir: Path, request: str, params: dict[str, object] | None 
         error_line(user_error_text(exc, html_out))
         return EXIT_INPUT
     note_recomputed(con)
-    console = render.output_console()
-    if fmt == "table":
-        print_explain(console, sections)
-    else:
-        render.emit(console, fmt, sections, title=f"tailtap explain {request}")
+    show(sections, fmt, print_explain, f"tailtap explain {request}")
     return EXIT_OK

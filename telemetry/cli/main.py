@@ -144,19 +144,23 @@ _REPORT_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-
 _REPORT_FORMATS = ("table", "json", "markdown")
 
 
+def _option_values(argv: list[str], options: dict[str, str]) -> dict[str, object] | None:
+    """``--option value`` pairs alone, each option once (names from ``options``), or None."""
+    kw: dict[str, object] = {}
+    for i in range(0, len(argv), 2):
+        name = options.get(argv[i])
+        if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
+            return None
+        kw[name] = argv[i + 1]
+    return kw
+
+
 def fast_report_args(argv: list[str]) -> dict[str, object] | None:
     """Keyword arguments of `report` for a command line of --store, --format and --window
     alone (the report with its other settings' defaults: `tailtap analyze` tells users to
     run `tailtap report --window`), or None (typer)."""
-    kw: dict[str, object] = {}
-    i = 0
-    while i < len(argv):
-        name = _REPORT_OPTS.get(argv[i])
-        if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
-            return None
-        kw[name] = argv[i + 1]
-        i += 2
-    if kw.get("fmt", "table") not in _REPORT_FORMATS:
+    kw = _option_values(argv, _REPORT_OPTS)
+    if kw is None or kw.get("fmt", "table") not in _REPORT_FORMATS:
         return None
     try:
         kw["params"] = report_params(window=kw.pop("window", None))  # type: ignore[arg-type]
@@ -174,15 +178,8 @@ def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
     and --window alone, or None (typer)."""
     from telemetry.cli.explain import parse_request
 
-    kw: dict[str, object] = {}
-    i = 0
-    while i < len(argv):
-        name = _EXPLAIN_OPTS.get(argv[i])
-        if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
-            return None
-        kw[name] = argv[i + 1]
-        i += 2
-    if "request" not in kw or kw.get("fmt", "table") not in _REPORT_FORMATS:
+    kw = _option_values(argv, _EXPLAIN_OPTS)
+    if kw is None or "request" not in kw or kw.get("fmt", "table") not in _REPORT_FORMATS:
         return None
     try:
         parse_request(kw["request"])  # type: ignore[arg-type]
@@ -194,8 +191,8 @@ def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
 
 
 def run_fast(verb: str, kwargs: dict[str, object]) -> None:
-    """Run `analyze`, `sql` or `report` as typer's standalone mode would: same exit codes
-    and EPIPE handling."""
+    """Run `analyze`, `sql`, `report` or `explain` as typer's standalone mode would: same
+    exit codes and EPIPE handling."""
     import errno
 
     try:

@@ -8,11 +8,16 @@ the same function.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from telemetry.cli.errors import error_line, user_error_text
 from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_OK, EXIT_STORE
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def note_recomputed(con) -> None:
@@ -40,7 +45,6 @@ def run_report(store_dir: Path, params: dict[str, object] | None = None, fmt: st
     and write it as HTML to ``html_out``; returns the exit code. A query that cannot answer
     or an HTML file that cannot be written: one line and exit code 1, never a traceback."""
     from telemetry.models.db import connect
-    from telemetry.report import render
     from telemetry.report.sections import print_report, report_sections
 
     params = dict(params or {})
@@ -56,9 +60,17 @@ def run_report(store_dir: Path, params: dict[str, object] | None = None, fmt: st
         error_line(user_error_text(exc, html_out))
         return EXIT_INPUT
     note_recomputed(con)
+    show(sections, fmt, print_report, "tailtap report")
+    return EXIT_OK
+
+
+def show(sections: dict, fmt: str, print_table: Callable[[Console, dict], None], title: str) -> None:
+    """A verb's ``sections`` on standard output: as tables (``print_table``) or in ``fmt``
+    (json, markdown)."""
+    from telemetry.report import render
+
     console = render.output_console()
     if fmt == "table":
-        print_report(console, sections)
+        print_table(console, sections)
     else:
-        render.emit(console, fmt, sections, title="tailtap report")
-    return EXIT_OK
+        render.emit(console, fmt, sections, title=title)
