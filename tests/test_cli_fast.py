@@ -217,9 +217,9 @@ def test_reading_a_store_imports_neither_pyarrow_numpy_nor_the_duckdb_package(tm
 
 
 REPORT_PLAIN = [[], ["--store", "st"], ["-s", "st", "-f", "json"], ["--format", "markdown", "--store", "st"],
-                ["--window", "10s"], ["-s", "st", "-w", "250ms", "-f", "json"]]
+                ["--window", "10s"], ["-s", "st", "-w", "250ms", "-f", "json"], ["--html", "r.html", "-s", "st"]]
 REPORT_UNUSUAL = [["--help"], ["--store=st"], ["--store"], ["-s", "a", "-s", "b"], ["--format", "csv"],
-                  ["--top", "3"], ["--html", "r.html"], ["extra"], ["--window", "soon"], ["--window", "-5s"],
+                  ["--top", "3"], ["--html", "-"], ["extra"], ["--window", "soon"], ["--window", "-5s"],
                   ["--window", "0"], ["-w", "1s", "--window", "2s"], ["--window=10s"], ["--window", "10s", "--top", "3"]]
 
 
@@ -249,13 +249,26 @@ def test_fast_and_typer_report_agree(tmp_path):
     out = _both_paths("report", store, ["--window", "2s", "-f", "json"], 0)
     starts = [dt.datetime.fromisoformat(w["window_start"]) for w in json.loads(out.stdout)["timeline"]]
     assert len(starts) > 2 and {b - a for a, b in itertools.pairwise(starts)} == {dt.timedelta(seconds=2)}
+    # the report to attach to a ticket: the same file either way, and one error line for
+    # a file that cannot be written
+    page = tmp_path / "report.html"
+    pages = []
+    for store_args in (["--store", str(store)], [f"--store={store}"]):
+        proc = subprocess.run([TAILTAP, "report", *store_args, "--html", str(page)], capture_output=True, text=True,
+                              timeout=120, env=ENV)
+        assert proc.returncode == 0 and f"wrote {page}" in proc.stderr, proc.stderr
+        pages.append(page.read_bytes())
+    assert pages[0] == pages[1] and b"<html" in pages[0]
+    _both_paths("report", store, ["--html", str(tmp_path / "no-such-dir" / "r.html")], EXIT_INPUT)
 
 
 EXPLAIN_PLAIN = [["--request", "C1a2:3"], ["-r", "C1a2:3", "--store", "st"], ["-s", "st", "-r", "C9:0", "-f", "json", "-w", "2s"],
+                 ["-r", "C1a2:3", "--html", "story.html"],
                  ["--store", "st", "--request", "C1a2:11", "--format", "markdown", "--window", "500ms"]]
 EXPLAIN_UNUSUAL = [[], ["--help"], ["--store", "st"], ["--request", "garbage"], ["--request", "C1:x"], ["--request", ":3"],
                    ["--request=C1:3"], ["-r", "C1:3", "-r", "C1:4"], ["-r", "C1:3", "--slo", "ttft=1s"],
-                   ["-r", "C1:3", "--html", "x.html"], ["-r", "C1:3", "--window", "soon"], ["-r", "C1:3", "-f", "csv"],
+                   ["-r", "C1:3", "--html", "x.html", "--html", "y.html"], ["-r", "C1:3", "--window", "soon"],
+                   ["-r", "C1:3", "-f", "csv"],
                    ["-r", "C1:3", "extra"], ["-r"]]
 
 

@@ -7,7 +7,7 @@ unusual (help, `--`, `--opt=value`, joined short options, repeated options, valu
 would reject or convert) goes to the typer app, so help, errors and exit codes stay typer's
 own. tests/test_cli_fast.py checks that both paths hand `analyze` the same values. So
 are `tailtap sql --store S QUERY` (telemetry/cli/sql.py), and `tailtap report` and
-`tailtap explain --request R` with no option but --store, --format and --window
+`tailtap explain --request R` with no option but --store, --format, --window and --html
 (telemetry/cli/report.py, explain.py): scripts and users run them over and over, and the
 typer app costs a quarter of a report on a small store.
 """
@@ -136,11 +136,13 @@ def fast_sql_args(argv: list[str]) -> dict[str, object] | None:
     if "query" not in kw or kw.get("fmt", "table") not in _SQL_FORMATS:
         return None
     kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    if "html_out" in kw:
+        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
 _REPORT_OPTS = {"--store": "store_dir", "-s": "store_dir", "--format": "fmt", "-f": "fmt",
-                "--window": "window", "-w": "window"}
+                "--window": "window", "-w": "window", "--html": "html_out"}
 _REPORT_FORMATS = ("table", "json", "markdown")
 
 
@@ -156,9 +158,9 @@ def _option_values(argv: list[str], options: dict[str, str]) -> dict[str, object
 
 
 def fast_report_args(argv: list[str]) -> dict[str, object] | None:
-    """Keyword arguments of `report` for a command line of --store, --format and --window
-    alone (the report with its other settings' defaults: `tailtap analyze` tells users to
-    run `tailtap report --window`), or None (typer)."""
+    """Keyword arguments of `report` for a command line of --store, --format, --window and
+    --html alone (the report with its other settings' defaults: `tailtap analyze` tells
+    users to run `tailtap report --window`), or None (typer)."""
     kw = _option_values(argv, _REPORT_OPTS)
     if kw is None or kw.get("fmt", "table") not in _REPORT_FORMATS:
         return None
@@ -167,6 +169,8 @@ def fast_report_args(argv: list[str]) -> dict[str, object] | None:
     except BadValue:
         return None  # typer's usage error to report
     kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    if "html_out" in kw:
+        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
@@ -174,8 +178,8 @@ _EXPLAIN_OPTS = {"--request": "request", "-r": "request", **_REPORT_OPTS}
 
 
 def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
-    """Keyword arguments of `explain` for a command line of --request, --store, --format
-    and --window alone, or None (typer)."""
+    """Keyword arguments of `explain` for a command line of --request, --store, --format,
+    --window and --html alone, or None (typer)."""
     from telemetry.cli.explain import parse_request
 
     kw = _option_values(argv, _EXPLAIN_OPTS)
@@ -187,6 +191,8 @@ def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
     except BadValue:
         return None  # typer's usage error to report
     kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    if "html_out" in kw:
+        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
