@@ -37,6 +37,7 @@ PLAIN = [
     ["a.pcap", "--capture-side", "server", "--jobs", "12", "--force"],
     ["a.pcap", "--keylog", "keys.txt"],
     ["--keylog", "a.keys", "a.pcap", "--keylog", "/tmp/b keys.log", "-o", "st"],
+    ["a.pcap", "--keylog", "keys.txt", "--html", "r.html"],
 ]
 
 UNUSUAL = [
@@ -66,7 +67,8 @@ UNUSUAL = [
     ["a.pcap", "--keylog"],
     ["a.pcap", "--keylog", "-"],
     ["a.pcap", "--keylog=keys.txt"],
-    ["a.pcap", "--keylog", "keys.txt", "--html", "r.html"],
+    ["a.pcap", "--html", "-"],
+    ["a.pcap", "--html", "a.html", "--html", "b.html"],
 ]
 
 
@@ -301,3 +303,19 @@ def test_fast_and_typer_explain_agree(tmp_path):
             assert "no request C0000000000000000:1 in the store" in out.stderr
     _both_paths("explain", tmp_path / "none", ["--request", request], EXIT_STORE)
 
+
+
+def test_fast_and_typer_analyze_write_the_same_html(tmp_path):
+    """`analyze FILE --html F` on either path: the same page, the same lines."""
+    sample = Path(__file__).resolve().parents[1] / "samples" / "loss_burst" / "capture.pcap"
+    pages, errs = [], []
+    for name, out_arg in (("fast", ["--out", str(tmp_path / "fast")]), ("typer", [f"--out={tmp_path / 'typer'}"])):
+        page = tmp_path / f"{name}.html"
+        proc = subprocess.run([TAILTAP, "analyze", str(sample), *out_arg, "--no-report", "--html", str(page)],
+                              capture_output=True, text=True, timeout=300, env=ENV)
+        assert proc.returncode == 0, proc.stderr
+        pages.append(page.read_bytes())
+        errs.append(proc.stderr.replace(str(tmp_path / name), "OUT").split(" in ")[0] + proc.stderr.splitlines()[-1]
+                    .replace(str(page), "PAGE"))
+    assert pages[0] == pages[1] and b"<html" in pages[0]
+    assert errs[0] == errs[1] and errs[0].endswith("wrote PAGE"), errs

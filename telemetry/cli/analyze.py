@@ -107,12 +107,45 @@ def run_analyze(
     report: bool = True,
     window: str | None = None,
     keylog: list[Path] | None = None,
+    html_out: Path | None = None,
 ) -> int:
     """Ingest ``captures`` into the store ``out``, print what was read and (``report``)
-    the per-method report; returns the exit code. ``jobs``: processes; several files are
-    ingested in parallel, a single big one is split by connection between two (None: see
-    :func:`_processes`). ``window`` must already be valid (see
-    :func:`telemetry.cli.args.parse_duration_ms`)."""
+    the per-method report, and write the store's report as HTML to ``html_out``; returns
+    the exit code. ``jobs``: processes; several files are ingested in parallel, a single
+    big one is split by connection between two (None: see :func:`_processes`). ``window``
+    must already be valid (see :func:`telemetry.cli.args.parse_duration_ms`)."""
+    code = _ingest_and_report(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
+    if html_out is not None and code != EXIT_STORE:
+        html_code = _write_html(out, window, html_out)  # (also after a failed file: says why no page)
+        code = code or html_code
+    return code
+
+
+def _write_html(out: Path, window: str | None, html_out: Path) -> int:
+    """`analyze --html`: the store's report as one HTML file, as `tailtap report --html`."""
+    from telemetry.cli.errors import error_line, user_error_text
+    from telemetry.cli.report import write_report_html
+    from telemetry.cli.stores import open_store
+    from telemetry.models.db import connect
+    from telemetry.report.sections import report_sections
+
+    params: dict[str, object] = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
+    store = open_store(out)
+    if store is None:  # (it said why)
+        return EXIT_STORE
+    try:
+        con = connect(store, params)
+        write_report_html(store, params, report_sections(store, params, con), html_out, con)
+    except (RuntimeError, OSError) as exc:
+        error_line(user_error_text(exc, html_out))
+        return EXIT_INPUT
+    return EXIT_OK
+
+
+def _ingest_and_report(
+    captures: list[Path], out: Path, fmt: Format, h2_port: list[int] | None, capture_side: CaptureSide,
+    force: bool, jobs: int | None, report: bool, window: str | None, keylog: list[Path] | None,
+) -> int:
     from telemetry.store.capture_id import prefetch
 
     status = StatusLines()

@@ -34,7 +34,7 @@ from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
 from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.errors import error_line, user_error_text
 from telemetry.cli.explain import parse_request, run_explain
-from telemetry.cli.report import note_recomputed, run_report, write_report_html
+from telemetry.cli.report import note_recomputed, run_report
 from telemetry.cli.stores import open_store
 from telemetry.exit_codes import EXIT_INPUT, EXIT_STORE, EXIT_USAGE
 from telemetry.report.render import output_console
@@ -108,20 +108,7 @@ def analyze(
     """
     if window:
         parse_duration_ms(window)  # a bad window is a usage error before any ingest
-    code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog)
-    if html_out is not None and code != EXIT_STORE:
-        from telemetry.report.sections import report_sections
-
-        params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
-        try:
-            store = _open_store(out)
-            con = _connect(store, params)
-            write_report_html(store, params, report_sections(store, params, con), html_out, con)
-        except typer.Exit as exc:  # no store to draw from (it said so): before RuntimeError, its base
-            code = code or exc.exit_code
-        except (RuntimeError, OSError) as exc:
-            error_line(user_error_text(exc, html_out))
-            code = code or EXIT_INPUT
+    code = run_analyze(captures, out, fmt, h2_port, capture_side, force, jobs, report, window, keylog, html_out)
     if code:
         raise typer.Exit(code)
 

@@ -35,7 +35,7 @@ from telemetry.exit_codes import EXIT_INTERRUPTED, EXIT_OK  # noqa: E402
 _ANALYZE_VALUE_OPTS = {
     "--out": "out", "-o": "out", "--format": "fmt", "-f": "fmt", "--h2-port": "h2_port",
     "--capture-side": "capture_side", "--jobs": "jobs", "-j": "jobs", "--window": "window", "-w": "window",
-    "--keylog": "keylog",
+    "--keylog": "keylog", "--html": "html_out",
 }
 _ANALYZE_FLAGS = {"--force": ("force", True), "--report": ("report", True), "--no-report": ("report", False)}
 _DIGITS = frozenset("0123456789")
@@ -80,7 +80,7 @@ def fast_analyze_args(argv: list[str]) -> dict[str, object] | None:
             if name == "keylog":
                 keylogs.append(Path(text))
                 continue
-            if name == "out":
+            if name in ("out", "html_out"):
                 value = Path(text)
             elif name == "fmt":
                 if text not in Format.__members__:
