@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from telemetry.cli.args import CaptureSide, Format, parse_duration_ms
+from telemetry.cli.args import CaptureSide, Format, parse_duration_ms, window_params
 from telemetry.exit_codes import EXIT_INPUT, EXIT_INTERRUPTED, EXIT_OK, EXIT_STORE
 
 if TYPE_CHECKING:
@@ -129,7 +129,7 @@ def _write_html(out: Path, window: str | None, html_out: Path) -> int:
     from telemetry.models.db import connect
     from telemetry.report.sections import report_sections
 
-    params: dict[str, object] = {"window_s": parse_duration_ms(window) / 1000.0 if window else None}
+    params = window_params(window)
     store = open_store(out)
     if store is None:  # (it said why)
         return EXIT_STORE

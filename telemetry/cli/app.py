@@ -31,7 +31,6 @@ from telemetry.cli.args import (
     window_params,
 )
 from telemetry.cli.args import parse_duration_ms as _parse_duration_ms
-from telemetry.cli.args import parse_slo as _parse_slo
 from telemetry.cli.errors import error_line, user_error_text
 from telemetry.cli.explain import parse_request, run_explain
 from telemetry.cli.report import note_recomputed, run_report
@@ -58,12 +57,12 @@ err = Console(stderr=True)
 T = TypeVar("T")
 
 
-def _usage_checked(parse: Callable[[str], T]) -> Callable[[str], T]:
+def _usage_checked(parse: Callable[..., T]) -> Callable[..., T]:
     """``parse`` with its BadValue reported as typer's usage error (exit 2)."""
 
-    def checked(text):
+    def checked(*args):
         try:
-            return parse(text)
+            return parse(*args)
         except BadValue as exc:
             raise typer.BadParameter(str(exc)) from None
 
@@ -72,7 +71,8 @@ def _usage_checked(parse: Callable[[str], T]) -> Callable[[str], T]:
 
 
 parse_duration_ms = _usage_checked(_parse_duration_ms)
-parse_slo = _usage_checked(_parse_slo)
+checked_window_params = _usage_checked(window_params)
+checked_report_params = _usage_checked(report_params)
 
 
 def _version(value: bool) -> None:
@@ -206,10 +206,7 @@ def report(
     html_out: Annotated[Path | None, typer.Option("--html", help="Also write the report as one self-contained HTML file (plots and tables; opens offline).")] = None,
 ) -> None:
     """Find p99 spikes and say why: timeline, spikes, causes with shares and delays, slowest requests."""
-    try:
-        params = report_params(window, slo, since, until, top)
-    except BadValue as exc:
-        raise typer.BadParameter(str(exc)) from None
+    params = checked_report_params(window, slo, since, until, top)
     code = run_report(store_dir, params, fmt.value, html_out)
     if code:
         raise typer.Exit(code)
@@ -235,10 +232,7 @@ def explain(
         parse_request(request)
     except BadValue as exc:
         raise typer.BadParameter(str(exc), param_hint="--request") from None
-    try:
-        params = window_params(window, slo)
-    except BadValue as exc:
-        raise typer.BadParameter(str(exc)) from None
+    params = checked_window_params(window, slo)
     code = run_explain(store_dir, request, params, fmt.value, html_out)
     if code:
         raise typer.Exit(code)
@@ -260,7 +254,7 @@ def compare(
 
     store = _open_store(store_dir)
     day_ns = _first_capture_ns(store)
-    params: dict[str, object] = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
+    params = checked_window_params(window, slo)
     for name, text in (("a", a), ("b", b)):
         try:
             since, until, capture = parse_period(text, day_ns)
@@ -329,7 +323,7 @@ def dashboards_db(
     """Write a DuckDB file with every table and model as a view over the store (atomically replaced)."""
     from telemetry.models.db import export_database
 
-    params = {"window_s": parse_duration_ms(window) / 1000.0 if window else None, **parse_slo(slo)}
+    params = checked_window_params(window, slo)
     path = export_database(_open_store(store_dir), out, params)
     console.print(escape(f"wrote {path}: point the motherduck-duckdb-datasource (uid tailtap) at it"))
 
