@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -104,6 +105,37 @@ def test_unknown_link_type_is_reported(tmp_path):
     proc = run("analyze", str(path), "--out", str(tmp_path / "store"), "--format", "json")
     assert_no_traceback(proc)
     assert "user0.pcap" in proc.stderr and "147" in proc.stderr
+
+
+def test_corrupt_or_cut_short_gzip_capture(tmp_path):
+    """A gzip capture that cannot be inflated says so (one line, exit 1), never a traceback
+    and never "empty input"; one cut short after its first megabytes keeps what came before
+    it, with a warning."""
+    whole = gzip.compress((SAMPLES / "loss_burst" / "capture.pcap").read_bytes())
+    cut = tmp_path / "cut.pcap.gz"
+    cut.write_bytes(whole[: len(whole) // 2])
+    broken = bytearray(whole)
+    broken[30:200] = b"\xff" * 170  # the first deflate blocks: the inflater refuses them
+    bad = tmp_path / "bad.pcap.gz"
+    bad.write_bytes(bytes(broken))
+    for path, why in ((cut, "ended before the end-of-stream marker"), (bad, "Invalid deflate block")):
+        proc = run("analyze", str(path), "--out", str(tmp_path / "store"))
+        assert proc.returncode == 1, proc.stderr
+        assert_no_traceback(proc)
+        assert f"error: {path}: cannot decompress this gzip file" in proc.stderr and why in proc.stderr, proc.stderr
+        assert "empty" not in proc.stderr, proc.stderr
+    # past the first read (4 MiB): the packets before the cut are kept, with a warning (two
+    # lab captures' records one after the other: one pcap of 6.4 MB)
+    raw = (SAMPLES / "queueing" / "capture.pcap").read_bytes() + (SAMPLES / "mixed" / "capture.pcap").read_bytes()[24:]
+    data = gzip.compress(raw, compresslevel=1)
+    big = tmp_path / "big.pcap.gz"
+    big.write_bytes(data[: int(len(data) * 0.9)])
+    proc = run("analyze", str(big), "--out", str(tmp_path / "store2"), "--no-report")
+    assert proc.returncode == 0, proc.stderr
+    assert_no_traceback(proc)
+    assert "ended before the end-of-stream marker" in proc.stderr, proc.stderr
+    kept = re.search(r"big.pcap.gz: ([\d,]+) packets", proc.stderr)
+    assert kept and int(kept.group(1).replace(",", "")) > 10_000, proc.stderr
 
 
 @pytest.mark.skipif(not CAPTURES.is_dir(), reason="shared captures not found")

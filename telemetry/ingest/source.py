@@ -4,9 +4,11 @@ that opens capture files."""
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from isal import igzip
+from isal.igzip_lib import IsalError
 
 from parsers.capture import CaptureFormatError
 from parsers.records import DecodeIssue
@@ -17,13 +19,18 @@ if TYPE_CHECKING:
 
 CHUNK_BYTES = 4 << 20
 GZIP_MAGIC = b"\x1f\x8b"
+# what a corrupt or cut-short gzip stream raises: BadGzipFile (an OSError), EOFError, or
+# the inflater's own error (not an OSError)
+DECOMPRESSION_ERRORS = (OSError, EOFError, IsalError)
 
 
 def open_capture(path: Path):
+    """The file's bytes, decompressed when it is gzip (by ISA-L's inflater: the standard
+    library's zlib took 0.62 CPU s for a 1M-packet capture's 158 MB, ISA-L 0.24)."""
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == GZIP_MAGIC:
-        return gzip.open(path, "rb"), True
+        return igzip.open(path, "rb"), True
     return open(path, "rb"), False
 
 
@@ -46,17 +53,22 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
     # 4 MiB object per read costs a page fault per page
     buf = bytearray(CHUNK_BYTES)
     view = memoryview(buf)
+    fed = 0  # bytes handed to the decoder
     try:
         while True:
             try:
                 n = fh.readinto(buf)
-            except (OSError, EOFError) as exc:  # corrupt or truncated gzip stream
+            except DECOMPRESSION_ERRORS as exc:  # corrupt or truncated gzip stream
+                if not fed:  # not a byte of it: the file is unreadable, say why (not "empty")
+                    result.error = f"{path}: cannot decompress this gzip file: {exc}"
+                    return
                 pipeline.issues.append(
                     DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
                 )
                 break
             if not n:
                 break
+            fed += n
             try:
                 batches = decoder.feed(view[:n])
             except CaptureFormatError as exc:
