@@ -18,6 +18,9 @@ if TYPE_CHECKING:
     from telemetry.ingest.pipeline import CapturePipeline
 
 CHUNK_BYTES = 4 << 20
+# gzip input is read in smaller pieces: at a cut in the stream the inflater raises, and the
+# bytes of that read are lost (a cut-short file keeps what came before, less one read)
+GZIP_CHUNK_BYTES = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 # what a corrupt or cut-short gzip stream raises: BadGzipFile (an OSError), EOFError, or
 # the inflater's own error (not an OSError)
@@ -51,7 +54,7 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
     raw = fh.fileobj if compressed else fh  # on-disk position for progress
     # one buffer read into again and again (the decoder copies what it keeps): a fresh
     # 4 MiB object per read costs a page fault per page
-    buf = bytearray(CHUNK_BYTES)
+    buf = bytearray(GZIP_CHUNK_BYTES if compressed else CHUNK_BYTES)
     view = memoryview(buf)
     fed = 0  # bytes handed to the decoder
     try:
