@@ -59,9 +59,10 @@ _NINETEEN = b"#" * 19
 
 def loads_json(s: str) -> Any:
     """``json.loads(s)``, by orjson (two to three times faster, the check included: one
-    call per event) wherever it reads the same value. Not where it reads another or refuses what json takes:
-    integers of 19 digits or more (orjson makes floats of those past 64 bits), NaN,
-    Infinity, 1e400 and lone surrogates (orjson's errors), which json reads again.
+    call per event) wherever it reads the same value. Not where it reads another or
+    refuses what json takes: integers of 19 digits or more (orjson makes floats of those
+    past 64 bits), NaN, Infinity, 1e400 and lone surrogates (orjson's errors), which json
+    reads again.
     ValueError when ``s`` is not one JSON value."""
     raw = s.encode("utf-8", "surrogatepass")
     if _NINETEEN not in raw.translate(_DIGITS_MARKED):

@@ -136,8 +136,6 @@ def fast_sql_args(argv: list[str]) -> dict[str, object] | None:
     if "query" not in kw or kw.get("fmt", "table") not in _SQL_FORMATS:
         return None
     kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
-    if "html_out" in kw:
-        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
@@ -147,13 +145,17 @@ _REPORT_FORMATS = ("table", "json", "markdown")
 
 
 def _option_values(argv: list[str], options: dict[str, str]) -> dict[str, object] | None:
-    """``--option value`` pairs alone, each option once (names from ``options``), or None."""
+    """``--option value`` pairs alone, each option once (names from ``options``), or None;
+    the store folder (default ``store``) and an HTML page as paths."""
     kw: dict[str, object] = {}
     for i in range(0, len(argv), 2):
         name = options.get(argv[i])
         if name is None or name in kw or i + 1 >= len(argv) or not argv[i + 1] or argv[i + 1][0] == "-":
             return None
         kw[name] = argv[i + 1]
+    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
+    if "html_out" in kw:
+        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
@@ -168,9 +170,6 @@ def fast_report_args(argv: list[str]) -> dict[str, object] | None:
         kw["params"] = report_params(window=kw.pop("window", None))  # type: ignore[arg-type]
     except BadValue:
         return None  # typer's usage error to report
-    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
-    if "html_out" in kw:
-        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
@@ -190,9 +189,6 @@ def fast_explain_args(argv: list[str]) -> dict[str, object] | None:
         kw["params"] = window_params(kw.pop("window", None))  # type: ignore[arg-type]
     except BadValue:
         return None  # typer's usage error to report
-    kw["store_dir"] = Path(kw.get("store_dir", "store"))  # type: ignore[arg-type]
-    if "html_out" in kw:
-        kw["html_out"] = Path(kw["html_out"])  # type: ignore[arg-type]
     return kw
 
 
