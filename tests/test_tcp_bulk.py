@@ -393,7 +393,7 @@ def test_ip_id_gaps_cut_runs_alike_in_c_and_numpy(monkeypatch, size):
     assert bulk.an.stats["fast_rows"] > 300
 
 
-def _lossy_long_rtt_flow(eifel: int | None = None):
+def _lossy_long_rtt_flow(eifel: int | None = None, dup_sacks: bool = False):
     """A server streams 1,000-byte segments every millisecond to a client 80 ms away (the
     capture sits by the server, 0.5 ms from it): the full RTT makes the D-SACK grace
     4 RTTs, 322 ms, not 200. Segment 150 is lost past the capture point: the client's
@@ -403,7 +403,8 @@ def _lossy_long_rtt_flow(eifel: int | None = None):
     retransmitted, covered, and then the late original brings a D-SACK (spurious).
     ``eifel``: that segment is held up 60 ms, long enough to be fast-retransmitted but
     not for its resend to arrive first: the ACK that covers it echoes the original's
-    TSval (spurious by the Eifel check), the resend brings a D-SACK."""
+    TSval (spurious by the Eifel check), the resend brings a D-SACK. ``dup_sacks``: each
+    ACK with SACK blocks is captured twice, 2 us apart."""
     from tcp_builders import Flow
 
     f = Flow().handshake(ws=7, tsval=1)  # (a scaled window: 80 segments in flight fit)
@@ -450,8 +451,10 @@ def _lossy_long_rtt_flow(eifel: int | None = None):
                 events.append((rt + 40_000, hole))
                 events.sort()
     for t_us, _, p in sorted(rows):
-        side = p.pop("side")
+        side, twice = p.pop("side"), dup_sacks and p.get("sack") is not None
         (f.c if side == 0 else f.s)(p.pop("seq"), p.pop("ack"), p.pop("flags"), p.pop("data", b""), t_us=t_us, **p)
+        if twice:
+            f.dup(dt_us=2)
     return f.batch()
 
 
@@ -500,6 +503,23 @@ def test_c_runs_take_sack_blocks_and_give_each_verdict_on_its_packet(monkeypatch
         assert got == expected, size
         assert stats["fast_rows"] > 0.75 * stats["segments"], size
         assert _verdicts_by_batch(b, size, pure=True, monkeypatch=monkeypatch)[0] == expected, size
+
+
+@pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")
+@pytest.mark.parametrize("size", [None, 61, 97, 250])
+def test_capture_duplicates_of_sack_acks_alike_in_c_and_per_packet(monkeypatch, size):
+    """A capture duplicate is known by its signature (IP ID, numbers, TSval, SACK blocks):
+    the C run remembers the signatures of the last packets it takes and looks up those
+    the per-packet path remembered, and the other way round, so the two must write them
+    alike. Every ACK with SACK blocks captured twice: each second copy is one duplicate,
+    whichever path took either copy (batch cuts put them on either side)."""
+    b = _lossy_long_rtt_flow(dup_sacks=True)
+    twice = sum(1 for i in range(1, len(b)) if b.ts_ns[i] - b.ts_ns[i - 1] == 2000 and i in b.sack)
+    assert twice > 100
+    bulk, per_packet = _both_ways(monkeypatch, [b], batch_size=size)
+    assert _norm(bulk) == _norm(per_packet)
+    assert bulk.an.stats["duplicates"] == per_packet.an.stats["duplicates"] == twice
+    assert bulk.an.stats["fast_rows"] > 0
 
 
 @pytest.mark.skipif(_fast._speedups is None, reason="C extension not built (pip install -e .)")

@@ -80,9 +80,20 @@ from parsers.tcp._limits import (
     WINDOW_SLACK,
 )
 from parsers.tcp._losses import prompt_of
-from parsers.tcp._state import CLOSING, DONE, OPEN, Conn, Dir, Hole, ipid_sequential
+from parsers.tcp._state import (
+    CLOSING,
+    DONE,
+    OPEN,
+    SIGNATURE_HEAD,
+    Conn,
+    Dir,
+    Hole,
+    ipid_sequential,
+    packet_signature,
+)
 
 _SFR = SYN | FIN | RST
+_signature_head = SIGNATURE_HEAD.pack  # packet_signature() without SACK blocks, without the call
 
 
 class RowLists:
@@ -242,7 +253,8 @@ class PacketPath:
         else:
             dw = 0
         if dw:
-            sig = (ipid, seq, ack, fl, wl, win, tsv if hts else -1, tuple(sk) if sk else ())
+            sig = (packet_signature(ipid, seq, ack, fl, wl, win, tsv if hts else -1, sk) if sk
+                   else _signature_head(ipid, seq, ack, fl, wl, win, tsv if hts else -1))
             t0 = D.sigd.get(sig)
             if t0 is not None and 0 <= ts - t0 <= dw:
                 D.dups += 1

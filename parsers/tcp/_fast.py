@@ -69,7 +69,7 @@ from parsers.tcp._limits import (
     SIG_KEEP,
 )
 from parsers.tcp._losses import verdict_due
-from parsers.tcp._state import Conn, Dir
+from parsers.tcp._state import SIGNATURE_HEAD, Conn, Dir
 
 # Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
 # with TAILTAP_PURE_PYTHON=1, the numpy code and the Python loop give the same results.
@@ -705,10 +705,10 @@ class BulkPath:
         hts = b.has_ts[r].tolist()
         tsv = b.ts_val[r].tolist()
         tl = b.ts_ns[r].tolist()
-        sigd, sigq = D.sigd, D.sigq
+        sigd, sigq, signature = D.sigd, D.sigq, SIGNATURE_HEAD.pack  # (the run's rows carry no SACK)
         for i in range(m):
             if ipid[i] > 0 or wl[i] or hts[i]:
-                sig = (ipid[i], seq[i], ack[i], fl[i], wl[i], win[i], tsv[i] if hts[i] else -1, ())
+                sig = signature(ipid[i], seq[i], ack[i], fl[i], wl[i], win[i], tsv[i] if hts[i] else -1)
                 sigd[sig] = tl[i]
                 sigq.append(sig)
                 if len(sigq) > SIG_KEEP:

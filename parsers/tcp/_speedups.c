@@ -730,13 +730,21 @@ bad:
     return -1;
 }
 
-/* A packet's signature as the per-packet path keys capture duplicates: (IP ID, seq, ack,
- * flags, wire payload length, window, TSval or -1, SACK blocks as a tuple, or ()). */
-static PyObject *row_sig(const rec_t *x, PyObject *blocks) {
-    PyObject *sk = blocks != NULL ? PyList_AsTuple(blocks) : PyTuple_New(0);
-    if (sk == NULL) return NULL;
-    return Py_BuildValue("(ikkiiiLN)", (int)x->ipid, (unsigned long)x->seq, (unsigned long)x->ack, (int)x->flags,
-                         (int)x->wl, (int)x->win, (x->bits & ROW_HAS_TS) ? (long long)x->tsv : -1LL, sk);
+/* A packet's signature as the per-packet path keys capture duplicates
+ * (_state.packet_signature): IP ID, seq, ack, flags, wire payload length, window, TSval or
+ * -1, then the nb SACK blocks' numbers (left, right, ...), each a little-endian int64, as
+ * one bytes object. */
+static PyObject *row_sig(const rec_t *x, const int64_t *blk, int nb) {
+    int64_t v[7 + 2 * MAX_SACK_BLOCKS] = {x->ipid, (int64_t)x->seq, (int64_t)x->ack, x->flags, x->wl, x->win,
+                                          (x->bits & ROW_HAS_TS) ? (int64_t)x->tsv : -1};
+    int n = 7 + 2 * nb;
+    for (int i = 0; i < 2 * nb; i++) v[7 + i] = blk[i];
+    unsigned char out[8 * (7 + 2 * MAX_SACK_BLOCKS)];
+    for (int i = 0; i < n; i++) {
+        uint64_t u = (uint64_t)v[i];
+        for (int j = 0; j < 8; j++) out[8 * i + j] = (unsigned char)(u >> (8 * j));
+    }
+    return PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)(8 * n));
 }
 
 /* How long after a packet its capture duplicate is taken for one (0: never looked for). */
@@ -753,7 +761,7 @@ static inline int64_t dup_window(const run_ctx_t *c, const rec_t *x) {
  * match is older than the per-packet path still remembers: the run then ends early, which
  * changes nothing. 1 yes, 0 no, -1 error. */
 static int maybe_capture_dup(const run_ctx_t *c, const dir_t *D, const rec_t *rec, Py_ssize_t r, const int64_t *blk,
-                             int nb, PyObject *blocks) {
+                             int nb) {
     const rec_t *x = &rec[r];
     int64_t dw = dup_window(c, x);
     if (dw == 0) return 0;
@@ -774,7 +782,7 @@ static int maybe_capture_dup(const run_ctx_t *c, const dir_t *D, const rec_t *re
         if (ny == -1) return -1;
         if (ny == nb && (nb == 0 || memcmp(yb, blk, (size_t)(2 * nb) * sizeof(int64_t)) == 0)) return 1;
     }
-    PyObject *sig = row_sig(x, blocks);
+    PyObject *sig = row_sig(x, blk, nb);
     if (sig == NULL) return -1;
     PyObject *t0 = PyDict_GetItemWithError(D->sigd, sig);
     Py_DECREF(sig);
@@ -869,12 +877,12 @@ static Py_ssize_t scan(dir_t *dirs, const rec_t *rec, Py_ssize_t n, const run_ct
             if (a_rel < D->arel_prev) break;
             if (a_rel > R->hi_run) break; /* ACKs bytes the capture has not seen */
             if (resend) {
-                int cd = maybe_capture_dup(c, D, rec, r, blk, nb, blocks);
+                int cd = maybe_capture_dup(c, D, rec, r, blk, nb);
                 if (cd < 0) return -1;
                 if (cd) break;
             }
             if (w == 0 && a32 == D->a32_prev) {
-                int cd = maybe_capture_dup(c, D, rec, r, blk, nb, blocks);
+                int cd = maybe_capture_dup(c, D, rec, r, blk, nb);
                 if (cd < 0) return -1;
                 if (cd) break;
                 dup = wd == D->wd_prev; /* a duplicate ACK (tshark's rule; see _analysis) */
@@ -1038,8 +1046,9 @@ static int remember_sigs(const run_ctx_t *c, const dir_t *D, const rec_t *rec, i
         if (dup_window(c, x) == 0) continue; /* no signature kept (PacketPath._packet's rule) */
         int64_t blk[2 * MAX_SACK_BLOCKS];
         PyObject *blocks;
-        if (row_blocks(c, x, blk, &blocks) == -1) return -1; /* (-2: more blocks than a run takes, not here) */
-        PyObject *sig = row_sig(x, blocks);
+        int nb = row_blocks(c, x, blk, &blocks);
+        if (nb == -1) return -1; /* (-2: more blocks than a run takes, not here) */
+        PyObject *sig = row_sig(x, blk, nb);
         PyObject *t = sig ? PyLong_FromLongLong((long long)x->ts) : NULL;
         int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0;
         Py_XDECREF(t);
