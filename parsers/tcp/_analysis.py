@@ -264,7 +264,7 @@ class PacketPath:
             D.sigd[sig] = ts
             D.sigq.append(sig)
             if len(D.sigq) > SIG_KEEP:
-                D.sigd.pop(D.sigq.popleft(), None)
+                D.sigd.pop(D.sigq.pop(0), None)
 
         if ts > conn.last_ns:
             conn.last_ns = ts

@@ -712,7 +712,7 @@ class BulkPath:
                 sigd[sig] = tl[i]
                 sigq.append(sig)
                 if len(sigq) > SIG_KEEP:
-                    sigd.pop(sigq.popleft(), None)
+                    sigd.pop(sigq.pop(0), None)
 
 
 def _ipid_steps(D, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -167,7 +167,7 @@ typedef struct {
     /* IP ids: the counters before the run (Dir.ipid_good, _bad, _gaps); what the run adds
      * to ipid_gaps and when its last packet was; the cut check's own walk (cut_*) */
     long long ipid_good_in, ipid_bad_in, ipid_gaps_in;
-    PyObject *sigd, *sigq; /* Dir.sigd (dict) and Dir.sigq (deque): recent packet signatures */
+    PyObject *sigd, *sigq; /* Dir.sigd (dict) and Dir.sigq (list): recent packet signatures */
     int64_t ipid_gaps_run, ipid_ts, cut_prev, cut_good, cut_bad, cut_gaps;
     int cut_on; /* -1: not known before this side's first row */
     /* the far end's SACK blocks and duplicate ACKs about this direction's data (Dir.sack_hi,
@@ -273,11 +273,11 @@ static PyObject *vbools(const vec_t *a) {
 static int parse_dir(PyObject *t, dir_t *D) {
     PyObject *o[6], *rx, *sacks;
     Py_ssize_t h_seg, h_ts;
-    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!OnnLLLLOLO!", &D->base_known, &D->base, &D->seq_ref, &D->hi,
+    if (!PyArg_ParseTuple(t, "pLLLLLLLpLLippLOOOLOOOLOLLLO!O!nnLLLLOLO!", &D->base_known, &D->base, &D->seq_ref, &D->hi,
                           &D->ack_ref, &D->acked, &D->last_ack32, &D->last_win, &D->tsv_known, &D->tsv_u,
                           &D->ipid_last, &D->ws, &D->ws_known, &D->rwnd_known, &D->rwnd, &o[0], &o[1], &o[2],
                           &D->sampled_end, &o[3], &o[4], &o[5], &D->last_echo, &D->srtt_in, &D->ipid_good_in,
-                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &D->sigq, &h_seg, &h_ts, &D->sack_hi,
+                          &D->ipid_bad_in, &D->ipid_gaps_in, &PyDict_Type, &D->sigd, &PyList_Type, &D->sigq, &h_seg, &h_ts, &D->sack_hi,
                           &D->sack_ts, &D->dupacks, &D->dupack_ts, &rx, &D->progress_in, &PyList_Type, &sacks))
         return -1;
     /* Dir.sacks, the blocks a resend is checked against until the run's ACKs change them
@@ -1038,9 +1038,6 @@ static int tails(dir_t *dirs, const rec_t *rec, const run_ctx_t *c, Py_ssize_t k
  * Dir.sigq, which keeps the last `keep` (the oldest leaves both), for the packets that have
  * an IP ID, payload or a TSval. 0, or -1 on error. */
 static int remember_sigs(const run_ctx_t *c, const dir_t *D, const rec_t *rec, int keep) {
-    static PyObject *s_append, *s_popleft;
-    if (s_append == NULL && (s_append = PyUnicode_InternFromString("append")) == NULL) return -1;
-    if (s_popleft == NULL && (s_popleft = PyUnicode_InternFromString("popleft")) == NULL) return -1;
     for (Py_ssize_t i = 0; i < D->tail.n; i++) {
         const rec_t *x = &rec[D->tail.v[i]];
         if (dup_window(c, x) == 0) continue; /* no signature kept (PacketPath._packet's rule) */
@@ -1050,19 +1047,16 @@ static int remember_sigs(const run_ctx_t *c, const dir_t *D, const rec_t *rec, i
         if (nb == -1) return -1; /* (-2: more blocks than a run takes, not here) */
         PyObject *sig = row_sig(x, blk, nb);
         PyObject *t = sig ? PyLong_FromLongLong((long long)x->ts) : NULL;
-        int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0;
+        int err = t == NULL || PyDict_SetItem(D->sigd, sig, t) < 0 || PyList_Append(D->sigq, sig) < 0;
         Py_XDECREF(t);
-        PyObject *r = err ? NULL : PyObject_CallMethodOneArg(D->sigq, s_append, sig);
         Py_XDECREF(sig);
-        if (r == NULL) return -1;
-        Py_DECREF(r);
-        Py_ssize_t len = PyObject_Length(D->sigq);
-        if (len < 0) return -1;
-        if (len > keep) {
-            PyObject *old = PyObject_CallMethodNoArgs(D->sigq, s_popleft);
-            if (old == NULL) return -1;
-            int has = PyDict_Contains(D->sigd, old);
-            err = has < 0 || (has && PyDict_DelItem(D->sigd, old) < 0);
+        if (err) return -1;
+        if (PyList_GET_SIZE(D->sigq) > keep) { /* the oldest leaves both */
+            PyObject *old = PyList_GET_ITEM(D->sigq, 0);
+            Py_INCREF(old);
+            err = PyList_SetSlice(D->sigq, 0, 1, NULL) < 0;
+            int has = err ? 0 : PyDict_Contains(D->sigd, old);
+            err = err || has < 0 || (has && PyDict_DelItem(D->sigd, old) < 0);
             Py_DECREF(old);
             if (err) return -1;
         }
@@ -1192,7 +1186,7 @@ done:
  *          (dup_window_ipid, dup_window_noid), (pending, hs_rtt, pending_ns, grace_ns))
  *   -> (k, chunk rows, res0, res1, w, limit, verdicts, covered, resends)
  * records: pack_rows output; the rows are records [at, at + count); dirN: the state tuple
- * parse_dir reads (its signature dict and deque take the run's last signatures: the
+ * parse_dir reads (its signature dict and list take the run's last signatures: the
  * only state written here); sacks: the batch's SACK blocks by row (SegmentBatch.sack) or
  * None; pending: (sent, covered or -1, start offset, TSval unwrapped or None, direction) of
  * the retransmissions waiting for a verdict.

@@ -12,7 +12,6 @@ Fields are grouped by who writes them:
 from __future__ import annotations
 
 import struct
-from collections import deque
 
 from parsers.tcp._history import History
 from parsers.tcp._logs import AckLog, SegLog, TsLog
@@ -130,7 +129,8 @@ class Dir:
         self.ws_known = False
         self.mss = -1
         self.sigd: dict[bytes, int] = {}  # recent packet_signature()s -> ts (capture duplicates)
-        self.sigq: deque = deque()
+        # their order, oldest first (a list: an empty deque alone took ~700 bytes a direction)
+        self.sigq: list[bytes] = []
         self.keepalive = False  # last data packet was a keep-alive probe
         self.pkts = 0
         self.dups = 0
