@@ -84,7 +84,6 @@ from parsers.tcp._state import (
     CLOSING,
     DONE,
     OPEN,
-    SIGNATURE_HEAD,
     Conn,
     Dir,
     Hole,
@@ -93,7 +92,6 @@ from parsers.tcp._state import (
 )
 
 _SFR = SYN | FIN | RST
-_signature_head = SIGNATURE_HEAD.pack  # packet_signature() without SACK blocks, without the call
 
 
 class RowLists:
@@ -253,8 +251,7 @@ class PacketPath:
         else:
             dw = 0
         if dw:
-            sig = (packet_signature(ipid, seq, ack, fl, wl, win, tsv if hts else -1, sk) if sk
-                   else _signature_head(ipid, seq, ack, fl, wl, win, tsv if hts else -1))
+            sig = packet_signature(ipid, seq, ack, fl, wl, win, tsv if hts else -1, sk)
             t0 = D.sigd.get(sig)
             if t0 is not None and 0 <= ts - t0 <= dw:
                 D.dups += 1

@@ -69,7 +69,7 @@ from parsers.tcp._limits import (
     SIG_KEEP,
 )
 from parsers.tcp._losses import verdict_due
-from parsers.tcp._state import SIGNATURE_HEAD, Conn, Dir
+from parsers.tcp._state import Conn, Dir, packet_signature
 
 # Optional C bulk runs and smoothed-RTT fold (parsers/tcp/_speedups.c); without them, or
 # with TAILTAP_PURE_PYTHON=1, the numpy code and the Python loop give the same results.
@@ -705,10 +705,10 @@ class BulkPath:
         hts = b.has_ts[r].tolist()
         tsv = b.ts_val[r].tolist()
         tl = b.ts_ns[r].tolist()
-        sigd, sigq, signature = D.sigd, D.sigq, SIGNATURE_HEAD.pack  # (the run's rows carry no SACK)
+        sigd, sigq = D.sigd, D.sigq
         for i in range(m):
             if ipid[i] > 0 or wl[i] or hts[i]:
-                sig = signature(ipid[i], seq[i], ack[i], fl[i], wl[i], win[i], tsv[i] if hts[i] else -1)
+                sig = packet_signature(ipid[i], seq[i], ack[i], fl[i], wl[i], win[i], tsv[i] if hts[i] else -1, None)  # (no SACK in a run)
                 sigd[sig] = tl[i]
                 sigq.append(sig)
                 if len(sigq) > SIG_KEEP:

@@ -18,7 +18,7 @@ from parsers.tcp._logs import AckLog, SegLog, TsLog
 
 OPEN, CLOSING, DONE = 0, 1, 2
 
-SIGNATURE_HEAD = struct.Struct("<7q")  # packet_signature() of a packet without SACK blocks
+_SIGNATURE_HEAD = struct.Struct("<7q")  # the seven fields of packet_signature()
 
 
 def packet_signature(
@@ -37,7 +37,7 @@ def packet_signature(
     and a capture may hold tens of thousands of open directions (a tuple and its seven
     ints took ~300 bytes, these ~90). The C fast path (row_sig in _speedups.c) builds the
     same bytes."""
-    head = SIGNATURE_HEAD.pack(ipid, seq, ack, flags, wire_len, window, tsval)
+    head = _SIGNATURE_HEAD.pack(ipid, seq, ack, flags, wire_len, window, tsval)
     if not sack_blocks:
         return head
     return head + struct.pack(
