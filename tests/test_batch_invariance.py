@@ -9,6 +9,11 @@ became a later ACK (27.5 s late in samples/sweep/server_jitter read in batches o
 on five requests of the realistic 200k capture read as a file in batches of 65,536, the
 two looked at 6.4 and 6.6 s late).
 
+The TCP layer's C run once lost its mark on a resent segment when the run held neither
+new data nor an ACK of that side (a resend at a batch's start, its ACK taken packet by
+packet): the ACK then gave a Karn-violating RTT sample (samples/flow_control in batches
+of 512).
+
 The send log (``segment_sends``) is the one table left out: it keeps the last two batches
 for the lookback of a loss gate (bounded memory), so its rows at a gate's edges follow the
 batches (telemetry/ingest/sendlog.py). They do not follow the TCP layer's bulk runs: a
@@ -40,7 +45,7 @@ def _ingest(capture: Path, root: Path) -> dict[str, list[str]]:
     return {t: rows for t, rows in table_rows(root).items() if t not in BATCH_DEPENDENT}
 
 
-@pytest.mark.parametrize("sample", ["sweep/server_jitter", "loss_burst", "throttle_policer", "mixed"])
+@pytest.mark.parametrize("sample", ["sweep/server_jitter", "loss_burst", "throttle_policer", "mixed", "flow_control"])
 def test_small_batches_store_the_same_rows(sample, tmp_path, monkeypatch):
     capture = SAMPLES / sample / "capture.pcap"
     whole = _ingest(capture, tmp_path / "whole")

@@ -621,3 +621,19 @@ def test_c_run_resend_in_the_newest_tsval_tick(monkeypatch):
     tsecr_at = {s.ts_ns for s in bulk.rtts if s.source == "tsecr"}
     assert echo_200[-1] not in tsecr_at and int(b.ts_ns[-1]) in tsecr_at
     assert bulk.an.stats["slow_rows"] < 20  # (the resend is the C run's)
+
+
+def test_a_resend_at_a_batch_start_keeps_its_ack_from_sampling(monkeypatch):
+    """Karn across a batch cut (samples/flow_control): the server's segment at frame
+    10238 is resent at 10243, and the client's ACK at 10244 covers it (with a D-SACK).
+    Cut before the resend, the next batch's C run takes the resend alone (no new data,
+    no ACK of that side) and the ACK goes packet by packet: the run's mark on the
+    logged segment must reach the log, or that ACK gives a 9.8 ms RTT sample from the
+    original's send time. Both paths give the samples of the uncut capture."""
+    whole = concat_batches(decode_file(ROOT / "samples" / "flow_control" / "capture.pcap"))
+    cut = int(np.flatnonzero(whole.frame_no == 10243)[0])
+    bulk, per_packet = _both_ways(monkeypatch, [slice_batch(whole, 0, cut), slice_batch(whole, cut, len(whole))])
+    assert bulk.an.stats["fast_rows"] > 0
+    assert _norm(bulk) == _norm(per_packet) == _norm(analyze([whole]))
+    ack_ts = int(whole.ts_ns[np.flatnonzero(whole.frame_no == 10244)[0]])
+    assert not [s for s in bulk.rtts if getattr(s, "ts_ns", None) == ack_ts]

@@ -501,13 +501,16 @@ class BulkPath:
                     row = int(idx[pos])
                     self._events.append(TcpEvent(int(b.ts_ns[row]), key, d, TcpEventKind.WINDOW_FULL, s, nb,
                                                  int(b.frame_no[row])))  # fmt: skip
+        resent = {r[0] for r in resends}
         for d in (0, 1):  # far-end side: ACK progress, RTT samples, TSecr samples
             x = res[d]
             X = conn.dirs[d]
             A = _i64(x["A"])
             new_tsv = x["new_tv"] > 0
             if not x["far_rows"] or not len(A):
-                if x["nd"]:
+                # new segments, or resends that marked logged ones retransmitted (Karn: a
+                # later ACK of them, however it is read, gives no sample)
+                if x["nd"] or d in resent:
                     X.segs.set_lists(x["st"], x["en"], x["t"], x["rx"])
                 if new_tsv:
                     X.tsq.set_lists(x["tv"], x["tt"], x["ts"], x["last_echo"])
