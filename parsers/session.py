@@ -328,6 +328,19 @@ class AppSession:
         ck = self.conn_key
         return reqs, [message_from_row(ck, row) for row in rows], evs
 
+    def open_ends(self) -> list[int]:
+        """TCP offsets in the server's direction that the requests still open may name
+        when they end (their first and last response bytes so far): the ACKs their
+        lookups will need, though no finished row waits for them yet. HTTP/2 only: over
+        HTTP/1.1 one response is read at a time, so the bytes after an open one's are
+        its own and the rows waiting for them keep its ACKs."""
+        if self._tls is not None:
+            if self._inner is None:
+                return []
+            tls, server_dir = self._tls, 1 - self._tls.client_dir
+            return [off for off in (tls.tcp_offset(server_dir, o) for o in self._inner.open_ends()) if off is not None]
+        return self._h2.open_ends() if self._h2 is not None else []
+
     def take_columns(self) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
         """Like :meth:`take_rows`, with messages as one int64 (n, 7) array of the
         MessageRow fields (compressed as 0/1): no tuple per message."""

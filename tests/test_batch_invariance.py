@@ -7,7 +7,10 @@ was the client stayed open until the connection's end, and the ACK of its end wa
 up after the pipeline had forgotten the ACK progress below newer streams: its end_acked
 became a later ACK (27.5 s late in samples/sweep/server_jitter read in batches of 4,096;
 on five requests of the realistic 200k capture read as a file in batches of 65,536, the
-two looked at 6.4 and 6.6 s late).
+two looked at 6.4 and 6.6 s late). Likewise a stream still open when the capture ended
+(samples/sweep/client_dark), whose last bytes and their ACK came in the batch before the
+last: that batch's pruning dropped the ACK, and its end_acked became the capture's last
+ACK, 11.5 ms late, when the last batch held only the last packet or four.
 
 The TCP layer's C run once lost its mark on a resent segment when the run held neither
 new data nor an ACK of that side (a resend at a batch's start, its ACK taken packet by
@@ -54,6 +57,21 @@ def test_small_batches_store_the_same_rows(sample, tmp_path, monkeypatch):
     assert whole["requests"] and whole["rtt_samples"]
     for table, rows in whole.items():
         assert small[table] == rows, table
+
+
+@pytest.mark.parametrize("last", [1, 4])
+def test_a_last_batch_of_a_few_packets_stores_the_same_rows(last, tmp_path, monkeypatch):
+    """The capture's last packet or four in a batch of their own: the streams still open
+    at the end keep the ACKs of their old last bytes."""
+    capture = SAMPLES / "sweep" / "client_dark" / "capture.pcap"
+    whole = _ingest(capture, tmp_path / "whole")
+    decoder = CaptureDecoder()
+    packets = sum(len(b) for b in decoder.feed(capture.read_bytes()) + decoder.close())
+    monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=packets - last))
+    cut = _ingest(capture, tmp_path / "cut")
+    assert whole["requests"]
+    for table, rows in whole.items():
+        assert cut[table] == rows, table
 
 
 def test_a_batch_is_let_go_before_the_next_is_handed_out(tmp_path, monkeypatch):

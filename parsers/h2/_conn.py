@@ -415,6 +415,16 @@ class H2Connection(FrameHandlers):
         self.streams.clear()
         self.orient_final = True
 
+    def open_ends(self) -> list[int]:
+        """Offsets in the server's direction that an open stream's record may give when
+        it ends (the end of its first response message or data, of its response so far):
+        what the ACK lookups of its request will ask for. Empty while the orientation is
+        unknown."""
+        if not self.orient_final:
+            return []
+        s = 1 - self.client_dir
+        return [off for st in self.streams.values() for off in st.offsets_named(s)]
+
     def drain(self, final: bool = False):
         """Hand out records (oriented). Held back while the orientation is unknown."""
         reqs, rows, evs = self.drain_rows(final)

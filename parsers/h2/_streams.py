@@ -174,6 +174,17 @@ class Stream:
 
     # -- record --------------------------------------------------------------------
 
+    def offsets_named(self, s: int) -> list[int]:
+        """The offsets in the server's direction ``s`` that this stream's record may name
+        if it ends with no more bytes (see :meth:`to_record`): its end, its last byte so
+        far, the end of its first message, event or data. The ACK lookups of its request
+        ask for them."""
+        sp = self.splitter[s]
+        first_event = sp.first_off if isinstance(sp, EventSplitter) else None
+        rst = self.rst_off if self.rst_dir == s else None
+        named = (self.end_off[s], rst, self.last_off[s], self.first_msg_off[s], self.first_data_off[s], first_event)
+        return [off for off in named if off is not None]
+
     def to_record(self, conn_key: int, client: int) -> RequestRecord:
         c, s = client, 1 - client
         req = self.hdr[c] or _NO_HEADERS

@@ -162,6 +162,11 @@ def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None
     lookups = [r.end_offset for r in ready]
     lookups += [r.first_message_end_offset if f == NO_TS else None for r, f in zip(ready, firsts, strict=True)]
     found = acked_many(tcp, conn, lookups, summary)
+    if conn.open_acks:  # ACKs no longer kept, found while the requests were open
+        for i, offset in enumerate(lookups):
+            acked = conn.open_acks.get(offset) if offset is not None else None
+            if acked is not None:
+                found[i] = acked
     first_acked = np.array(firsts, dtype=np.int64)
     # a non-gRPC response has no message rows: its first byte's ACK was looked up
     first_acked = np.where(first_acked == NO_TS, found[k:], first_acked)
@@ -179,15 +184,34 @@ def resolve_acks(tcp: TcpAnalyzer, conn: Conn, summary: ConnectionSummary | None
 
 
 def prune_acks(tcp: TcpAnalyzer, conn: Conn) -> None:
-    """ACK progress below every offset still waiting for its ACK is not needed again."""
+    """ACK progress below every offset still waiting for its ACK is not needed again
+    (the ACKs of offsets that open requests may name when they end are kept aside)."""
     for session_dir in (TO_SERVER, TO_CLIENT):
         pending = conn.pending[session_dir]
         needed = [int(pending.end[0])] if pending is not None else []
         if session_dir == TO_CLIENT:
             for r in conn.pending_requests:
                 needed += [o for o in (r.first_message_end_offset, r.end_offset) if o is not None]
+            if needed:
+                remember_open_acks(tcp, conn, min(needed))
         if needed:
             tcp.prune_acks(conn.key, session_dir ^ conn.flip, min(needed))
+
+
+def remember_open_acks(tcp: TcpAnalyzer, conn: Conn, kept_from: int) -> None:
+    """Before the ACK progress below ``kept_from`` goes: the ACK times of the offsets
+    below it that a request still open may name when it ends (a stream that went quiet,
+    then ended by the capture's end, a reset or the connection's close: its end is a
+    byte seen batches ago). One entry per such offset, dropped once no open request
+    names it."""
+    named = conn.session.open_ends() if conn.session is not None else []
+    known = conn.open_acks
+    keep = {o: known[o] for o in named if o in known}
+    todo = [o for o in named if o < kept_from and o not in keep]
+    if todo:
+        found = acked_many(tcp, conn, todo, None)
+        keep.update((o, t) for o, t in zip(todo, found.tolist(), strict=True) if t != NO_TS)
+    conn.open_acks = keep
 
 
 def acked_many(

@@ -240,6 +240,9 @@ class Conn:
     # per session-oriented direction: messages waiting for the ACK that covers them
     pending: list[Msgs | None] = field(default_factory=lambda: [None, None])
     pending_requests: list[RequestRecord] = field(default_factory=list)
+    # response offset -> ns of the ACK covering it, for offsets that requests still open
+    # may name when they end, below the ACK progress kept (joins.prune_acks)
+    open_acks: dict[int, int] = field(default_factory=dict)
     # stream -> ns between its consecutive response messages (one array per batch), kept
     # until its request is resolved: the request's gap statistics
     response_gaps: dict[int, list[np.ndarray]] = field(default_factory=dict)
