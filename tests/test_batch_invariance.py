@@ -28,6 +28,10 @@ ended before it.
 from __future__ import annotations
 
 import functools
+import gzip
+import json
+import mmap
+import weakref
 from pathlib import Path
 
 import pytest
@@ -75,8 +79,8 @@ def test_a_last_batch_of_a_few_packets_stores_the_same_rows(last, tmp_path, monk
 
 
 def test_a_batch_is_let_go_before_the_next_is_handed_out(tmp_path, monkeypatch):
-    """A file is read a chunk at a time and each chunk's batches are processed before the
-    next chunk is read; the reader lets go of them first, so when the decoder hands out
+    """A file read into a buffer (gzip, or one that cannot be mapped, as here) is read a
+    chunk at a time and each chunk's batches are processed before the next chunk is read; the reader lets go of them first, so when the decoder hands out
     the next batch no earlier one holds an input store: the one the last batch had is
     reused, and a file is read with two stores, not three (95 MiB each at the default
     batch size). The rows are those of one batch."""
@@ -84,6 +88,7 @@ def test_a_batch_is_let_go_before_the_next_is_handed_out(tmp_path, monkeypatch):
     whole = _ingest(capture, tmp_path / "whole")
     monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
     monkeypatch.setattr(source, "CHUNK_BYTES", 64 << 10)
+    monkeypatch.setattr(source, "_mappable", lambda fh: False)
     in_use: list[int] = []  # at each hand-out: retired stores an earlier batch still holds
     spare = CaptureDecoder._spare
 
@@ -174,3 +179,60 @@ def test_send_log_the_same_without_bulk_runs(sample, tmp_path, monkeypatch):
     assert bulk["segment_sends"]
     for table, rows in per_packet.items():
         assert bulk[table] == rows, table
+
+
+def test_a_mapped_file_stores_the_rows_of_the_same_file_read(tmp_path, monkeypatch):
+    """An uncompressed file is decoded in place from windows of it mapped into memory
+    (64 KiB here, so that a window starts again at the records not handed out yet); a
+    gzip file is read into a buffer and copied. Their rows are the same. A window is
+    let go once its batches are processed: when the next is mapped, the decoder holds
+    the last one (its unread records), and no batch holds an older one."""
+    capture = SAMPLES / "mixed" / "capture.pcap"
+    monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
+    monkeypatch.setattr(source, "MAP_BYTES", 64 << 10)
+    feeds = {"feed": 0, "feed_shared": 0}
+    for name in feeds:
+        method = getattr(CaptureDecoder, name)
+
+        def counted(self, *args, _name=name, _method=method):
+            feeds[_name] += 1
+            return _method(self, *args)
+
+        monkeypatch.setattr(CaptureDecoder, name, counted)
+    alive: list[int] = []  # at each mapping: the earlier windows still mapped
+    windows: list[weakref.ref] = []
+    real_mmap = mmap.mmap
+
+    def mapping(*args, **kwargs):
+        alive.append(sum(w() is not None for w in windows))
+        window = real_mmap(*args, **kwargs)
+        windows.append(weakref.ref(window))
+        return window
+
+    monkeypatch.setattr(mmap, "mmap", mapping)
+    mapped = _ingest(capture, tmp_path / "mapped")
+    assert len(alive) > 20 and max(alive) <= 1, alive
+    assert feeds == {"feed": 0, "feed_shared": feeds["feed_shared"]} and feeds["feed_shared"] > 20
+    packed = tmp_path / "mixed.pcap.gz"
+    packed.write_bytes(gzip.compress(capture.read_bytes()))
+    read = _ingest(packed, tmp_path / "read")
+    assert feeds["feed"] > 0
+    mapped_id, read_id = (json.loads(tables["captures"][0])["capture_id"] for tables in (mapped, read))
+    assert mapped_id != read_id  # (the ids are the files' hashes)
+    for table, rows in mapped.items():
+        if table != "captures":  # (it names the file)
+            assert sorted(r.replace(read_id, mapped_id) for r in read[table]) == rows, table
+
+
+def test_a_file_that_cannot_be_mapped_is_read(tmp_path, monkeypatch):
+    """A file system that refuses to map files: the file is read into a buffer instead,
+    with the same rows."""
+    capture = SAMPLES / "loss_burst" / "capture.pcap"
+    whole = _ingest(capture, tmp_path / "whole")
+
+    def refuse(*args, **kwargs):
+        raise OSError(19, "No such device")
+
+    monkeypatch.setattr(mmap, "mmap", refuse)
+    monkeypatch.setattr(source, "CHUNK_BYTES", 64 << 10)
+    assert _ingest(capture, tmp_path / "read") == whole

@@ -456,3 +456,60 @@ def test_pcap_caplen_limit_follows_libpcap_and_snaplen() -> None:
     assert [(i.kind, i.frame_no, i.fatal) for i in dec.issues] == [("bad_record", 2, True)]
     dec, batches = decode(cb.pcap([(T0, b"a"), (T0, big)], snaplen=1 << 20))
     assert len(rows(batches)) == 2 and dec.issues == []
+
+
+def _fed_shared(data: bytes, window: int, batch: int) -> tuple[list[PacketBatch], np.ndarray]:
+    """Batches of ``data`` fed as the mapped-file reader feeds it: windows of ``window``
+    bytes, each from the first byte the decoder still needs."""
+    held = np.frombuffer(data, np.uint8)
+    dec = CaptureDecoder(batch_packets=batch)
+    batches: list[PacketBatch] = []
+    while dec.bytes_read < len(data):
+        at = dec.resume_at
+        end = min(len(data), max(at + window, dec.bytes_read + 1))
+        batches += dec.feed_shared(memoryview(held[at:end]), at)
+    return batches + dec.close(), held
+
+
+@pytest.mark.parametrize("ng", [False, True])
+@pytest.mark.parametrize(("window", "batch"), [(97, 3), (1000, 5), (4096, 64), (1 << 20, 7), (1 << 20, 1 << 20)])
+def test_shared_input_is_read_in_place_into_the_same_batches(ng: bool, window: int, batch: int) -> None:
+    """Input fed with feed_shared gives the packets feed() gives, in buffers that are views
+    of it (no copy) with at least BUF_PAD of its bytes after their last packet; only the
+    packets that end within BUF_PAD of the input's end are copied (zero padded)."""
+    pkts = [(T0 + i, bytes([i % 251]) * (1 + (i * 37) % 300)) for i in range(400)]
+    data = cb.shb() + cb.idb(1) if ng else cb.pcap([])
+    for ts, p in pkts:
+        data += cb.epb(0, ts, p) if ng else cb.pcap([(ts, p)])[24:]
+    batches, held = _fed_shared(data, window, batch)
+    copied = CaptureDecoder(batch_packets=batch)
+    expected = copied.feed(data) + copied.close()
+
+    def packets(bs: list[PacketBatch]) -> list[tuple[int, int, bytes]]:
+        return [(int(f), int(t), b.buf[int(o) : int(o) + int(c)].tobytes())
+                for b in bs for f, t, o, c in zip(b.frame_no, b.ts_ns, b.offset, b.caplen, strict=True)]  # fmt: skip
+
+    assert packets(batches) == packets(expected)
+    assert [(f, p) for f, _t, p in packets(batches)] == [(i + 1, p) for i, (_ts, p) in enumerate(pkts)]
+    views = [np.shares_memory(b.buf, held) for b in batches]
+    assert sum(views) >= len(batches) - 1 and sum(len(b) for b, v in zip(batches, views, strict=True) if v) > 200
+    for b, view in zip(batches, views, strict=True):
+        end = int(b.offset[-1]) + int(b.caplen[-1])
+        assert b.buf.shape[0] >= end + _format.BUF_PAD
+        if not view:
+            assert not b.buf[end:].any()
+
+
+def test_shared_input_must_start_where_the_decoder_resumes() -> None:
+    """The decoder still needs the bytes of the packets it has not handed out (the first
+    one's data on), and each feed must bring new input."""
+    data = cb.pcap([(T0 + i, b"x" * 100) for i in range(10)])
+    dec = CaptureDecoder()
+    assert not dec.feed_shared(memoryview(data)[:150], 0)  # a record and a half
+    assert dec.resume_at == 24 + 16  # the first packet's data: not handed out yet
+    with pytest.raises(ValueError, match="start at or before 40"):
+        dec.feed_shared(memoryview(data)[140:], 140)
+    with pytest.raises(ValueError, match="end after 150"):
+        dec.feed_shared(memoryview(data)[:150], 0)
+    rest = dec.feed_shared(memoryview(data)[40:], 40) + dec.close()
+    assert [int(c) for b in rest for c in b.caplen] == [100] * 10

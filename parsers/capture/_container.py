@@ -2,7 +2,8 @@
 
 The caller feeds the (decompressed) file bytes in any chunking; the decoder keeps the
 unconsumed tail, walks the record/block chain and hands back batches of packets whose
-bytes are copied once into one uint8 buffer. The unconsumed input lives in a window of
+bytes are copied once into one uint8 buffer, or, for input the caller keeps unchanged
+(``feed_shared``: a file mapped into memory), read in place. The unconsumed input lives in a window of
 one reused buffer (consumed bytes only move the window's start), so feeding does not
 reallocate and copy the kept tail every time.
 
@@ -110,6 +111,8 @@ class CaptureDecoder:
         self._store = np.empty(0, np.uint8)
         self._lo = self._hi = 0
         self._base = 0
+        # the store is the caller's input, read in place (feed_shared), never written
+        self._shared = False
         # stores handed out with batches, and a weak reference to each one's batch buffer
         self._retired: list[tuple[np.ndarray, weakref.ref]] = []
         self._pos = 0  # file offset of the next record/block to parse
@@ -127,6 +130,42 @@ class CaptureDecoder:
         if self._dead or not data:
             return []
         self._append(data)
+        if self._reader is None and not self._start():
+            return []
+        assert self._reader is not None
+        self._reader.parse(self)
+        batches = self._emit(final=False)
+        self._trim()
+        return batches
+
+    @property
+    def resume_at(self) -> int:
+        """Input offset of the first byte the decoder still needs: what
+        :meth:`feed_shared` must begin at or before."""
+        return self._base
+
+    def feed_shared(self, data: memoryview, at: int) -> list[PacketBatch]:
+        """:meth:`feed` for input the caller keeps unchanged while any batch lives (a
+        file mapped into memory): ``data`` is the input from offset ``at`` on, where
+        ``at`` is at most :attr:`resume_at` and ``data`` reaches past the input fed so
+        far (what it holds again must be the same bytes). The decoder reads it in place
+        and batch buffers are views of it: no byte is copied. The BUF_PAD bytes after a
+        view's last packet are the input's next bytes; the last packets of the input,
+        which have fewer after them, wait for more or are copied at :meth:`close`."""
+        if self._closed:
+            raise ValueError("feed_shared() after close()")
+        end = at + len(data)
+        if at > self._base or end <= self.bytes_read:
+            raise ValueError(
+                f"feed_shared() input [{at}, {end}) must start at or before {self._base} "
+                f"and end after {self.bytes_read}"
+            )
+        self.bytes_read = end
+        if self._dead:
+            return []
+        self._store = np.frombuffer(data, np.uint8)
+        self._lo, self._hi = self._base - at, len(data)
+        self._shared = True
         if self._reader is None and not self._start():
             return []
         assert self._reader is not None
@@ -167,14 +206,14 @@ class CaptureDecoder:
     def _append(self, data: bytes | bytearray | memoryview) -> None:
         n = len(data)
         # the store keeps BUF_PAD spare bytes past the input: see _hand_out
-        if self._hi + n + BUF_PAD > self._store.shape[0]:
+        if self._shared or self._hi + n + BUF_PAD > self._store.shape[0]:
             keep = self._hi - self._lo
-            if keep + n > self._store.shape[0] // 2:
+            if self._shared or keep + n > self._store.shape[0] // 2:
                 # grow to twice what is needed: the window then slides over several
                 # feeds before the kept tail has to move to the front again
                 grown = np.empty(max(2 * (keep + n), 1 << 16) + BUF_PAD, np.uint8)
                 grown[:keep] = self._store[self._lo : self._hi]
-                self._store = grown
+                self._store, self._shared = grown, False
             else:  # move the kept tail to the front (numpy copes with the overlap)
                 self._store[:keep] = self._store[self._lo : self._hi]
             self._lo, self._hi = 0, keep
@@ -255,10 +294,16 @@ class CaptureDecoder:
         rows = _concat_rows(self._pending)
         n = len(rows)
         ends = rows.data_off + rows.caplen
+        # a view of shared input needs BUF_PAD bytes of it after its last packet: the
+        # packets that end nearer the input's end wait for more, or at the end are copied
+        viewable = n
+        if self._shared:
+            input_end = self._base + self._hi - self._lo
+            viewable = int(np.searchsorted(ends, input_end - BUF_PAD, side="right"))
         cuts: list[tuple[int, int]] = []
         k = 0
-        while k < n:
-            j = min(k + size, n)
+        while k < viewable:
+            j = min(k + size, viewable)
             fit = k + int(np.searchsorted(ends[k:j], rows.data_off[k] + self.batch_bytes, side="right"))
             if fit < j:  # the byte bound comes first (a packet at least)
                 j = max(fit, k + 1)
@@ -266,6 +311,9 @@ class CaptureDecoder:
                 break
             cuts.append((k, j))
             k = j
+        if final and k < n:
+            cuts.append((k, n))
+            k = n
         out = [self._make_batch(rows, a, z, i == len(cuts) - 1) for i, (a, z) in enumerate(cuts)]
         if k < n:
             rest = _Rows(*(a[k:] for a in rows.columns()))
@@ -282,13 +330,16 @@ class CaptureDecoder:
     def _make_batch(self, rows: _Rows, k: int, j: int, last: bool) -> PacketBatch:
         """Rows [k, j) as a batch. Records are in file order and do not overlap, so the
         buffer is the span of input bytes from the first packet to the end of the last
-        one, then BUF_PAD zero bytes: a copy, or for the last batch of an _emit the
-        store itself (see _hand_out)."""
+        one, then BUF_PAD bytes: zeros after a copy, or for the last batch of an _emit
+        the store itself (see _hand_out); the input's next bytes in a view of shared
+        input (see feed_shared)."""
         start = int(rows.data_off[k])
         stop = int(rows.data_off[j - 1] + rows.caplen[j - 1])
         size = stop - start
         lo = self._lo + start - self._base
-        if last:
+        if self._shared and lo + size + BUF_PAD <= self._hi:
+            buf = self._store[lo : lo + size + BUF_PAD]  # a view of the caller's input
+        elif last and not self._shared:
             buf = self._hand_out(lo, lo + size)
         else:
             buf = np.empty(size + BUF_PAD, np.uint8)

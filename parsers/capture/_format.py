@@ -21,8 +21,9 @@ _speedups = speedups("parsers.capture")
 MAX_CAPLEN = 262144
 MAX_SNAPLEN = 16 << 20
 MAX_BLOCK = 16 << 20
-# Zero bytes after the last packet of a batch buffer, so bulk header reads never need
-# a bounds copy for short packets at the very end.
+# Bytes after the last packet of a batch buffer (zeros, or the input's next bytes in a
+# view of shared input), so bulk header reads never need a bounds copy for short
+# packets at the very end.
 BUF_PAD = 64
 
 _NS = 1_000_000_000

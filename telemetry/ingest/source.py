@@ -4,6 +4,9 @@ that opens capture files."""
 
 from __future__ import annotations
 
+import mmap
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,7 +14,7 @@ from isal import igzip
 from isal.igzip_lib import IsalError
 
 from parsers.capture import CaptureFormatError
-from parsers.records import DecodeIssue
+from parsers.records import DecodeIssue, PacketBatch
 from telemetry.ingest.options import IngestResult, ProgressFn
 
 if TYPE_CHECKING:
@@ -47,9 +50,77 @@ def unreadable(path: Path) -> str | None:
     return None
 
 
+# An uncompressed file is mapped into memory a window at a time and decoded in place:
+# read into a buffer, each byte was copied once more, into fresh pages for the first
+# batches (paired runs of `tailtap analyze`: CPU 0.988 on the realistic 1M capture, system
+# time 0.70 -> 0.59 s; 0.968 over 2,000 connections, 1.02 -> 0.65 s). A window this size
+# keeps the peak as it was (its pages count in it while its batches live).
+MAP_BYTES = 64 << 20
+
+
 def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> None:
     fh, compressed = open_capture(path)
     pipeline.compressed = compressed
+    try:
+        if compressed or not _mappable(fh) or not _stream_mapped(path, fh, pipeline, result, progress):
+            _stream_read(path, fh, compressed, pipeline, result, progress)
+        if not result.error:
+            _process(pipeline, pipeline.decoder.close())
+    except CaptureFormatError as exc:
+        result.error = f"{path}: {exc}"
+    finally:
+        fh.close()
+    decoder = pipeline.decoder
+    if decoder.packets_read == 0 and not result.error:
+        fatal = [i for i in decoder.issues if i.fatal]
+        reason = fatal[0].message if fatal else "no packets"
+        result.error = f"{path}: nothing could be read ({reason})"
+
+
+def _mappable(fh) -> bool:
+    st = os.fstat(fh.fileno())
+    return stat.S_ISREG(st.st_mode) and st.st_size > 0
+
+
+def _process(pipeline: CapturePipeline, batches: list[PacketBatch]) -> None:
+    # popped, not iterated: a processed batch's buffer is then free before the next feed
+    # hands out a store, and the decoder reuses it (or lets its mapped window go)
+    while batches:
+        pipeline.process(batches.pop(0))
+
+
+def _stream_mapped(path: Path, fh, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> bool:
+    """Each window from the first byte the decoder still needs (the records it has not
+    handed out yet are read again in the new window, not copied). False when the file
+    cannot be mapped at all (then it is read). The file must not shrink meanwhile: a
+    mapped page past its end is a bus error, not an exception."""
+    decoder = pipeline.decoder
+    size = os.fstat(fh.fileno()).st_size
+    while decoder.bytes_read < size:
+        at = decoder.resume_at - decoder.resume_at % mmap.ALLOCATIONGRANULARITY
+        # at least half a window of new input, whatever the decoder still holds
+        length = min(max(MAP_BYTES, decoder.bytes_read - at + MAP_BYTES // 2), size - at)
+        try:
+            window = memoryview(mmap.mmap(fh.fileno(), length, offset=at, access=mmap.ACCESS_READ))
+        except OSError as exc:  # a file system that cannot map files
+            if decoder.bytes_read == 0:
+                return False
+            result.error = f"{path}: cannot map the file into memory past byte {at}: {exc}"
+            return True
+        except ValueError:  # mmap refuses a length past the file's end
+            result.error = f"{path}: the file shrank while it was read (below byte {at + length})"
+            return True
+        # the batches' views keep the window mapped while they live, and no longer
+        _process(pipeline, decoder.feed_shared(window, at))
+        del window
+        if progress is not None:
+            progress(decoder.bytes_read, decoder.packets_read)
+    return True
+
+
+def _stream_read(
+    path: Path, fh, compressed: bool, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None
+) -> None:
     decoder = pipeline.decoder
     raw = fh.fileobj if compressed else fh  # on-disk position for progress
     # one buffer read into again and again (the decoder copies what it keeps): a fresh
@@ -57,41 +128,20 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
     buf = bytearray(GZIP_CHUNK_BYTES if compressed else CHUNK_BYTES)
     view = memoryview(buf)
     fed = 0  # bytes handed to the decoder
-    try:
-        while True:
-            try:
-                n = fh.readinto(buf)
-            except DECOMPRESSION_ERRORS as exc:  # corrupt or truncated gzip stream
-                if not fed:  # not a byte of it: the file is unreadable, say why (not "empty")
-                    result.error = f"{path}: cannot decompress this gzip file: {exc}"
-                    return
-                pipeline.issues.append(
-                    DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
-                )
-                break
-            if not n:
-                break
-            fed += n
-            try:
-                batches = decoder.feed(view[:n])
-            except CaptureFormatError as exc:
-                result.error = f"{path}: {exc}"
-                return
-            # popped, not iterated: a processed batch's buffer is then free before the next
-            # feed hands out a store, and the decoder reuses it instead of a new one
-            while batches:
-                pipeline.process(batches.pop(0))
-            if progress is not None:
-                progress(raw.tell(), decoder.packets_read)
+    while True:
         try:
-            for batch in decoder.close():
-                pipeline.process(batch)
-        except CaptureFormatError as exc:
-            result.error = f"{path}: {exc}"
+            n = fh.readinto(buf)
+        except DECOMPRESSION_ERRORS as exc:  # corrupt or truncated gzip stream
+            if not fed:  # not a byte of it: the file is unreadable, say why (not "empty")
+                result.error = f"{path}: cannot decompress this gzip file: {exc}"
+                return
+            pipeline.issues.append(
+                DecodeIssue("bad_compression", decoder.packets_read, f"{path}: {exc}", fatal=True)
+            )
             return
-    finally:
-        fh.close()
-    if decoder.packets_read == 0 and not result.error:
-        fatal = [i for i in decoder.issues if i.fatal]
-        reason = fatal[0].message if fatal else "no packets"
-        result.error = f"{path}: nothing could be read ({reason})"
+        if not n:
+            return
+        fed += n
+        _process(pipeline, decoder.feed(view[:n]))
+        if progress is not None:
+            progress(raw.tell(), decoder.packets_read)
