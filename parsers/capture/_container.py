@@ -130,13 +130,7 @@ class CaptureDecoder:
         if self._dead or not data:
             return []
         self._append(data)
-        if self._reader is None and not self._start():
-            return []
-        assert self._reader is not None
-        self._reader.parse(self)
-        batches = self._emit(final=False)
-        self._trim()
-        return batches
+        return self._parse()
 
     @property
     def resume_at(self) -> int:
@@ -166,13 +160,7 @@ class CaptureDecoder:
         self._store = np.frombuffer(data, np.uint8)
         self._lo, self._hi = self._base - at, len(data)
         self._shared = True
-        if self._reader is None and not self._start():
-            return []
-        assert self._reader is not None
-        self._reader.parse(self)
-        batches = self._emit(final=False)
-        self._trim()
-        return batches
+        return self._parse()
 
     def close(self) -> list[PacketBatch]:
         if self._closed:
@@ -219,6 +207,16 @@ class CaptureDecoder:
             self._lo, self._hi = 0, keep
         self._store[self._hi : self._hi + n] = np.frombuffer(data, np.uint8)
         self._hi += n
+
+    def _parse(self) -> list[PacketBatch]:
+        """Walk the records of the input held, and hand out the batches now full."""
+        if self._reader is None and not self._start():
+            return []
+        assert self._reader is not None
+        self._reader.parse(self)
+        batches = self._emit(final=False)
+        self._trim()
+        return batches
 
     # -- used by the readers ------------------------------------------------------
     def _issue(
