@@ -52,6 +52,10 @@ def _ingest(capture: Path, root: Path) -> dict[str, list[str]]:
     return {t: rows for t, rows in table_rows(root).items() if t not in BATCH_DEPENDENT}
 
 
+def _refuse_to_map(*args, **kwargs):
+    raise OSError(19, "No such device")  # what mmap says on a file system without it
+
+
 @pytest.mark.parametrize("sample", ["sweep/server_jitter", "loss_burst", "throttle_policer", "mixed", "flow_control"])
 def test_small_batches_store_the_same_rows(sample, tmp_path, monkeypatch):
     capture = SAMPLES / sample / "capture.pcap"
@@ -88,7 +92,7 @@ def test_a_batch_is_let_go_before_the_next_is_handed_out(tmp_path, monkeypatch):
     whole = _ingest(capture, tmp_path / "whole")
     monkeypatch.setattr(pipeline, "CaptureDecoder", functools.partial(CaptureDecoder, batch_packets=512))
     monkeypatch.setattr(source, "CHUNK_BYTES", 64 << 10)
-    monkeypatch.setattr(source, "_mappable", lambda fh: False)
+    monkeypatch.setattr(mmap, "mmap", _refuse_to_map)
     in_use: list[int] = []  # at each hand-out: retired stores an earlier batch still holds
     spare = CaptureDecoder._spare
 
@@ -220,10 +224,6 @@ def test_a_file_that_cannot_be_mapped_is_read(tmp_path, monkeypatch):
     with the same rows."""
     capture = SAMPLES / "loss_burst" / "capture.pcap"
     whole = _ingest(capture, tmp_path / "whole")
-
-    def refuse(*args, **kwargs):
-        raise OSError(19, "No such device")
-
-    monkeypatch.setattr(mmap, "mmap", refuse)
+    monkeypatch.setattr(mmap, "mmap", _refuse_to_map)
     monkeypatch.setattr(source, "CHUNK_BYTES", 64 << 10)
     assert _ingest(capture, tmp_path / "read") == whole

@@ -62,7 +62,7 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
     fh, compressed = open_capture(path)
     pipeline.compressed = compressed
     try:
-        if compressed or not _mappable(fh) or not _stream_mapped(path, fh, pipeline, result, progress):
+        if compressed or not _stream_mapped(path, fh, pipeline, result, progress):
             _stream_read(path, fh, compressed, pipeline, result, progress)
         if not result.error:
             _process(pipeline, pipeline.decoder.close())
@@ -77,11 +77,6 @@ def stream(path: Path, pipeline: CapturePipeline, result: IngestResult, progress
         result.error = f"{path}: nothing could be read ({reason})"
 
 
-def _mappable(fh) -> bool:
-    st = os.fstat(fh.fileno())
-    return stat.S_ISREG(st.st_mode) and st.st_size > 0
-
-
 def _process(pipeline: CapturePipeline, batches: list[PacketBatch]) -> None:
     # popped, not iterated: a processed batch's buffer is then free before the next feed
     # hands out a store, and the decoder reuses it (or lets its mapped window go)
@@ -92,10 +87,14 @@ def _process(pipeline: CapturePipeline, batches: list[PacketBatch]) -> None:
 def _stream_mapped(path: Path, fh, pipeline: CapturePipeline, result: IngestResult, progress: ProgressFn | None) -> bool:
     """Each window from the first byte the decoder still needs (the records it has not
     handed out yet are read again in the new window, not copied). False when the file
-    cannot be mapped at all (then it is read). The file must not shrink meanwhile: a
-    mapped page past its end is a bus error, not an exception."""
+    cannot be mapped at all, or is no regular file (a pipe): then it is read. The file
+    must not shrink meanwhile: a mapped page past its end is a bus error, not an
+    exception."""
     decoder = pipeline.decoder
-    size = os.fstat(fh.fileno()).st_size
+    st = os.fstat(fh.fileno())
+    if not stat.S_ISREG(st.st_mode) or not st.st_size:
+        return False
+    size = st.st_size
     while decoder.bytes_read < size:
         at = decoder.resume_at - decoder.resume_at % mmap.ALLOCATIONGRANULARITY
         # at least half a window of new input, whatever the decoder still holds
