@@ -268,47 +268,50 @@ class AppSession:
 
     def feed_run(self, run: ChunkRun) -> None:
         """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the
-        HTTP/2 steady state the run goes to the HTTP/2 layer as columns."""
-        first = 0
-        if self.fast_feed is None and self._mode in ("http1", "tls"):
-            # HTTP/1.1 and TLS read chunk by chunk: the rows go straight to them, with no
-            # PayloadChunk made and dispatched each (what feed does with one), until an
-            # Upgrade or CONNECT hands the connection on
-            mode, mv = self._mode, memoryview(run.buf)
-            for d, ts, fno, off, a, z in run.rows.tolist():
-                if self._mode != mode:
-                    break
-                if mode == "http1":
-                    self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
-                else:
-                    self._tls.feed(d, bytes(mv[a:z]), ts, fno, off, 0)  # type: ignore[union-attr]
-                first += 1
-            if first == len(run):
+        HTTP/2 steady state the run goes to the HTTP/2 layer as columns, and HTTP/1.1
+        and TLS take its rows as they are."""
+        first, n = 0, len(run)
+        step = 16
+        while first < n:
+            if self.fast_feed is not None:
+                h2 = self._h2
+                assert h2 is not None  # fast_feed is set only in the HTTP/2 steady state
+                h2.feed_run(run, first)
                 return
-        if self.fast_feed is None:
-            # chunk by chunk until the HTTP/2 steady state, often a few rows in; rows
+            if self._mode in ("http1", "tls"):
+                first = self._feed_rows(run, first)
+                continue
+            # chunk by chunk while the protocol is being told (often a few rows); rows
             # become PayloadChunks in growing slices, so few are made in vain. Rows of a
             # direction HTTP/2 already reads go to it as a run meanwhile.
-            n = len(run)
-            step = 16
-            while first < n and self.fast_feed is None:
-                ready = self._h2_run_rows(run, first)
-                if ready > first:
-                    assert self._h2 is not None
-                    self._h2.feed_run(ChunkRun(run.conn_key, run.rows[first:ready], run.buf))
-                    first = ready
-                    continue
-                for c in run.chunks(first, first + step):
-                    self.feed(c)
-                    first += 1
-                    if self.fast_feed is not None:
-                        break
-                step *= 2
-            if first == n:
-                return
-        h2 = self._h2
-        assert h2 is not None  # fast_feed is set only in the HTTP/2 steady state
-        h2.feed_run(run, first)
+            ready = self._h2_run_rows(run, first)
+            if ready > first:
+                assert self._h2 is not None
+                self._h2.feed_run(ChunkRun(run.conn_key, run.rows[first:ready], run.buf))
+                first = ready
+                continue
+            for c in run.chunks(first, first + step):
+                self.feed(c)
+                first += 1
+                if self.fast_feed is not None or self._mode in ("http1", "tls"):
+                    break
+            step *= 2
+
+    def _feed_rows(self, run: ChunkRun, first: int) -> int:
+        """HTTP/1.1 and TLS read chunk by chunk: the rows from ``first`` go straight to
+        them, with no PayloadChunk made and dispatched each (what feed does with one),
+        until an Upgrade or CONNECT hands the connection on. Returns the first row not
+        fed."""
+        mode, mv = self._mode, memoryview(run.buf)
+        for d, ts, fno, off, a, z in run.rows[first:].tolist():
+            if self._mode != mode:
+                break
+            if mode == "http1":
+                self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
+            else:
+                self._tls.feed(d, bytes(mv[a:z]), ts, fno, off, 0)  # type: ignore[union-attr]
+            first += 1
+        return first
 
     def _h2_run_rows(self, run: ChunkRun, first: int) -> int:
         """Before the HTTP/2 steady state, while one direction has not started (its first
