@@ -192,10 +192,12 @@ def prune_acks(tcp: TcpAnalyzer, conn: Conn) -> None:
         if session_dir == TO_CLIENT:
             for r in conn.pending_requests:
                 needed += [o for o in (r.first_message_end_offset, r.end_offset) if o is not None]
-            if needed:
-                remember_open_acks(tcp, conn, min(needed))
-        if needed:
-            tcp.prune_acks(conn.key, session_dir ^ conn.flip, min(needed))
+        if not needed:
+            continue
+        kept_from = min(needed)
+        if session_dir == TO_CLIENT:
+            remember_open_acks(tcp, conn, kept_from)
+        tcp.prune_acks(conn.key, session_dir ^ conn.flip, kept_from)
 
 
 def remember_open_acks(tcp: TcpAnalyzer, conn: Conn, kept_from: int) -> None:
