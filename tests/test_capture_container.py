@@ -513,3 +513,23 @@ def test_shared_input_must_start_where_the_decoder_resumes() -> None:
         dec.feed_shared(memoryview(data)[:150], 0)
     rest = dec.feed_shared(memoryview(data)[40:], 40) + dec.close()
     assert [int(c) for b in rest for c in b.caplen] == [100] * 10
+
+
+def test_copied_input_may_follow_shared_input() -> None:
+    """feed() after feed_shared(): the decoder copies what it still needs out of the
+    caller's input (it never writes into it) and goes on with the same packets."""
+    pkts = [(T0 + i, bytes([i % 251]) * (1 + (i * 37) % 300)) for i in range(50)]
+    data = cb.pcap(pkts)
+    held = np.frombuffer(data, np.uint8).copy()
+    held.flags.writeable = False  # as a mapped file is
+    dec = CaptureDecoder(batch_packets=7)
+    cut = len(data) - 200  # a little copied input after much shared: no room is made in it
+    batches = dec.feed_shared(memoryview(held[:cut]), 0)
+    batches += dec.feed(data[cut:]) + dec.close()
+    copied = CaptureDecoder(batch_packets=7)
+    expected = copied.feed(data) + copied.close()
+
+    def payloads(bs: list[PacketBatch]) -> list[bytes]:
+        return [b.buf[int(o) : int(o) + int(c)].tobytes() for b in bs for o, c in zip(b.offset, b.caplen, strict=True)]
+
+    assert payloads(batches) == payloads(expected) == [p for _, p in pkts]
