@@ -54,6 +54,29 @@ def write_seeds(folder: Path) -> None:
     hello = b"\x16\x03\x01\x00\x2f\x01\x00\x00\x2b\x03\x03" + bytes(32) + b"\x00\x00\x02\x00\x2f\x01\x00"
     put("tls", encode_chunks([(0, hello), (1, hello)]))
     put("session", encode_chunks([(0, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), (1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]))
+    for seed in sse_seeds():
+        put("sse_rows", seed)
+
+
+def _chunk(body: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(body), body)
+
+
+def sse_seeds() -> list[bytes]:
+    """Event-stream bodies after the ``sse_rows`` target's response head: one event a
+    chunk a row (what uvicorn sends), several a row, a chunk split between rows, the
+    events the C reader leaves to Python (comments, ``event:`` lines, CRLF, multi-line
+    data), ``[DONE]`` and the last chunk, then a second exchange."""
+    token = [b'data: {"choices":[{"delta":{"content":" t%d"}}],"model":"m"}\n\n' % i for i in range(6)]
+    usual = [(1, _chunk(t)) for t in token] + [(1, _chunk(b"data: [DONE]\n\n")), (1, b"0\r\n\r\n")]
+    packed = [(1, b"".join(_chunk(t) for t in token[:3])), (1, b"".join(_chunk(t) for t in token[3:]) + b"0\r\n\r\n")]
+    whole = _chunk(token[0]) + _chunk(token[1])
+    split = [(1, whole[:7]), (1, whole[7:30]), (1, whole[30:])] + usual[2:]
+    odd = [(1, _chunk(b": ping\n\n")), (1, _chunk(b"event: delta\ndata: {}\n\n")), (1, _chunk(b"data: a\r\n\r\n")),
+           (1, _chunk(b"data: a\ndata: b\n\n")), (1, b"1A\r\n" + token[0][:26] + b"\r\n"), (1, _chunk(b"data:x\n\n"))]
+    again = usual + [(0, b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
+                     (1, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")] + usual
+    return [encode_chunks(items) for items in (usual, packed, split, odd, again)]
 
 
 if __name__ == "__main__":

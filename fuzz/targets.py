@@ -7,7 +7,11 @@
   HTTP/1.1, SSE/NDJSON and TLS decoders;
 * ``hpack``: header blocks through the tolerant HPACK decoder;
 * ``tls``: a TLS connection's records, handshake and decryption (with a key log that
-  holds secrets for the input's own client random, so the decryption path runs too).
+  holds secrets for the input's own client random, so the decryption path runs too);
+* ``sse_rows``: an HTTP/1.1 event-stream exchange whose rows (the input's chunks after a
+  request and a chunked ``text/event-stream`` response head) reach the session as a
+  ChunkRun, read with the C reader of whole chunked events (parsers/llm/_speedups.c) and
+  without it: the two readings must be the same.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 
+import numpy as np
+
+from parsers import http1
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
 from parsers.h2._hpack import TolerantDecoder
 from parsers.records import ChunkRun, DecodeStats, PayloadChunk
@@ -112,6 +119,50 @@ def target_tls(data: bytes) -> None:
     conn.facts()
 
 
+SSE_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Length: 2\r\n\r\n{}"
+SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+def sse_run(data: bytes) -> ChunkRun:
+    """The ``sse_rows`` input as one connection's ChunkRun: a request, a chunked event-stream
+    response head, then the input's chunks (direction 1: the server's; gaps ignored: a
+    run has none)."""
+    parts = [(0, SSE_REQUEST), (1, SSE_HEAD)] + [(d, part) for d, part, _gap in chunks_of(data) if part]
+    rows, off, pos = [], [0, 0], 0
+    for i, (d, part) in enumerate(parts):
+        rows.append((d, TS0 + i * 1000, i + 1, off[d], pos, pos + len(part)))
+        off[d] += len(part)
+        pos += len(part)
+    buf = np.frombuffer(b"".join(part for _d, part in parts), dtype=np.uint8)
+    return ChunkRun(1, np.array(rows, dtype=np.int64).reshape(-1, 6), buf)
+
+
+def read_sse_run(run: ChunkRun, c_reader: bool) -> tuple:
+    """What a session reads of ``run`` (fed in two runs, cut where the input's first byte
+    says), with or without the C reader: requests, message rows, issues."""
+    saved = http1._speedups
+    try:
+        if not c_reader:
+            http1._speedups = None
+        s = AppSession(1, 40000, 8080)
+        cut = int(run.buf[-1]) % (len(run) + 1) if len(run.buf) else 0
+        s.feed_run(ChunkRun(1, run.rows[:cut], run.buf))
+        first = s.take_columns()
+        s.feed_run(ChunkRun(1, run.rows[cut:], run.buf))
+        result = s.finish(TS0 + 10**9)
+    finally:
+        http1._speedups = saved
+    return (first[0], first[1].tolist(), result.requests, result.message_rows, result.issues)
+
+
+def target_sse_rows(data: bytes) -> None:
+    run = sse_run(data)
+    with_c, without = read_sse_run(run, True), read_sse_run(run, False)
+    if with_c != without:
+        raise AssertionError("the C reader of chunked events read the rows otherwise")
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": target_capture, "session": target_session, "hpack": target_hpack, "tls": target_tls,
+    "sse_rows": target_sse_rows,
 }  # fmt: skip

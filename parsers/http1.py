@@ -25,8 +25,20 @@ from __future__ import annotations
 import re
 from collections import deque
 
+from parsers._native import speedups
 from parsers.llm.taps import EventSplitter, JsonBodyTap, llm_facts, tap_for
-from parsers.records import DecodeIssue, MessageRecord, MessageRow, RequestRecord, message_from_row
+from parsers.records import (
+    ChunkRun,
+    DecodeIssue,
+    MessageRecord,
+    MessageRow,
+    RequestRecord,
+    RunColumn,
+    message_from_row,
+)
+
+# the usual event-stream body, whole events in whole chunks, read in C (None: in Python)
+_speedups = speedups("parsers.llm")
 
 _HEAD_MAX = 64 * 1024
 _REQ_LINE = re.compile(rb"^([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01])$")
@@ -172,6 +184,28 @@ class Http1Conn:
 
     def holding(self, role: int) -> bool:
         return self.sides[role].state == HOLD
+
+    def feed_event_rows(self, run: ChunkRun, first: int, direction: int) -> int:
+        """The server's rows of ``run`` (TCP ``direction``) from ``first`` while each is
+        whole chunks of one whole event each, read in C (parsers/llm/_speedups.c), when
+        the server side reads an event stream between its chunks: what :meth:`feed` of
+        each row gives. Returns the first row not taken (``first``: none)."""
+        side = self.sides[1]
+        ex = side.ex
+        if (_speedups is None or side.state != CHUNK_SIZE or side.buf or ex is None
+                or type(tap := ex.taps[1]) is not EventSplitter or not tap.takes_whole_events()):  # fmt: skip
+            return first
+        stop, events = _speedups.sse_chunk_run(run.rows, run.buf, first, direction)
+        if stop == first:
+            return first
+        self._frame_no = int(run.rows[stop - 1, RunColumn.FRAME_NO])
+        ex.resp_bytes += sum(n for _ts, _data, n, _end in events)
+        if ex.first_body is None:
+            ex.first_body, _data, _n, ex.first_body_off = events[0]
+        ex.last_body, _data, _n, ex.end_off = events[-1]
+        tap.feed_whole_events(events, self._tmp)
+        self._take_messages(ex)
+        return stop
 
     def feed(self, role: int, data: bytes, ts: int, off: int, frame_no: int = 0) -> int:
         """Consume bytes; returns how many were consumed (fewer when the side stopped:
@@ -453,14 +487,17 @@ class Http1Conn:
         ex.last_body = ts
         ex.end_off = off + j
         if tap is not None:
-            tmp = self._tmp
-            tap.feed(data, i, j, off, ts, tmp)
-            if tmp:
-                rows, index = self.rows, ex.index
-                for t, size, flags, end in tmp:
-                    rows.append((index, 1, ex.msgs, t, size, flags, end))
-                    ex.msgs += 1
-                tmp.clear()
+            tap.feed(data, i, j, off, ts, self._tmp)
+            if self._tmp:
+                self._take_messages(ex)
+
+    def _take_messages(self, ex: _Exchange) -> None:
+        """The response messages its body reader gave, as rows."""
+        rows, index, tmp = self.rows, ex.index, self._tmp
+        for t, size, flags, end in tmp:
+            rows.append((index, 1, ex.msgs, t, size, flags, end))
+            ex.msgs += 1
+        tmp.clear()
 
     def _end(self, role: int, side: _Side, ts: int, end_off: int) -> None:
         ex = side.ex

@@ -303,15 +303,27 @@ class AppSession:
         until an Upgrade or CONNECT hands the connection on. Returns the first row not
         fed."""
         mode, mv = self._mode, memoryview(run.buf)
-        for d, ts, fno, off, a, z in run.rows[first:].tolist():
+        rows = run.rows[first:].tolist()
+        i, n = first, first + len(rows)
+        while i < n:
             if self._mode != mode:
                 break
+            d, ts, fno, off, a, z = rows[i - first]
             if mode == "http1":
+                h1 = self._h1
+                assert h1 is not None
+                server = 0 if self._flipped else 1  # the TCP direction of role 1
+                if d == server and self._h1_hold[1] is None:
+                    # an event stream's usual chunks, the rows from here at once
+                    taken = h1.feed_event_rows(run, i, server)
+                    if taken > i:
+                        i = taken
+                        continue
                 self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
             else:
                 self._tls.feed(d, bytes(mv[a:z]), ts, fno, off, 0)  # type: ignore[union-attr]
-            first += 1
-        return first
+            i += 1
+        return i
 
     def _h2_run_rows(self, run: ChunkRun, first: int) -> int:
         """Before the HTTP/2 steady state, while one direction has not started (its first

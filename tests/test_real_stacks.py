@@ -40,6 +40,7 @@ from statistics import median
 
 import pytest
 from test_sse_semantics import pb_field, pb_varint
+from test_sse_speedups import tables_with_and_without_c_reader
 
 TESTS = Path(__file__).resolve().parent
 NODE_DIR = TESTS / "node"
@@ -617,6 +618,19 @@ def test_http1_servers_with_openai_httpx_and_curl(tmp_path, run_server, server):
     curl_fb = [r for s in seen if s.client == "curl" for r in [s.first_byte_ms] if r is not None]
     assert curl_fb, "curl reported no first-byte time"
     check_tshark_h1(con, cap.out, port, len(seen))
+    check_c_reader(cap.out)
+
+
+def check_c_reader(capture: Path) -> None:
+    """The C reader of whole chunked events (parsers/llm/_speedups.c) took this server's
+    events, and every table is what the Python readers alone write."""
+    from parsers import http1
+
+    if http1._speedups is None:
+        pytest.fail("the C extensions are not built (pip install -e .)")
+    with_c, without, taken = tables_with_and_without_c_reader(capture)
+    assert taken > 0, "no row went through the C reader"
+    assert with_c == without
 
 
 def _raw_request(model: str, tokens: int) -> bytes:
@@ -660,6 +674,7 @@ def test_http1_capture_begun_mid_stream_then_pipelined(tmp_path, run_server):
     assert con.execute("SELECT count(*) FROM requests").fetchone()[0] == 3  # nothing made up of the cut stream
     reqs, resps = tshark_h1(cap.out, port)
     assert len(reqs) == 3 and [c for _t, c in resps][-3:] == [200, 200, 200]
+    check_c_reader(cap.out)
 
 
 def test_stdlib_server_with_curl_as_in_the_issue(tmp_path, run_server):

@@ -98,14 +98,28 @@ class SseFramer(_Lines):
         # blank line after it, nothing half-read before it: the event at once, without
         # the line loop (the same event and state as the loop leaves; tests compare them)
         if (b[-2:] == b"\n\n" and b.startswith(b"data:") and b.count(b"\n") == 2 and b"\r" not in b
-                and not (self._line or self._cr or self._skip or self._data or self._type)):  # fmt: skip
+                and self.between_events()):  # fmt: skip
             value = b[6:-2] if b[5:6] == b" " else b[5:-2]
-            pos = self._pos + len(b)
-            out.append(("message", value.decode("utf-8", "replace"), ts, pos - self._start, off + len(b)))
-            self._start = self._pos = pos
-            self._first = False
+            self.whole_events([(ts, value.decode("utf-8", "replace"), len(b), off + len(b))], out)
             return
         super().feed(b, off, ts, out)
+
+    def between_events(self) -> bool:
+        """Nothing of an event or line half-read: a feed of one whole ``data:`` line and the
+        blank line after it is one event (the case :meth:`whole_events` takes)."""
+        return not (self._line or self._cr or self._skip or self._data or self._type)
+
+    def whole_events(self, events: list[tuple[int, str, int, int]], out: list[RawEvent]) -> None:
+        """Feeds of the usual kind, already read (:meth:`feed`'s first case, or
+        parsers/llm/_speedups.c over chunked HTTP/1.1 bodies): (ts_ns, data, bytes fed,
+        end offset) of each, fed :meth:`between_events`."""
+        pos, start = self._pos, self._start
+        for ts, data, n, end in events:
+            pos += n
+            out.append(("message", data, ts, pos - start, end))
+            start = pos
+        self._start = self._pos = pos
+        self._first = False
 
     def _line_done(self, line: bytes, ts: int, pos: int, end_off: int, out: list[RawEvent]) -> None:
         if self._first:

@@ -71,8 +71,22 @@ class EventSplitter(_BodyReader):
     def feed(self, data: bytes | bytearray | memoryview, i: int, n: int, off: int, ts: int, out: list) -> None:
         raw = self._raw
         self.framer.feed(bytes(data[i:n]), off + i, ts, raw)
-        if not raw:
-            return
+        if raw:
+            self._messages(raw, out)
+
+    def takes_whole_events(self) -> bool:
+        """An event stream between events: :meth:`feed_whole_events` may take the next."""
+        framer = self.framer
+        return type(framer) is SseFramer and framer.between_events()
+
+    def feed_whole_events(self, events: list[tuple[int, str, int, int]], out: list) -> None:
+        """Feeds of one whole ``data:`` event each, read already (SseFramer.whole_events),
+        while :meth:`takes_whole_events`: what :meth:`feed` of each would give."""
+        raw = self._raw
+        self.framer.whole_events(events, raw)  # type: ignore[union-attr]
+        self._messages(raw, out)
+
+    def _messages(self, raw: list[RawEvent], out: list) -> None:
         stream = self.stream
         for etype, text, t, size, end in raw:
             said = stream.event(etype, text)

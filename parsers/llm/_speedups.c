@@ -1,0 +1,130 @@
+/* Optional C reader of the commonest streamed LLM response: server-sent events over an
+ * HTTP/1.1 chunked body, one event a chunk (uvicorn, aiohttp and axum servers send each
+ * event the application yields as a chunk of its own).
+ *
+ * sse_chunk_run(rows, buf, first, direction) walks the rows of a ChunkRun (int64 rows in
+ * the layout parsers/records.h declares; a row's bytes are buf[START:END]) from row
+ * `first`, and takes each row while it is of `direction` and its bytes are whole chunks
+ * and nothing else, each chunk
+ *
+ *     <1-15 hex digits> CR LF  "data:" [SP] <value: no CR, no LF> LF LF  CR LF
+ *
+ * i.e. one whole event of the form SseFramer.feed (parsers/llm/framing.py) reads at once,
+ * in a chunk whose size line and data Http1Conn.feed (parsers/http1.py) reads at once. It
+ * stops at the first row that is anything else (a row of the other direction, a chunk
+ * split between rows, a comment, an "event:" line, CRLF line ends, the last chunk...):
+ * the Python readers take that row. A row is taken whole or not at all.
+ *
+ * Returns (stop, events): stop is the first row not taken; events are the taken chunks'
+ * (ts_ns, value as str (UTF-8, errors replaced, as bytes.decode does), chunk data bytes,
+ * direction offset just after the chunk data), in order. The caller (Http1Conn) does with
+ * them what its Python path does with such chunks; tests/test_sse_speedups.py compares the
+ * two. Without this module the Python path reads every row.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../records.h"
+
+/* hex value of c, or -1 */
+static inline int hexval(unsigned char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* One chunk at p (row bytes up to end): its data's start and size, and the position after
+ * its closing CRLF; 0 when the bytes there are not one whole chunk of one simple event. */
+static int one_chunk(const unsigned char *p, const unsigned char *end, const unsigned char **data,
+                     Py_ssize_t *size, const unsigned char **next) {
+    Py_ssize_t n = 0;
+    int digits = 0, h;
+    while (p < end && (h = hexval(*p)) >= 0) {
+        if (++digits > 15) return 0;
+        n = n * 16 + h;
+        p++;
+    }
+    if (digits == 0 || end - p < 2 || p[0] != '\r' || p[1] != '\n') return 0;
+    p += 2;
+    /* "data:" LF LF at least, and the chunk's CRLF after it */
+    if (n < 7 || end - p < n + 2 || p[n] != '\r' || p[n + 1] != '\n') return 0;
+    if (memcmp(p, "data:", 5) != 0 || p[n - 2] != '\n' || p[n - 1] != '\n') return 0;
+    for (Py_ssize_t k = 5; k < n - 2; k++) {
+        if (p[k] == '\n' || p[k] == '\r') return 0;
+    }
+    *data = p;
+    *size = n;
+    *next = p + n + 2;
+    return 1;
+}
+
+static PyObject *sse_chunk_run(PyObject *self, PyObject *args) {
+    Py_buffer rv, bv;
+    Py_ssize_t first, direction;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*y*nn", &rv, &bv, &first, &direction)) return NULL;
+    PyObject *events = NULL;
+    Py_ssize_t nrows = rv.len / (Py_ssize_t)(RUN_NCOLS * sizeof(int64_t));
+    if (rv.len % (Py_ssize_t)(RUN_NCOLS * sizeof(int64_t)) != 0 || first < 0 || first > nrows) {
+        PyErr_SetString(PyExc_ValueError, "sse_chunk_run: rows are not a ChunkRun's, or first is out of range");
+        goto fail;
+    }
+    events = PyList_New(0);
+    if (events == NULL) goto fail;
+    const int64_t *rows = (const int64_t *)rv.buf;
+    const unsigned char *buf = (const unsigned char *)bv.buf;
+    Py_ssize_t row = first;
+    for (; row < nrows; row++) {
+        const int64_t *r = rows + row * RUN_NCOLS;
+        if (r[RUN_DIRECTION] != direction) break;
+        int64_t a = r[RUN_START], z = r[RUN_END];
+        if (a < 0 || z <= a || z > bv.len) break;
+        /* the whole row first: taken whole or not at all */
+        const unsigned char *p = buf + a, *end = buf + z, *data, *next;
+        Py_ssize_t size;
+        int whole = 1;
+        while (p < end) {
+            if (!one_chunk(p, end, &data, &size, &next)) {
+                whole = 0;
+                break;
+            }
+            p = next;
+        }
+        if (!whole) break;
+        for (p = buf + a; p < end; p = next) {
+            one_chunk(p, end, &data, &size, &next);
+            const unsigned char *v = data + 5, *vend = data + size - 2;
+            if (v < vend && *v == ' ') v++;
+            PyObject *ev = Py_BuildValue("(LNnL)", (long long)r[RUN_TS_NS],
+                                         PyUnicode_DecodeUTF8((const char *)v, vend - v, "replace"), size,
+                                         (long long)(r[RUN_STREAM_OFFSET] + (data + size - (buf + a))));
+            if (ev == NULL || PyList_Append(events, ev) < 0) {
+                Py_XDECREF(ev);
+                goto fail;
+            }
+            Py_DECREF(ev);
+        }
+    }
+    PyBuffer_Release(&rv);
+    PyBuffer_Release(&bv);
+    return Py_BuildValue("(nN)", row, events);
+fail:
+    Py_XDECREF(events);
+    PyBuffer_Release(&rv);
+    PyBuffer_Release(&bv);
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"sse_chunk_run", sse_chunk_run, METH_VARARGS,
+     "sse_chunk_run(rows, buf, first, direction): (stop, [(ts_ns, data, size, end_offset)]) of the "
+     "rows from first that are whole chunks of one whole simple event each."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_speedups", NULL, -1, methods, NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }
