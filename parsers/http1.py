@@ -62,6 +62,7 @@ _METHOD_NAMES = b"|".join(m.strip() for m in METHODS if m != b"PRI ")
 REQUEST_START = re.compile(rb"\n((?:" + _METHOD_NAMES + rb") \S+ HTTP/1\.[01]\r?\n)")
 RESPONSE_START = re.compile(rb"\n(HTTP/1\.[01] [1-5]\d\d(?: [^\r\n]*)?\r?\n)")
 _METHOD_START = re.compile(rb"[A-Z][A-Z0-9_-]{0,19}( |$)")
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]+")  # RFC 9112: chunk-size = 1*HEXDIG
 _SYNC_KEEP = 8192  # bytes kept between feeds while looking for a start line (a long target)
 
 
@@ -293,11 +294,11 @@ class Http1Conn:
                     if not line:
                         self._end(role, side, ts, off + i)
                     continue
-                try:
-                    size = int(line.split(b";", 1)[0], 16)
-                except ValueError:
+                digits = line.split(b";", 1)[0].rstrip()
+                if not _CHUNK_SIZE.fullmatch(digits):  # (int() takes a sign, 0x, _ too)
                     self._broken(role, "http1_bad_chunk", f"bad chunk size {line[:20]!r}")
                     continue
+                size = int(digits, 16)
                 if size == 0:
                     side.state = TRAILERS
                 elif data[i + size : i + size + 2] == b"\r\n":

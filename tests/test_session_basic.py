@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from h2_builders import (
     GRPC_RESPONSE,
     PREFACE,
@@ -530,6 +531,20 @@ def test_status_digits_that_int_refuses_are_no_status() -> None:
     (req,) = r.requests
     assert req.http_status is None and req.grpc_status is None
     assert req.end == conv.ts(3)
+
+
+@pytest.mark.parametrize("size", [b"-5", b"+5", b"0x5", b"5_0", b" "])
+def test_http1_chunk_sizes_that_are_not_hex_digits_are_bad_chunks(size: bytes) -> None:
+    """RFC 9112's chunk-size is 1*HEXDIG; int(..., 16) also takes a sign, 0x and _ (a
+    negative size once moved the reader backwards: it looped, or crashed, as in the sse_rows fuzz
+    target's crash in fuzz/regressions/sse_rows/)."""
+    conv = Conv()
+    conv.send(0, b"GET /s HTTP/1.1\r\nHost: h\r\n\r\n", 0)
+    conv.send(1, b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + size + b"\r\nabcde\r\n0\r\n\r\n", 1)
+    _s, r = run_session(conv.chunks)
+    assert [i.kind for i in r.issues] == ["http1_bad_chunk"]
+    (req,) = r.requests
+    assert req.http_status == 200
 
 
 def _fed(chunks: list[PayloadChunk], as_runs: bool, keylog=None) -> tuple:
