@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from parsers.tls import KeyLog  # noqa: E402
 from telemetry.ingest import IngestOptions, ingest_file  # noqa: E402
 from telemetry.ingest import split as ingest_split  # noqa: E402
 from telemetry.store.parquet import Store  # noqa: E402
@@ -30,12 +31,13 @@ VOCABULARY_COLUMNS = {"tcp_events": ("kind", "prompt"), "h2_events": ("kind",), 
                       "connections": ("history",)}
 
 
-def dump(captures: list[str], processes: int = 1) -> dict[str, dict[str, object]]:
+def dump(captures: list[str], processes: int = 1, keylog: KeyLog | None = None) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     for cap in captures:
         with tempfile.TemporaryDirectory() as tmp:
             store = Store(tmp)
-            res = ingest_file(cap, store, IngestOptions(force=True, processes=processes, store_models=False))
+            options = IngestOptions(force=True, processes=processes, store_models=False, keylog=keylog)
+            res = ingest_file(cap, store, options)
             tables: dict[str, object] = {"error": res.error, "issues": sorted(i.kind for i in res.issues)}
             vocabulary: dict[str, set[str]] = {}
             for table in TABLES:

@@ -137,28 +137,35 @@ def sse_run(data: bytes) -> ChunkRun:
     return ChunkRun(1, np.array(rows, dtype=np.int64).reshape(-1, 6), buf)
 
 
-def read_sse_run(run: ChunkRun, c_reader: bool) -> tuple:
-    """What a session reads of ``run`` (fed in two runs, cut where the input's first byte
-    says), with or without the C reader: requests, message rows, issues."""
+def read_sse_run(run: ChunkRun, c_reader: bool, as_chunks: bool = False) -> tuple:
+    """What a session reads of ``run`` (fed in two runs, cut where the input's last byte
+    says; or ``as_chunks``, one PayloadChunk a row), with or without the C reader:
+    requests, message rows, issues."""
     saved = http1._speedups
     try:
         if not c_reader:
             http1._speedups = None
         s = AppSession(1, 40000, 8080)
         cut = int(run.buf[-1]) % (len(run) + 1) if len(run.buf) else 0
-        s.feed_run(ChunkRun(1, run.rows[:cut], run.buf))
-        first = s.take_columns()
-        s.feed_run(ChunkRun(1, run.rows[cut:], run.buf))
+        taken = []
+        for part in (ChunkRun(1, run.rows[:cut], run.buf), ChunkRun(1, run.rows[cut:], run.buf)):
+            if as_chunks:
+                for chunk in part.chunks():
+                    s.feed(chunk)
+            else:
+                s.feed_run(part)
+            taken.append(s.take_columns())
         result = s.finish(TS0 + 10**9)
     finally:
         http1._speedups = saved
-    return (first[0], first[1].tolist(), result.requests, result.message_rows, result.issues)
+    return ([t[0] for t in taken], [[tuple(r) for r in t[1].tolist()] for t in taken], result.requests,
+            [tuple(r) for r in result.message_rows], result.issues)  # fmt: skip
 
 
 def target_sse_rows(data: bytes) -> None:
     run = sse_run(data)
-    with_c, without = read_sse_run(run, True), read_sse_run(run, False)
-    if with_c != without:
+    without = read_sse_run(run, False, as_chunks=True)
+    if read_sse_run(run, True) != without or read_sse_run(run, True, as_chunks=True) != without:
         raise AssertionError("the C reader of chunked events read the rows otherwise")
 
 

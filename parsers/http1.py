@@ -191,27 +191,48 @@ class Http1Conn:
         whole chunks of one whole event each, read in C (parsers/llm/_speedups.c), when
         the server side reads an event stream between its chunks: what :meth:`feed` of
         each row gives. Returns the first row not taken (``first``: none)."""
-        side = self.sides[1]
-        ex = side.ex
-        if (_speedups is None or side.state != CHUNK_SIZE or side.buf or ex is None
-                or type(tap := ex.taps[1]) is not EventSplitter or not tap.takes_whole_events()):  # fmt: skip
+        tap = self._whole_events_tap()
+        if tap is None:
             return first
         stop, events = _speedups.sse_chunk_run(run.rows, run.buf, first, direction)
-        if stop == first:
-            return first
-        self._frame_no = int(run.rows[stop - 1, RunColumn.FRAME_NO])
-        ex.resp_bytes += sum(n for _ts, _data, n, _end in events)
+        if stop > first:
+            self._frame_no = int(run.rows[stop - 1, RunColumn.FRAME_NO])
+            self._whole_events(tap, events)
+        return stop
+
+    def _whole_events_tap(self) -> EventSplitter | None:
+        """The server side's event-stream reader when the C reader may take its next bytes:
+        between chunks, nothing half-read (None: the Python path reads them)."""
+        side = self.sides[1]
+        ex = side.ex
+        if _speedups is None or side.state != CHUNK_SIZE or side.buf or ex is None:
+            return None
+        tap = ex.taps[1]
+        return tap if type(tap) is EventSplitter and tap.takes_whole_events() else None
+
+    def _whole_events(self, tap: EventSplitter, events: list[tuple[int, str, int, int]]) -> None:
+        """What reading the chunks of these events (ts, data, chunk data bytes, offset after
+        it) does: the exchange's body figures, the events, their message rows."""
+        ex = self.sides[1].ex
+        assert ex is not None
+        for _ts, _data, n, _end in events:
+            ex.resp_bytes += n
         if ex.first_body is None:
             ex.first_body, _data, _n, ex.first_body_off = events[0]
         ex.last_body, _data, _n, ex.end_off = events[-1]
         tap.feed_whole_events(events, self._tmp)
         self._take_messages(ex)
-        return stop
 
     def feed(self, role: int, data: bytes, ts: int, off: int, frame_no: int = 0) -> int:
         """Consume bytes; returns how many were consumed (fewer when the side stopped:
         the rest belongs to whatever follows the upgrade / tunnel)."""
         self._frame_no = frame_no
+        if role == 1 and (tap := self._whole_events_tap()) is not None:
+            # an event stream's usual chunks (a packet's, or a TLS record's), read in C
+            events = _speedups.sse_chunks(data, ts, off)
+            if events is not None:
+                self._whole_events(tap, events)
+                return len(data)
         side = self.sides[role]
         total = len(data)
         end_off = off + total  # direction offset after data (also after any bytes that

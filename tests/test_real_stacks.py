@@ -621,14 +621,15 @@ def test_http1_servers_with_openai_httpx_and_curl(tmp_path, run_server, server):
     check_c_reader(cap.out)
 
 
-def check_c_reader(capture: Path) -> None:
+def check_c_reader(capture: Path, keylog=None) -> None:
     """The C reader of whole chunked events (parsers/llm/_speedups.c) took this server's
-    events, and every table is what the Python readers alone write."""
+    events (decrypted with ``keylog``, a KeyLog), and every table is what the Python
+    readers alone write."""
     from parsers import http1
 
     if http1._speedups is None:
         pytest.fail("the C extensions are not built (pip install -e .)")
-    with_c, without, taken = tables_with_and_without_c_reader(capture)
+    with_c, without, taken = tables_with_and_without_c_reader(capture, keylog)
     assert taken > 0, "no row went through the C reader"
     assert with_c == without
 

@@ -21,16 +21,23 @@ pytestmark = pytest.mark.skipif(http1._speedups is None, reason="C extension not
 
 
 class _Counting:
-    """parsers.llm._speedups, counting the rows its reader took."""
+    """parsers.llm._speedups, counting the rows (or feeds) its readers took."""
 
     def __init__(self, real) -> None:
-        self.real, self.taken, self.calls = real, 0, 0
+        self.real, self.taken, self.calls, self.feeds = real, 0, 0, 0
 
     def sse_chunk_run(self, rows, buf, first, direction):
         stop, events = self.real.sse_chunk_run(rows, buf, first, direction)
         self.taken += stop - first
         self.calls += 1
         return stop, events
+
+    def sse_chunks(self, data, ts, off):
+        events = self.real.sse_chunks(data, ts, off)
+        self.taken += events is not None
+        self.feeds += events is not None
+        self.calls += 1
+        return events
 
 
 @pytest.fixture
@@ -49,6 +56,15 @@ def test_seeds_read_the_same_and_the_usual_ones_in_c(counting):
     # usual, packed, split, odd (comments, event lines, CRLF: all Python), a second exchange
     assert taken[0] > 0 and taken[1] > 0 and taken[2] > 0 and taken[4] > taken[0]
     assert taken[3] == 0
+
+
+def test_chunks_fed_one_by_one_are_read_in_c_too(counting):
+    """A packet's payload, or a TLS record's plaintext, fed alone (no run): the same."""
+    run = sse_run(sse_seeds()[0])
+    without = read_sse_run(run, False, as_chunks=True)
+    assert read_sse_run(run, True, as_chunks=True) == without
+    assert counting.feeds == 7  # the six tokens and [DONE]; the last chunk in Python
+    assert without[3] or any(without[1])
 
 
 def _chunk(body: bytes) -> bytes:
@@ -115,8 +131,8 @@ def test_the_session_fed_row_by_row_reads_the_same(monkeypatch):
             s.feed(c)
         result = s.finish(1_700_000_000_000_000_000 + 10**9)
         taken, rows, requests, message_rows, issues = read_sse_run(run, True)
-        assert taken + requests == result.requests
-        assert [tuple(r) for r in rows] + [tuple(r) for r in message_rows] == [tuple(r) for r in result.message_rows]
+        assert taken[0] + taken[1] + requests == result.requests
+        assert rows[0] + rows[1] + message_rows == [tuple(r) for r in result.message_rows]
         assert issues == result.issues
 
 
@@ -169,9 +185,10 @@ def test_the_c_reader_events():
         http1._speedups.sse_chunk_run(rows[:, :5].copy(), buf, 0, 1)
 
 
-def tables_with_and_without_c_reader(capture: Path) -> tuple[dict, dict, int]:
+def tables_with_and_without_c_reader(capture: Path, keylog=None) -> tuple[dict, dict, int]:
     """Every table tailtap writes for ``capture`` (bench/golden_outputs.py's canonical
-    dump), with the C reader and without it, and how many rows the C reader took."""
+    dump; decrypted with ``keylog``, a KeyLog), with the C reader and without it, and how
+    many rows (or TLS records) the C reader took."""
     sys.path.insert(0, str(ROOT / "bench"))
     from golden_outputs import dump
 
@@ -179,9 +196,9 @@ def tables_with_and_without_c_reader(capture: Path) -> tuple[dict, dict, int]:
     counting = _Counting(real)
     try:
         http1._speedups = counting
-        with_c = dump([str(capture)])
+        with_c = dump([str(capture)], keylog=keylog)
         http1._speedups = None
-        without = dump([str(capture)])
+        without = dump([str(capture)], keylog=keylog)
     finally:
         http1._speedups = real
     return with_c, without, counting.taken

@@ -17,9 +17,11 @@
  *
  * Returns (stop, events): stop is the first row not taken; events are the taken chunks'
  * (ts_ns, value as str (UTF-8, errors replaced, as bytes.decode does), chunk data bytes,
- * direction offset just after the chunk data), in order. The caller (Http1Conn) does with
- * them what its Python path does with such chunks; tests/test_sse_speedups.py compares the
- * two. Without this module the Python path reads every row.
+ * direction offset just after the chunk data), in order. sse_chunks(data, ts, offset) does
+ * the same for the bytes of one feed (a packet's payload, or a TLS record's plaintext):
+ * their events, or None. The caller (Http1Conn) does with them what its Python path does
+ * with such chunks; tests/test_sse_speedups.py compares the two. Without this module the
+ * Python path reads every row.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -61,6 +63,53 @@ static int one_chunk(const unsigned char *p, const unsigned char *end, const uns
     return 1;
 }
 
+/* The events of the whole chunks in [p, end) appended to `events` as (ts, data, size,
+ * end offset), `off` the direction offset of p; 1 when taken, 0 when the bytes are not
+ * whole chunks of one simple event each (nothing appended), -1 on an error. */
+static int take_chunks(const unsigned char *p, const unsigned char *end, long long ts, long long off,
+                       PyObject *events) {
+    const unsigned char *start = p, *data, *next;
+    Py_ssize_t size;
+    if (p >= end) return 0;
+    for (const unsigned char *q = p; q < end; q = next) {  /* the whole row first */
+        if (!one_chunk(q, end, &data, &size, &next)) return 0;
+    }
+    for (; p < end; p = next) {
+        one_chunk(p, end, &data, &size, &next);
+        const unsigned char *v = data + 5, *vend = data + size - 2;
+        if (v < vend && *v == ' ') v++;
+        PyObject *ev = Py_BuildValue("(LNnL)", ts, PyUnicode_DecodeUTF8((const char *)v, vend - v, "replace"),
+                                     size, off + (long long)(data + size - start));
+        if (ev == NULL || PyList_Append(events, ev) < 0) {
+            Py_XDECREF(ev);
+            return -1;
+        }
+        Py_DECREF(ev);
+    }
+    return 1;
+}
+
+static PyObject *sse_chunks(PyObject *self, PyObject *args) {
+    Py_buffer bv;
+    long long ts, off;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*LL", &bv, &ts, &off)) return NULL;
+    PyObject *events = PyList_New(0);
+    int got = events == NULL ? -1
+                             : take_chunks((const unsigned char *)bv.buf, (const unsigned char *)bv.buf + bv.len, ts,
+                                           off, events);
+    PyBuffer_Release(&bv);
+    if (got < 0) {
+        Py_XDECREF(events);
+        return NULL;
+    }
+    if (got == 0) {
+        Py_DECREF(events);
+        Py_RETURN_NONE;
+    }
+    return events;
+}
+
 static PyObject *sse_chunk_run(PyObject *self, PyObject *args) {
     Py_buffer rv, bv;
     Py_ssize_t first, direction;
@@ -82,31 +131,9 @@ static PyObject *sse_chunk_run(PyObject *self, PyObject *args) {
         if (r[RUN_DIRECTION] != direction) break;
         int64_t a = r[RUN_START], z = r[RUN_END];
         if (a < 0 || z <= a || z > bv.len) break;
-        /* the whole row first: taken whole or not at all */
-        const unsigned char *p = buf + a, *end = buf + z, *data, *next;
-        Py_ssize_t size;
-        int whole = 1;
-        while (p < end) {
-            if (!one_chunk(p, end, &data, &size, &next)) {
-                whole = 0;
-                break;
-            }
-            p = next;
-        }
-        if (!whole) break;
-        for (p = buf + a; p < end; p = next) {
-            one_chunk(p, end, &data, &size, &next);
-            const unsigned char *v = data + 5, *vend = data + size - 2;
-            if (v < vend && *v == ' ') v++;
-            PyObject *ev = Py_BuildValue("(LNnL)", (long long)r[RUN_TS_NS],
-                                         PyUnicode_DecodeUTF8((const char *)v, vend - v, "replace"), size,
-                                         (long long)(r[RUN_STREAM_OFFSET] + (data + size - (buf + a))));
-            if (ev == NULL || PyList_Append(events, ev) < 0) {
-                Py_XDECREF(ev);
-                goto fail;
-            }
-            Py_DECREF(ev);
-        }
+        int got = take_chunks(buf + a, buf + z, (long long)r[RUN_TS_NS], (long long)r[RUN_STREAM_OFFSET], events);
+        if (got < 0) goto fail;
+        if (got == 0) break;
     }
     PyBuffer_Release(&rv);
     PyBuffer_Release(&bv);
@@ -119,6 +146,9 @@ fail:
 }
 
 static PyMethodDef methods[] = {
+    {"sse_chunks", sse_chunks, METH_VARARGS,
+     "sse_chunks(data, ts_ns, offset): [(ts_ns, data, size, end_offset)] of the chunks when data is whole "
+     "chunks of one whole simple event each, else None."},
     {"sse_chunk_run", sse_chunk_run, METH_VARARGS,
      "sse_chunk_run(rows, buf, first, direction): (stop, [(ts_ns, data, size, end_offset)]) of the "
      "rows from first that are whole chunks of one whole simple event each."},
