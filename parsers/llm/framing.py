@@ -97,10 +97,15 @@ class SseFramer(_Lines):
         # the usual feed: a packet (or chunk) holding one whole ``data:`` line and the
         # blank line after it, nothing half-read before it: the event at once, without
         # the line loop (the same event and state as the loop leaves; tests compare them)
+        # (:meth:`whole_events` does the same for events read already; written out here, a
+        # list and a call per event saved: HTTP/2 DATA frames of one event each come here)
         if (b[-2:] == b"\n\n" and b.startswith(b"data:") and b.count(b"\n") == 2 and b"\r" not in b
-                and self.between_events()):  # fmt: skip
+                and not (self._line or self._cr or self._skip or self._data or self._type)):  # fmt: skip
             value = b[6:-2] if b[5:6] == b" " else b[5:-2]
-            self.whole_events([(ts, value.decode("utf-8", "replace"), len(b), off + len(b))], out)
+            pos = self._pos + len(b)
+            out.append(("message", value.decode("utf-8", "replace"), ts, pos - self._start, off + len(b)))
+            self._start = self._pos = pos
+            self._first = False
             return
         super().feed(b, off, ts, out)
 
