@@ -8,15 +8,17 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * ``tailtap analyze FILE --out FRESH --no-report`` (the ingest alone);
 * ``tailtap report --store S`` and ``tailtap sql --store S "SELECT 1"`` on that store;
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``
-  (for the SSE row, its HTTP/1.1 dissection: ``-d tcp.port==50051,http -Y http``, chunked
-  bodies reassembled).
+  (for the SSE rows, its HTTP/1.1 dissection, ``-d tcp.port==50051,http -Y http``, chunked
+  bodies reassembled; over h2c its HTTP/2 one, ``-Y http2``; over TLS the HTTP/1.1 one
+  inside TLS decrypted with the run's key log, which tailtap gets too: ``--keylog``).
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
 at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked)
 and a seed of its own (costs that grow with the connections, not the packets, show there),
-the lab's captures (real kernel TCP), an OpenAI-compatible SSE service over HTTP/1.1 (the
-lab's uvicorn server at 40 requests a second for 30 s, one token event a segment, real kernel
-TCP; made once with ``tailtap lab run``, which needs root; ``--no-sse`` leaves it out), and
+the lab's captures (real kernel TCP), an OpenAI-compatible SSE service (the lab's server at
+40 requests a second for 30 s, one token event a segment, real kernel TCP) over HTTP/1.1
+(uvicorn), over HTTP/2 cleartext (hypercorn) and over TLS 1.3 (uvicorn; key log kept), each
+made once with ``tailtap lab run``, which needs root (``--no-sse`` leaves them out), and
 the ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios
 are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
@@ -85,16 +87,28 @@ def tshark_http_argv(capture: Path) -> list[str]:
             "-Y", "http", "-T", "fields", "-e", "frame.time_epoch", "-e", "http.response.code", "-e", "http.content_type"]
 
 
+def tshark_h2_argv(capture: Path) -> list[str]:
+    return ["tshark", "-n", "-r", str(capture), "-d", "tcp.port==50051,http2", "-o", "tcp.reassemble_out_of_order:TRUE",
+            "-Y", "http2", "-T", "fields", "-e", "frame.time_epoch", "-e", "http2.streamid", "-e", "http2.type"]
+
+
+def tshark_tls_http_argv(capture: Path) -> list[str]:
+    return ["tshark", "-n", "-r", str(capture), "-o", f"tls.keylog_file:{capture.parent / 'keys.txt'}",
+            "-d", "tcp.port==50051,tls", "-o", "tcp.reassemble_out_of_order:TRUE",
+            "-Y", "http", "-T", "fields", "-e", "frame.time_epoch", "-e", "http.response.code", "-e", "http.content_type"]
+
+
 def bench_input(label: str, capture: Path, runs: int, tshark: bool,
-                peer: Callable[[Path], list[str]] = tshark_argv) -> dict[str, object]:  # fmt: skip
+                peer: Callable[[Path], list[str]] = tshark_argv, options: tuple[str, ...] = ()) -> dict[str, object]:  # fmt: skip
+    """``options``: given to ``tailtap analyze`` too (a key log)."""
     timings = {k: Timing() for k in ("analyze", "ingest", "report", "sql", "tshark")}
     packets = None
     with tempfile.TemporaryDirectory(prefix="tailtap-bench-") as tmp:
         for i in range(runs):
             store = Path(tmp) / f"s{i}"
-            run([TAILTAP, "analyze", str(capture), "--out", str(store)], timings["analyze"])
+            run([TAILTAP, "analyze", str(capture), "--out", str(store), *options], timings["analyze"])
             shutil.rmtree(store)
-            run([TAILTAP, "analyze", str(capture), "--out", str(store), "--no-report"], timings["ingest"])
+            run([TAILTAP, "analyze", str(capture), "--out", str(store), "--no-report", *options], timings["ingest"])
             run([TAILTAP, "report", "--store", str(store)], timings["report"])
             run([TAILTAP, "sql", "--store", str(store), "SELECT 1"], timings["sql"])
             if packets is None:
@@ -160,12 +174,23 @@ def many_connections(cache: Path, connections: int) -> Path:
                      "--packets", "1000000", "--connections", str(connections), "--seed", "7")
 
 
-def sse_lab(cache: Path) -> Path:
-    """The lab's OpenAI-compatible SSE service over HTTP/1.1 (uvicorn), 40 requests a
-    second for 30 s, seed 3, captured at the server: made once (root: network namespaces)."""
-    out = cache / "lab-openai-http1-40rps-seed3"
+# the SSE rows: (label, folder in the cache, `tailtap lab run` protocol options, tshark)
+SSE_RUNS = (
+    ("lab SSE over HTTP/1.1 (vs tshark's HTTP)", "lab-openai-http1-40rps-seed3", ("--protocol", "openai-http1"),
+     tshark_http_argv),
+    ("lab SSE over h2c (vs tshark's HTTP/2)", "lab-openai-h2c-40rps-seed3", ("--protocol", "openai-h2c"), tshark_h2_argv),
+    ("lab SSE over TLS, key log (vs tshark's HTTP in TLS)", "lab-openai-http1-tls-40rps-seed3",
+     ("--protocol", "openai-http1", "--tls"), tshark_tls_http_argv),
+)  # fmt: skip
+
+
+def sse_lab(cache: Path, folder: str, protocol: tuple[str, ...]) -> Path:
+    """The lab's OpenAI-compatible SSE service (``protocol``: its ``tailtap lab run``
+    options), 40 requests a second for 30 s, seed 3, captured at the server: made once
+    (root: network namespaces)."""
+    out = cache / folder
     if not (out / "capture.pcap").exists():
-        subprocess.run([TAILTAP, "lab", "run", "baseline", "--protocol", "openai-http1", "--seed", "3", "--rate", "40",
+        subprocess.run([TAILTAP, "lab", "run", "baseline", *protocol, "--seed", "3", "--rate", "40",
                         "--duration", "30", "--out", str(out)], check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     return out / "capture.pcap"
 
@@ -206,13 +231,15 @@ def main() -> None:
         for name in LAB:
             rows.append(bench_input(f"lab {name}", ROOT / "samples" / name / "capture.pcap", args.runs, tshark=True))
             print(table(rows[-1:]), flush=True)
-    if not args.no_sse:
-        if os.geteuid() != 0 and not (args.cache / "lab-openai-http1-40rps-seed3" / "capture.pcap").exists():
-            print("the SSE row needs root once, to make its capture in network namespaces: left out", flush=True)
-        else:
-            rows.append(bench_input("lab SSE over HTTP/1.1 (vs tshark's HTTP)", sse_lab(args.cache), args.runs,
-                                    tshark=True, peer=tshark_http_argv))  # fmt: skip
-            print(table(rows[-1:]), flush=True)
+    for label, folder, protocol, peer in () if args.no_sse else SSE_RUNS:
+        if os.geteuid() != 0 and not (args.cache / folder / "capture.pcap").exists():
+            print(f"{label} needs root once, to make its capture in network namespaces: left out", flush=True)
+            continue
+        capture = sse_lab(args.cache, folder, protocol)
+        keys = capture.parent / "keys.txt"
+        rows.append(bench_input(label, capture, args.runs, tshark=True, peer=peer,
+                                options=("--keylog", str(keys)) if keys.exists() else ()))  # fmt: skip
+        print(table(rows[-1:]), flush=True)
     if not args.no_ideal:
         rows.append(bench_input("ideal 1M (best case)", ideal(args.cache), args.runs, tshark=True))
         print(table(rows[-1:]), flush=True)
