@@ -1,6 +1,6 @@
 /* Optional C reader of the commonest streamed LLM response: server-sent events over an
- * HTTP/1.1 chunked body, one event a chunk (uvicorn, aiohttp and axum servers send each
- * event the application yields as a chunk of its own).
+ * HTTP/1.1 chunked body, one event a chunk (uvicorn and aiohttp send each event the
+ * application yields as a chunk of its own: tests/test_real_stacks.py checks it on theirs).
  *
  * sse_chunk_run(rows, buf, first, direction) walks the rows of a ChunkRun (int64 rows in
  * the layout parsers/records.h declares; a row's bytes are buf[START:END]) from row
