@@ -227,7 +227,8 @@ class Http1Conn:
         """Consume bytes; returns how many were consumed (fewer when the side stopped:
         the rest belongs to whatever follows the upgrade / tunnel)."""
         self._frame_no = frame_no
-        if role == 1 and (tap := self._whole_events_tap()) is not None:
+        # (the state compared first: no call on the server's other feeds)
+        if role == 1 and self.sides[1].state == CHUNK_SIZE and (tap := self._whole_events_tap()) is not None:
             # an event stream's usual chunks (a packet's, or a TLS record's), read in C
             events = _speedups.sse_chunks(data, ts, off)
             if events is not None:
