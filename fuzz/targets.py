@@ -123,18 +123,23 @@ SSE_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Lengt
 SSE_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 
 
-def sse_run(data: bytes) -> ChunkRun:
-    """The ``sse_rows`` input as one connection's ChunkRun: a request, a chunked event-stream
-    response head, then the input's chunks (direction 1: the server's; gaps ignored: a
-    run has none)."""
-    parts = [(0, SSE_REQUEST), (1, SSE_HEAD)] + [(d, part) for d, part, _gap in chunks_of(data) if part]
+def chunk_run(parts: list[tuple[int, bytes]], ts0: int = TS0, step: int = 1000) -> ChunkRun:
+    """One connection's ChunkRun of (direction, bytes) parts in order: part i at time
+    ``ts0 + i * step``, frame i + 1, each direction's offsets counted from 0."""
     rows, off, pos = [], [0, 0], 0
     for i, (d, part) in enumerate(parts):
-        rows.append((d, TS0 + i * 1000, i + 1, off[d], pos, pos + len(part)))
+        rows.append((d, ts0 + i * step, i + 1, off[d], pos, pos + len(part)))
         off[d] += len(part)
         pos += len(part)
     buf = np.frombuffer(b"".join(part for _d, part in parts), dtype=np.uint8)
     return ChunkRun(1, np.array(rows, dtype=np.int64).reshape(-1, 6), buf)
+
+
+def sse_run(data: bytes) -> ChunkRun:
+    """The ``sse_rows`` input as one connection's ChunkRun: a request, a chunked event-stream
+    response head, then the input's chunks (direction 1: the server's; gaps ignored: a
+    run has none)."""
+    return chunk_run([(0, SSE_REQUEST), (1, SSE_HEAD)] + [(d, part) for d, part, _gap in chunks_of(data) if part])
 
 
 def read_sse_run(run: ChunkRun, c_reader: bool, as_chunks: bool = False) -> tuple:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuzz.seeds import sse_seeds
-from fuzz.targets import encode_chunks, read_sse_run, sse_run, target_sse_rows
+from fuzz.targets import chunk_run, encode_chunks, read_sse_run, sse_run, target_sse_rows
 from parsers import http1
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,12 +138,8 @@ def test_the_session_fed_row_by_row_reads_the_same(monkeypatch):
 
 
 def _rows(parts: list[tuple[int, bytes]]) -> tuple[np.ndarray, np.ndarray]:
-    rows, pos, off = [], 0, [0, 0]
-    for i, (d, b) in enumerate(parts):
-        rows.append((d, 1000 + i, i + 1, off[d], pos, pos + len(b)))
-        pos += len(b)
-        off[d] += len(b)
-    return np.array(rows, dtype=np.int64).reshape(-1, 6), np.frombuffer(b"".join(b for _d, b in parts), dtype=np.uint8)
+    run = chunk_run(parts, ts0=1000, step=1)
+    return run.rows, run.buf
 
 
 @pytest.mark.parametrize(("row", "taken"), [
