@@ -113,8 +113,20 @@ WRITE_SCHEMAS = {table: _text_as_codes(schema) for table, schema in TABLES.items
 # the lookup failed now and then ("No function registered with name: unique"). Imported
 # above, before any write thread starts (9 ms).
 
-# each table's columns: zstd, or none where the schema says zstd barely shrinks them
-_COMPRESSION = {table: {c.name: "zstd" if c.compress else "none" for c in cols} for table, cols in COLUMNS.items()}
+# integer and time columns delta-encoded (DELTA_BINARY_PACKED), without zstd: times and
+# sequence numbers grow a little from row to row, so the differences pack into a few bits
+# each, where PLAIN wrote 8 bytes a value for zstd to shrink. Paired runs of `tailtap
+# analyze` (the writes and every model's reads): CPU 0.974 on the realistic 1M capture,
+# 0.980 on the 200k one; its store 4 % bigger than with zstd
+_DELTA = {
+    table: {f.name: "DELTA_BINARY_PACKED" for f in fields if pa.types.is_integer(f.type) or pa.types.is_timestamp(f.type)}
+    for table, fields in TABLES.items()
+}
+# each table's other columns: zstd, or none where the schema says zstd barely shrinks them
+_COMPRESSION = {
+    table: {c.name: "none" if c.name in _DELTA[table] or not c.compress else "zstd" for c in cols}
+    for table, cols in COLUMNS.items()
+}
 
 
 # min/max statistics of the times and numbers only: Arrow takes a dictionary column's from
@@ -292,7 +304,8 @@ class CaptureWriter:
             # no Arrow schema in the file: it would say "dictionary" where readers are to
             # see the text the Parquet columns are
             out = pq.ParquetWriter(path, WRITE_SCHEMAS[table], compression=_COMPRESSION[table], use_dictionary=text,
-                                   store_schema=False, write_statistics=_STATISTICS[table])
+                                   column_encoding=_DELTA[table], store_schema=False,
+                                   write_statistics=_STATISTICS[table])
             self._files[(table, bucket)] = out
         return out
 

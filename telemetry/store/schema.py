@@ -39,7 +39,8 @@ class Column:
     type: str  # one of the names above
     doc: str
     # stored compressed (zstd); False for values zstd barely shrinks, whose compression
-    # only costs the writer CPU
+    # only costs the writer CPU. Integer and time columns are delta-encoded instead, never
+    # zstd (telemetry/store/parquet.py)
     compress: bool = True
 
 
