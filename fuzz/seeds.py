@@ -56,6 +56,8 @@ def write_seeds(folder: Path) -> None:
     put("session", encode_chunks([(0, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), (1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]))
     for seed in sse_seeds():
         put("sse_rows", seed)
+    for seed in h2_event_seeds():
+        put("h2_events", seed)
 
 
 def _chunk(body: bytes) -> bytes:
@@ -77,6 +79,32 @@ def sse_seeds() -> list[bytes]:
     again = usual + [(0, b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
                      (1, b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")] + usual
     return [encode_chunks(items) for items in (usual, packed, split, odd, again)]
+
+
+def h2_event_seeds() -> list[bytes]:
+    """Event streams over HTTP/2 after the ``h2_events`` target's response head: one event
+    a DATA frame (what hypercorn sends), several a frame, an event over two frames, the
+    events C leaves to Python, raw frames (padded DATA, a PING, DATA of another stream),
+    WINDOW_UPDATEs; with the small initial window and the closing empty frame or not."""
+    token = [b'data: {"choices":[{"delta":{"content":" t%d"}}],"model":"m"}\n\n' % i for i in range(6)]
+    usual = [(1, t) for t in token] + [(1, b"data: [DONE]\n\n")]
+    packed = [(1, token[0] + token[1]), (1, token[2][:20]), (1, token[2][20:])] + usual[3:]
+    odd = [(1, b": ping\n\n"), (1, b"event: delta\n" + token[0]), (1, token[1].replace(b"\n", b"\r\n")),
+           (1, b"data: a\ndata: b\n\n"), (1, b"data:\n\n"), (1, b"data: \xff\n\n")] + usual[2:]
+    raw = [(1, token[0]), (0x41, b"\x00\x00\x10\x00\x08\x00\x00\x00\x01\x02" + token[1][:13] + b"\0\0"),
+           (0x41, b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + bytes(8)), (1, token[2])]
+    windows = [(1, t) for t in token] + [(0, b"w" * 300)] + [(1, t) for t in token]
+    items = (usual, packed, odd, raw, windows)
+    return [_events(chunks, flags) for chunks in items for flags in (0, 1, 2, 3)]
+
+
+def _events(chunks: list[tuple[int, bytes]], flags: int) -> bytes:
+    """An ``h2_events`` input: (head, bytes) with head 0 (client), 1 (server) or 0x41
+    (server, raw bytes: the gap bit marks them)."""
+    out = bytearray([flags])
+    for head, part in chunks:
+        out += bytes([(head & 1) << 7 | (0x40 if head & 0x40 else 0)]) + len(part).to_bytes(2, "big") + part
+    return bytes(out)
 
 
 if __name__ == "__main__":

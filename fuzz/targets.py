@@ -11,7 +11,11 @@
 * ``sse_rows``: an HTTP/1.1 event-stream exchange whose rows (the input's chunks after a
   request and a chunked ``text/event-stream`` response head) reach the session as a
   ChunkRun, read with the C reader of whole chunked events (parsers/llm/_speedups.c) and
-  without it: the two readings must be the same.
+  without it: the two readings must be the same;
+* ``h2_events``: the same over HTTP/2 cleartext: the input's server chunks are DATA frames
+  of a ``text/event-stream`` response (or, marked, raw bytes), its client chunks
+  WINDOW_UPDATEs, read with the HTTP/2 C path (parsers/h2/_speedups.c, which reads DATA
+  frames of one whole event) and without it: the same again.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 
 from parsers import http1
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
+from parsers.h2 import _conn as h2_conn
 from parsers.h2._hpack import TolerantDecoder
 from parsers.records import ChunkRun, DecodeStats, PayloadChunk
 from parsers.session import AppSession
@@ -146,10 +151,15 @@ def read_sse_run(run: ChunkRun, c_reader: bool, as_chunks: bool = False) -> tupl
     """What a session reads of ``run`` (fed in two runs, cut where the input's last byte
     says; or ``as_chunks``, one PayloadChunk a row), with or without the C reader:
     requests, message rows, issues."""
-    saved = http1._speedups
+    return _read_run(run, http1, c_reader, as_chunks)
+
+
+def _read_run(run: ChunkRun, module, c_path: bool, as_chunks: bool) -> tuple:
+    """:func:`read_sse_run` with ``module``'s C path (its ``_speedups``) on or off."""
+    saved = module._speedups
     try:
-        if not c_reader:
-            http1._speedups = None
+        if not c_path:
+            module._speedups = None
         s = AppSession(1, 40000, 8080)
         cut = int(run.buf[-1]) % (len(run) + 1) if len(run.buf) else 0
         taken = []
@@ -162,7 +172,7 @@ def read_sse_run(run: ChunkRun, c_reader: bool, as_chunks: bool = False) -> tupl
             taken.append(s.take_columns())
         result = s.finish(TS0 + 10**9)
     finally:
-        http1._speedups = saved
+        module._speedups = saved
     return ([t[0] for t in taken], [[tuple(r) for r in t[1].tolist()] for t in taken], result.requests,
             [tuple(r) for r in result.message_rows], result.issues)  # fmt: skip
 
@@ -174,7 +184,52 @@ def target_sse_rows(data: bytes) -> None:
         raise AssertionError("the C reader of chunked events read the rows otherwise")
 
 
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(ftype: int, flags: int, sid: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([ftype, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def _header_block(fields: list[tuple[bytes, bytes]]) -> bytes:
+    """HPACK literals without indexing, new names, no Huffman (RFC 7541 6.2.2)."""
+    return b"".join(b"\0" + bytes([len(n)]) + n + bytes([len(v)]) + v for n, v in fields)
+
+
+def h2_events_run(data: bytes) -> ChunkRun:
+    """The ``h2_events`` input as one connection's ChunkRun: the preface and SETTINGS (the
+    client's initial window 300 bytes when bit 0 of the flags byte is set), a request on
+    stream 1 and its ``text/event-stream`` response head, then the input's chunks: a
+    server chunk is a DATA frame on stream 1 carrying it (marked with the gap bit: the
+    bytes as they are, frames the input writes itself or none), a client chunk two
+    WINDOW_UPDATEs (connection and stream, of its length + 1); with bit 1, an empty DATA
+    frame ending the stream last."""
+    flags = data[0] if data else 0
+    window = 300 if flags & 1 else 65535
+    request = _header_block([(b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/v1/chat/completions"),
+                             (b":authority", b"llm")])  # fmt: skip
+    response = _header_block([(b":status", b"200"), (b"content-type", b"text/event-stream")])
+    parts = [(0, H2_PREFACE + h2_frame(4, 0, 0, (4).to_bytes(2, "big") + window.to_bytes(4, "big"))),
+             (1, h2_frame(4, 0, 0) + h2_frame(4, 1, 0)), (0, h2_frame(1, 5, 1, request)), (1, h2_frame(1, 4, 1, response))]  # fmt: skip
+    for d, part, marked in chunks_of(data):
+        if d == 0:
+            inc = (len(part) + 1).to_bytes(4, "big")
+            parts.append((0, h2_frame(8, 0, 0, inc) + h2_frame(8, 0, 1, inc)))
+        else:
+            parts.append((1, part if marked else h2_frame(0, 0, 1, part)))
+    if flags & 2:
+        parts.append((1, h2_frame(0, 1, 1)))
+    return chunk_run([(d, p) for d, p in parts if p])
+
+
+def target_h2_events(data: bytes) -> None:
+    run = h2_events_run(data)
+    without = _read_run(run, h2_conn, False, as_chunks=True)
+    if _read_run(run, h2_conn, True, False) != without or _read_run(run, h2_conn, True, True) != without:
+        raise AssertionError("the HTTP/2 C path read the event stream otherwise")
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": target_capture, "session": target_session, "hpack": target_hpack, "tls": target_tls,
-    "sse_rows": target_sse_rows,
+    "sse_rows": target_sse_rows, "h2_events": target_h2_events,
 }  # fmt: skip

@@ -814,3 +814,129 @@ def test_huffman_strings_decode_as_hpack_decodes() -> None:
     assert _hpack._huffman is not decode_huffman  # the header decoder uses the C one
     with pytest.raises(HPACKDecodingError, match="Invalid Huffman string"):
         _hpack._huffman(memoryview(b"\xff\xff\xff\xff"))  # EOS inside a string
+
+
+# -- server-sent events over HTTP/2 (try_sse_frame) ------------------------------------
+
+_SSE_REQUEST = [(":method", "POST"), (":scheme", "http"), (":path", "/v1/chat/completions"), (":authority", "llm"),
+                ("content-type", "application/json")]
+
+
+def _chunk_event(k: int, model: str = "m") -> bytes:
+    """An OpenAI chat completion chunk as one event: its meaning is read (tokens, kind)."""
+    if k == 0:
+        delta = '{"role":"assistant","content":""}'
+    else:
+        delta = f'{{"content":"tok{k}"}}'
+    return b'data: {"id":"c","object":"chat.completion.chunk","model":"%s","choices":[{"index":0,"delta":%s}]}\n\n' % (
+        model.encode(), delta.encode())
+
+
+def _event_streams(seed: int, grpc_beside: bool = False, window: int | None = None) -> list[PayloadChunk]:
+    """OpenAI-style SSE responses over HTTP/2, one event a DATA frame mostly (the case C
+    takes), with every way out of it mixed in: two events in a frame, an event split over
+    frames or chunks, comments, event: lines, CRLF line ends, an empty data: line, bytes
+    that are not UTF-8, padding, END_STREAM on an event, NDJSON and JSON bodies, a window
+    running out (``window``: the client's initial window), WINDOW_UPDATEs, two frames in
+    one chunk, and (``grpc_beside``) gRPC token streams interleaved, whose frames C keeps
+    in streaks across the events' Python calls."""
+    rnd = random.Random(seed)
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    t = 0.0
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings({4: window} if window else {}), t)
+    cv.send(1, settings() + settings(ack=True), t + 0.1)
+    sid = 1
+    for _ in range(6):
+        t += 1
+        body = b'{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+        ndjson = rnd.random() < 0.15
+        cv.send(0, headers(sid, hc.block(_SSE_REQUEST)) + data(sid, body, end=True), t)
+        ctype = "application/x-ndjson" if ndjson else "text/event-stream"
+        cv.send(1, headers(sid, hs.block([(":status", "200"), ("content-type", ctype)])), t + 0.1)
+        g = sid + 2 if grpc_beside else None
+        if g is not None:
+            cv.send(0, headers(g, hc.block(grpc_request_headers())) + data(g, grpc_msg(b"q"), end=True), t + 0.15)
+            cv.send(1, headers(g, hs.block(GRPC_RESPONSE)), t + 0.16)
+        for k in range(rnd.randrange(20, 60)):
+            t += 0.01
+            ev = _chunk_event(k)
+            if ndjson:
+                ev = ev[6:-1]  # the JSON and one newline
+            shape = rnd.random()
+            if shape < 0.6:
+                cv.send(1, data(sid, ev), t)
+            elif shape < 0.65:
+                cv.send(1, data(sid, ev + _chunk_event(k + 100)), t)
+            elif shape < 0.7:  # one event over two frames
+                cut = rnd.randrange(1, len(ev))
+                cv.send(1, data(sid, ev[:cut]) + data(sid, ev[cut:]), t)
+            elif shape < 0.74:  # a frame over two chunks
+                frame_bytes = data(sid, ev)
+                cut = rnd.randrange(1, len(frame_bytes))
+                cv.send(1, frame_bytes[:cut], t)
+                cv.send(1, frame_bytes[cut:], t + 0.001)
+            elif shape < 0.77:
+                cv.send(1, data(sid, b": keep-alive\n\n" + ev), t)
+            elif shape < 0.8:
+                cv.send(1, data(sid, b"event: delta\n" + ev), t)
+            elif shape < 0.83:
+                cv.send(1, data(sid, ev.replace(b"\n", b"\r\n")), t)
+            elif shape < 0.85:
+                cv.send(1, data(sid, rnd.choice([b"data:\n\n", b"data: \n\n", b"data:x\n\n", b"data: \xff\xfe\n\n"])), t)
+            elif shape < 0.88:
+                cv.send(1, data(sid, ev, pad=rnd.randrange(4)), t)
+            elif shape < 0.9:  # two event frames in one chunk
+                cv.send(1, data(sid, ev) + data(sid, _chunk_event(k + 200)), t)
+            elif shape < 0.93 and g is not None:  # a gRPC message between the events
+                cv.send(1, data(g, grpc_msg(b"tok%d" % k)) + data(sid, ev) + data(g, grpc_msg(b"x")), t)
+            else:
+                cv.send(1, data(sid, ev), t)
+            if window and rnd.random() < 0.2:
+                cv.send(0, window_update(0, 2 * window) + window_update(sid, window), t + 0.002)
+        t += 0.05
+        if rnd.random() < 0.5:
+            cv.send(1, data(sid, b"data: [DONE]\n\n", end=True), t)
+        else:
+            cv.send(1, data(sid, b"data: [DONE]\n\n") + data(sid, b"", end=True), t)
+        if g is not None:
+            cv.send(1, headers(g, hs.block([("grpc-status", "0")]), end_stream=True), t + 0.01)
+            sid += 2
+        sid += 2
+    return cv.chunks
+
+
+def _python_event_feeds(chunks: list[PayloadChunk], monkeypatch) -> tuple[int, int]:
+    """(events fed through EventSplitter.feed, events C read: feed_whole_events), with C."""
+    from parsers.llm.taps import EventSplitter
+
+    counts = [0, 0]
+    feed, whole = EventSplitter.feed, EventSplitter.feed_whole_events
+
+    def counted_feed(self, *args):
+        counts[0] += 1
+        return feed(self, *args)
+
+    def counted_whole(self, events, out):
+        counts[1] += len(events)
+        return whole(self, events, out)
+
+    with monkeypatch.context() as m:
+        m.setattr(EventSplitter, "feed", counted_feed)
+        m.setattr(EventSplitter, "feed_whole_events", counted_whole)
+        _run_whole(chunks, False, monkeypatch, runs=True)
+    return counts[0], counts[1]
+
+
+@pytest.mark.parametrize("grpc_beside", [False, True], ids=["sse", "sse+grpc"])
+@pytest.mark.parametrize("window", [None, 700], ids=["window", "small-window"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_event_streams_same_with_and_without_c(monkeypatch, seed, window, grpc_beside):
+    """Every table row and every piece of state the same, C or Python, chunk by chunk, in
+    runs, and whole; and C took most events (the one-event frames) while the rest went to
+    Python."""
+    chunks = _event_streams(seed, grpc_beside, window)
+    _assert_same(chunks, monkeypatch)
+    _assert_same_whole(chunks, monkeypatch)
+    python_feeds, c_events = _python_event_feeds(chunks, monkeypatch)
+    assert c_events > 0 and python_feeds > 0, (c_events, python_feeds)

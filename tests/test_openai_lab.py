@@ -68,10 +68,10 @@ def test_openai_protocol_lab_run(tmp_path, protocol):
         assert (status, kind, model, tokens, resp_msgs) == (200, "sse", "lab-llm", messages, messages + 3)
     rejected = [r for r in rows if r[1] == "RESOURCE_EXHAUSTED"]
     assert rejected and all(r[4] == 429 for r in rejected), rejected
-    if protocol == "openai-http1":  # kernel TCP through the bridge: the C reader as Python
-        from test_real_stacks import check_c_reader
+    # kernel TCP through the bridge: the C readers of events as Python
+    from test_real_stacks import check_c_reader, check_h2_c_events
 
-        check_c_reader(out / "capture.pcap")
+    (check_c_reader if protocol == "openai-http1" else check_h2_c_events)(out / "capture.pcap")
     # The client-side TTFT is of the client's wire: what its own capture shows, from the
     # request's last byte leaving to the first token arriving. An ACK bounds the arrival
     # from above only (Linux holds ACKs, more so over h2c where streams share the

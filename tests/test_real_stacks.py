@@ -40,7 +40,7 @@ from statistics import median
 
 import pytest
 from test_sse_semantics import pb_field, pb_varint
-from test_sse_speedups import tables_with_and_without_c_reader
+from test_sse_speedups import tables_with_and_without_c_reader, tables_with_and_without_h2_c
 
 TESTS = Path(__file__).resolve().parent
 NODE_DIR = TESTS / "node"
@@ -634,6 +634,18 @@ def check_c_reader(capture: Path, keylog=None) -> None:
     assert with_c == without
 
 
+def check_h2_c_events(capture: Path, keylog=None) -> None:
+    """The HTTP/2 C path read this server's events out of its DATA frames (decrypted
+    with ``keylog``, a KeyLog), and every table is what the Python path alone writes."""
+    from parsers.h2 import _conn
+
+    if _conn._speedups is None:
+        pytest.fail("the C extensions are not built (pip install -e .)")
+    with_c, without, taken = tables_with_and_without_h2_c(capture, keylog)
+    assert taken > 0, "no event went through the HTTP/2 C path"
+    assert with_c == without
+
+
 def _raw_request(model: str, tokens: int) -> bytes:
     body = json.dumps(body_of(model, tokens)).encode()
     return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Type: application/json\r\n"
@@ -707,6 +719,7 @@ def test_hypercorn_h2c_with_httpx_and_curl(tmp_path, run_server):
     for client in ("httpx2", "curl-h2"):
         check_against_clients(con, [s for s in seen if s.client == client], f"hypercorn h2c + {client}")
     check_tshark_h2(con, cap.out, port, len(seen))
+    check_h2_c_events(cap.out)
 
 
 @pytest.mark.parametrize("h1", [False, True], ids=["h2c", "http1"])

@@ -199,3 +199,32 @@ def tables_with_and_without_c_reader(capture: Path, keylog=None) -> tuple[dict, 
     finally:
         http1._speedups = real
     return with_c, without, counting.taken
+
+
+def tables_with_and_without_h2_c(capture: Path, keylog=None) -> tuple[dict, dict, int]:
+    """Every table tailtap writes for ``capture`` (decrypted with ``keylog``, a KeyLog)
+    with the HTTP/2 C path (parsers/h2/_speedups.c) and without it, and how many events
+    C read out of DATA frames of one event each (try_sse_frame: they reach
+    EventSplitter.feed_whole_events)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from golden_outputs import dump
+
+    from parsers.h2 import _conn
+    from parsers.llm.taps import EventSplitter
+
+    real, whole = _conn._speedups, EventSplitter.feed_whole_events
+    taken = [0]
+
+    def counted(self, events, out):
+        taken[0] += len(events)
+        return whole(self, events, out)
+
+    try:
+        EventSplitter.feed_whole_events = counted  # type: ignore[method-assign]
+        with_c = dump([str(capture)], keylog=keylog)
+        _conn._speedups = None
+        without = dump([str(capture)], keylog=keylog)
+    finally:
+        _conn._speedups = real
+        EventSplitter.feed_whole_events = whole  # type: ignore[method-assign]
+    return with_c, without, taken[0]

@@ -172,9 +172,13 @@ def test_real_tls_stack_decrypted_and_estimated(tmp_path, server, http2):
     assert all(t[3] == ("h2-tls" if http2 else "http1-tls") and t[4] for t in truth)
     facts = con.execute("SELECT tls_version, tls_alpn, tls_decrypted FROM connections").fetchall()
     assert facts == [("TLS 1.3", "h2" if http2 else "http/1.1", True)] * len(facts)
-    if not http2:  # the decrypted event stream's chunks: read in C as in Python
-        kl = KeyLog()
-        kl.add_text(keylog.read_text(), str(keylog))
+    # the decrypted event stream's chunks (HTTP/1.1) or DATA frames (HTTP/2): read in C
+    # as in Python
+    kl = KeyLog()
+    kl.add_text(keylog.read_text(), str(keylog))
+    if http2:
+        rs.check_h2_c_events(capture, kl)
+    else:
         rs.check_c_reader(capture, kl)
     # without keys: estimates from the records
     con, result = ingest(capture, tmp_path, None)

@@ -18,6 +18,7 @@ import numpy as np
 
 from parsers._native import speedups
 from parsers.grpc import GrpcSplitter, parse_grpc_web_trailers
+from parsers.llm.taps import EventSplitter
 from parsers.records import (
     ChunkRun,
     DecodeIssue,
@@ -48,7 +49,8 @@ _speedups = speedups("parsers.h2")
 if _speedups is not None:
     try:
         _speedups.init(
-            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord
+            GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord,
+            EventSplitter,
         )
     except (AttributeError, TypeError) as exc:  # built from another _layout.py: not used
         warnings.warn(f"parsers.h2._speedups is out of date ({exc}); rebuild it with `pip install -e .`. "

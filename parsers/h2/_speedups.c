@@ -8,10 +8,12 @@
  * made of several such frames and of whole HEADERS frames whose header block the
  * direction's HPACK decoder already holds decoded (what H2Connection._block does with
  * them in the common cases: open a request stream, response headers, trailers, END_STREAM
- * and the stream's end). Everything else (and any surprise in the objects' types) goes
- * to the pure-Python code, so results are identical with or without this module. All
- * checks for a frame happen before the first change: a frame is either handled
- * completely here or not touched.
+ * and the stream's end). Both also take the DATA frames of an LLM's event stream that carry
+ * one whole simple event each (try_sse_frame): the frame's bookkeeping here, the event's
+ * meaning and message row by the Python code the pure path calls for it. Everything else
+ * (and any surprise in the objects' types) goes to the pure-Python code, so results are
+ * identical with or without this module. All checks for a frame happen before the first
+ * change: a frame is either handled completely here or not touched.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,6 +23,9 @@
 #include "../records.h" /* MSG_* and RUN_*: the row layouts of parsers/records.py */
 
 static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init() */
+static PyObject *event_splitter_type; /* parsers.llm.taps.EventSplitter, set by init() */
+/* what the event-stream case calls and compares (try_sse_frame) */
+static PyObject *s_tmp, *s_takes_whole_events, *s_feed_whole_events, *s_messages_of, *v_sse;
 
 /* interned attribute names of H2Connection (a plain class: read through getattr) */
 static PyObject *s_dirs, *s_streams, *s_flows, *s_messages, *s_frame_no_attr, *s_feed_chunk;
@@ -329,6 +334,19 @@ static int dict_put_ll(PyObject *d, PyObject *key, long long v) {
     return r;
 }
 
+/* list[i] as a long long: 0 ok, -1 not an int that fits (no error set) */
+static inline int list_ll(PyObject *list, Py_ssize_t i, long long *out) {
+    PyObject *v = PyList_GET_ITEM(list, i);
+    if (!PyLong_CheckExact(v)) return -1;
+    int ovf = 0;
+    *out = PyLong_AsLongLongAndOverflow(v, &ovf);
+    if (ovf || (*out == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return -1;
+    }
+    return 0;
+}
+
 /* A direction's flow-control windows, as flow_check read them for DATA on one stream. */
 typedef struct {
     PyObject *fs, *fs_streams; /* borrowed: conn.flows holds them */
@@ -490,6 +508,116 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
 fail_idx:
     Py_DECREF(idx);
 done:
+    return ret;
+}
+
+/* Server-sent events over HTTP/2: the DATA frame b[0:n] (direction d, at direction offset
+ * `offset`) when it carries one whole simple event, "data:" [SP] <value: no CR, no LF> LF LF,
+ * unpadded and without END_STREAM, on a known stream whose body an EventSplitter reads as
+ * an event stream ("sse" mode), its framer between events: what H2Connection._parse and
+ * _whole_data do with it. That is the case SseFramer.feed reads at once; the event's
+ * meaning and its message row stay with the Python code those call
+ * (EventSplitter.feed_whole_events, FrameHandlers._messages), given the event read here.
+ * Python code runs: the caller has written every streak back, and clears ctx afterwards.
+ * All checks come before the first change. 1 handled; 0 not the case, nothing changed;
+ * -1 error (exception set). */
+static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
+                         long long offset, PyObject *ts, long long frame_no) {
+    long long base, max_len, dframes, nframes;
+    if (event_splitter_type == NULL || (d != 0 && d != 1) || n < 9 + 7) return 0;
+    long long length = n - 9;
+    unsigned long sid = be32(b + 5);
+    if (be32(b) != ((unsigned long)length << 8) || (b[4] & 0x09) || (sid & 0x80000000UL)) return 0;
+    /* the payload: one event of the form SseFramer.feed reads at once */
+    const unsigned char *p = b + 9, *e = b + n;
+    if (memcmp(p, "data:", 5) != 0 || e[-2] != '\n' || e[-1] != '\n') return 0;
+    for (const unsigned char *q = p + 5; q < e - 2; q++) {
+        if (*q == '\n' || *q == '\r') return 0;
+    }
+    const unsigned char *v = p + 5;
+    if (v < e - 2 && *v == ' ') v++;
+
+    if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
+    PyObject *dirs = ctx->dirs;
+    if (!PyTuple_CheckExact(dirs) || PyTuple_GET_SIZE(dirs) != 2) return 0;
+    PyObject *D = PyTuple_GET_ITEM(dirs, d);
+    if (Py_TYPE(D) != dir_type || SLOT(D, d_off[D_PLAIN]) != Py_True) return 0;
+    if (slot_ll(D, d_off[D_BASE], &base) < 0 || offset != base) return 0;
+    PyObject *max_known = SLOT(D, d_off[D_MAX_KNOWN]);
+    if (max_known == Py_True) {
+        if (slot_ll(D, d_off[D_MAX_LEN], &max_len) < 0 || length > max_len) return 0;
+    } else if (max_known != Py_False) {
+        return 0;
+    }
+    if (slot_ll(D, d_off[D_FRAMES], &dframes) < 0) return 0;
+    if (ctx_get(conn, s_streams, &ctx->streams) < 0 || !PyDict_CheckExact(ctx->streams)) return 0;
+    PyObject *sid_obj = PyLong_FromUnsignedLong(sid);
+    if (sid_obj == NULL) return -1;
+    int ret = 0;
+    PyObject *st = PyDict_GetItemWithError(ctx->streams, sid_obj), *lists[S_N];
+    if (st == NULL) { PyErr_Clear(); goto done; }
+    if (Py_TYPE(st) != stream_type) goto done;
+    for (int i = 0; i < S_N; i++) {
+        if ((lists[i] = pair_slot(st, i)) == NULL) goto done;
+    }
+    PyObject *sp = PyList_GET_ITEM(lists[S_SPLITTER], d), *mode = PyList_GET_ITEM(lists[S_MODE], d);
+    /* (an EventSplitter never probes: its class says so, and __slots__ keeps it) */
+    if ((PyObject *)Py_TYPE(sp) != event_splitter_type) goto done;
+    if (!PyUnicode_CheckExact(mode) || PyUnicode_Compare(mode, v_sse) != 0) { PyErr_Clear(); goto done; }
+    if (list_ll(lists[S_DATA_FRAMES], d, &nframes) < 0) goto done;
+    flow_t flow;
+    if (!flow_check(conn, ctx, d, sid_obj, length, 0, &flow)) goto done;
+    PyObject *takes = PyObject_CallMethodNoArgs(sp, s_takes_whole_events);
+    if (takes == NULL) { ret = -1; goto done; }
+    Py_DECREF(takes);
+    if (takes != Py_True) goto done;
+
+    /* ---- from here on the frame is ours ---- */
+    ret = -1;
+    Py_INCREF(st); /* held while Python code runs */
+    long long off_end = base + n;
+    PyObject *events = NULL, *tmp = NULL, *res, *fno = PyLong_FromLongLong(frame_no);
+    /* H2Connection.feed sets it first: the Python code below may file an issue */
+    if (fno == NULL || PyObject_SetAttr(conn, s_frame_no_attr, fno) < 0) { Py_XDECREF(fno); goto out; }
+    Py_DECREF(fno);
+    if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto out;
+    events = Py_BuildValue("[(ONnL)]", ts, PyUnicode_DecodeUTF8((const char *)v, (e - 2) - v, "replace"),
+                           (Py_ssize_t)length, off_end);
+    if (events == NULL || (tmp = PyObject_GetAttr(conn, s_tmp)) == NULL) goto out;
+    if (!PyList_CheckExact(tmp)) {
+        PyErr_SetString(PyExc_TypeError, "H2Connection._tmp is not a list");
+        goto out;
+    }
+    res = PyObject_CallMethodObjArgs(sp, s_feed_whole_events, events, tmp, NULL);
+    if (res == NULL) goto out;
+    Py_DECREF(res);
+    if (PyList_GET_SIZE(tmp)) {
+        PyObject *d_obj = PyLong_FromLongLong(d);
+        res = d_obj == NULL ? NULL : PyObject_CallMethodObjArgs(conn, s_messages_of, st, d_obj, tmp, NULL);
+        Py_XDECREF(d_obj);
+        if (res == NULL) goto out;
+        Py_DECREF(res);
+    }
+    /* _whole_data's figures of the frame, as the gRPC case sets them */
+    if (nframes == 0) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) goto out;
+        if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto out;
+    }
+    if (list_add(lists[S_DATA_FRAMES], d, 1) < 0) goto out;
+    Py_INCREF(ts);
+    if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto out;
+    if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto out;
+    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto out;
+    if (flow_consume(&flow, sid_obj, length) < 0) goto out;
+    if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto out;
+    ret = 1;
+out:
+    Py_XDECREF(events);
+    Py_XDECREF(tmp);
+    Py_DECREF(st);
+done:
+    Py_DECREF(sid_obj);
     return ret;
 }
 
@@ -917,8 +1045,14 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     PyObject *frame_no = SLOT(chunk, c_off[C_FRAME_NO]);
     if (ts == NULL || frame_no == NULL) return 0;
     ctx_t ctx = CTX_INIT;
-    int r = try_fast_raw(conn, &ctx, d, (const unsigned char *)PyBytes_AS_STRING(data),
-                         PyBytes_GET_SIZE(data), offset, ts, frame_no);
+    const unsigned char *b = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    int r = try_fast_raw(conn, &ctx, d, b, n, offset, ts, frame_no);
+    long long fno;
+    /* an event-stream frame (a TLS record's plaintext, say) */
+    if (r == 0 && event_splitter_type != NULL && n >= 16 && b[3] == 0 && memcmp(b + 9, "data:", 5) == 0 &&
+        slot_ll(chunk, c_off[C_FRAME_NO], &fno) == 0)
+        r = try_sse_frame(conn, &ctx, d, b, n, offset, ts, fno);
     ctx_clear(&ctx);
     return r;
 }
@@ -970,17 +1104,6 @@ typedef struct {
     unsigned long long clock;
 } streaks_t;
 
-static inline int list_ll(PyObject *list, Py_ssize_t i, long long *out) {
-    PyObject *v = PyList_GET_ITEM(list, i);
-    if (!PyLong_CheckExact(v)) return -1;
-    int ovf = 0;
-    *out = PyLong_AsLongLongAndOverflow(v, &ovf);
-    if (ovf || (*out == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return -1;
-    }
-    return 0;
-}
 
 /* Load direction d's shared values from the objects: 1 loaded, 0 not the fast case. */
 static int lane_load(lane_t *L, ctx_t *ctx, PyObject *conn, long long d) {
@@ -1568,9 +1691,16 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             }
             if (streaks_flush_for(&S, be32(f + 5) & 0x7fffffffUL) < 0) { fast = -1; break; }
             if (ts == NULL && (ts = PyLong_FromLongLong(t)) == NULL) { fast = -1; break; }
-            if (f[3] == 0)
+            int sse = 0; /* an event-stream frame: Python code ran, no streak starts */
+            if (f[3] == 0) {
                 fast = try_fast_raw(conn, &ctx, d, f, flen, so + pos, ts, NULL);
-            else if (f[3] == 1) {
+                if (fast == 0 && event_splitter_type != NULL && flen >= 16 && memcmp(f + 9, "data:", 5) == 0) {
+                    if (streaks_flush_all(&S) < 0) { fast = -1; break; }
+                    fast = try_sse_frame(conn, &ctx, d, f, flen, so + pos, ts, fr);
+                    sse = fast == 1;
+                    if (sse) ctx_clear(&ctx); /* Python code ran: it may rebind what ctx holds */
+                }
+            } else if (f[3] == 1) {
                 PyObject *decoded = NULL; /* a block decoded here but applied by Python */
                 fast = try_headers(conn, &ctx, d, f, flen, so + pos, ts, &decoded);
                 if (fast == 2) {
@@ -1582,7 +1712,8 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (fast == 1) {
                 pos += flen;
                 /* a DATA frame that does not end the stream: later ones may continue it */
-                if (f[3] == 0 && !(f[4] & 0x01) && streak_start(&S, &ctx, conn, d, be32(f + 5)) < 0) fast = -1;
+                if (f[3] == 0 && !sse && !(f[4] & 0x01) && streak_start(&S, &ctx, conn, d, be32(f + 5)) < 0)
+                    fast = -1;
             }
         }
         PyObject *fno = NULL;
@@ -1814,13 +1945,13 @@ static PyObject *feed_chunk(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     /* init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock,
-     *      RequestRecord) */
-    if (nargs != 8) {
+     *      RequestRecord, EventSplitter) */
+    if (nargs != 9) {
         PyErr_SetString(PyExc_TypeError, "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, "
-                                         "TolerantDecoder, DecodedBlock, RequestRecord)");
+                                         "TolerantDecoder, DecodedBlock, RequestRecord, EventSplitter)");
         return NULL;
     }
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < 9; i++) {
         if (!PyType_Check(args[i])) {
             PyErr_SetString(PyExc_TypeError, "init() takes classes");
             return NULL;
@@ -1860,6 +1991,8 @@ static PyObject *init(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_XSETREF(chunk_type, (PyTypeObject *)args[4]);
     Py_XSETREF(decoder_type, (PyTypeObject *)args[5]);
     Py_XSETREF(block_type, (PyTypeObject *)args[6]);
+    Py_INCREF(args[8]);
+    Py_XSETREF(event_splitter_type, args[8]);
     Py_RETURN_NONE;
 }
 
@@ -2021,7 +2154,8 @@ static PyMethodDef methods[] = {
     {"huffman", (PyCFunction)huffman, METH_O,
      "huffman(data): the Huffman-coded string decoded as hpack decodes it, or None where hpack raises."},
     {"init", (PyCFunction)(void (*)(void))init, METH_FASTCALL,
-     "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk): the classes whose slots it reads."},
+     "init(GrpcSplitter, _Dir, Stream, FlowState, PayloadChunk, TolerantDecoder, DecodedBlock, RequestRecord, "
+     "EventSplitter): the classes whose slots it reads or whose instances it recognises."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2043,6 +2177,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     INTERN(h_grpc_encoding, "grpc-encoding"); INTERN(k_bidi, "bidi"); INTERN(k_client_stream, "client_stream");
     INTERN(k_server_stream, "server_stream"); INTERN(k_unary, "unary"); INTERN(v_h2, "h2");
     INTERN(s_to_record, "to_record"); INTERN(v_http, "http");
+    INTERN(s_tmp, "_tmp"); INTERN(s_takes_whole_events, "takes_whole_events");
+    INTERN(s_feed_whole_events, "feed_whole_events"); INTERN(s_messages_of, "_messages"); INTERN(v_sse, "sse");
     if ((zero = PyLong_FromLong(0)) == NULL) return NULL;
     return PyModule_Create(&module);
 }
