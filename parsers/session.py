@@ -554,6 +554,9 @@ class AppSession:
             inner = self._inner = AppSession(self.conn_key, self.client_port, self.server_port,
                                              force_h2=alpn.startswith("h2"))  # fmt: skip
             inner._flipped, inner._orient_locked = self._flipped, True  # the ClientHello said
+        if inner._mode == "http1" and inner.fast_feed is None:
+            inner._feed_h1((d, data, ts, frame_no, offset, gap))  # what feed() does with it then
+            return
         inner.feed(PayloadChunk(self.conn_key, d, data, ts, frame_no, offset, gap))
 
     def _map_tls(self, reqs: list[RequestRecord], cols: np.ndarray) -> None:

@@ -75,6 +75,61 @@ def test_records_cut_from_any_chunking_and_refound_after_a_loss():
     assert rs.skipped > 0
 
 
+def _fed(pieces: list[tuple[bytes, int, int]], as_bytes: bool) -> tuple:
+    """Every record and the framing state after each piece (data, offset, gap): pieces
+    as bytes take the shortcut for whole records, as bytearrays the general loop."""
+    rs, seen = RecordStream(), []
+    for i, (data, off, gap) in enumerate(pieces):
+        got = rs.feed(data if as_bytes else bytearray(data), 1000 + i, i + 1, off, gap)
+        seen.append(([(r.content_type, r.version, bytes(r.payload), r.ts_ns, r.frame_no, r.end_offset) for r in got],
+                     bytes(rs.buf), rs.base, rs.searching, rs.skipped, rs.records))
+    return tuple(seen)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_whole_record_packets_cut_as_the_general_loop_cuts_them(seed, monkeypatch):
+    """Packets of whole records (the usual ones, cut without the buffer) and every other
+    kind (a record over packets, a header split, junk after a loss, a gap, an empty
+    packet): the same records and the same state as the general loop gives."""
+    import random
+
+    rnd = random.Random(seed)
+    stream = b"".join(bytes([rnd.choice([22, 23, 23, 23, 21]), 3, rnd.choice([1, 3])]) + n.to_bytes(2, "big")
+                      + rnd.randbytes(n) for n in (rnd.choice([0, 1, 5, 60, 900, 17000]) for _ in range(40)))  # fmt: skip
+    bounds, at = [], 0
+    while at < len(stream):
+        at += 5 + int.from_bytes(stream[at + 3 : at + 5], "big")
+        bounds.append(at)
+    pieces, pos, off = [], 0, 0
+    while pos < len(stream):
+        kind = rnd.random()
+        later = [b for b in bounds if b > pos]
+        if kind < 0.5:  # up to one of the next record ends: whole records, or the rest of one
+            n = rnd.choice(later[:3]) - pos
+        elif kind < 0.9:
+            n = rnd.randrange(1, 400)
+        else:
+            n = 0
+        gap = rnd.randrange(1, 50) if rnd.random() < 0.05 and pieces else 0
+        pos += gap
+        off += gap
+        data = stream[pos : pos + n] if rnd.random() > 0.03 else b"\x99" * 7  # junk now and then
+        pieces.append((data, off, gap))
+        pos += n
+        off += len(data)
+    slow = _fed(pieces, False)
+    whole, taken = RecordStream._whole, []
+
+    def counted(self, *args):
+        got = whole(self, *args)
+        taken.append(got is not None)
+        return got
+
+    monkeypatch.setattr(RecordStream, "_whole", counted)
+    assert _fed(pieces, True) == slow
+    assert any(taken)
+
+
 @pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"shared captures not found at {CAPTURES}")
 def test_hello_facts_of_a_real_tls13_handshake():
     """Firefox 65 to facebook.com: the ClientHello and ServerHello read from the capture's

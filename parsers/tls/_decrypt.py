@@ -5,9 +5,12 @@ nonce and inner content type (RFC 8446 section 5.2-5.3)."""
 
 from __future__ import annotations
 
+import struct
+
 from ._keys import DirectionKeys, Suite
 
 TAG_LEN = 16
+_HEADER = struct.Struct(">BHH")  # a record header: content type, version, length
 
 
 class DecryptError(Exception):
@@ -38,8 +41,7 @@ class RecordCipher:
         does not verify. TLS 1.3 returns the inner content type."""
         try:
             if self.tls13:
-                header = bytes([content_type]) + version.to_bytes(2, "big") + len(payload).to_bytes(2, "big")
-                inner = self.aead.decrypt(self._xor_nonce(), payload, header)
+                inner = self.aead.decrypt(self._xor_nonce(), payload, _HEADER.pack(content_type, version, len(payload)))
                 end = len(inner)
                 while end and inner[end - 1] == 0:  # zero padding after the inner type
                     end -= 1

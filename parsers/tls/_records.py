@@ -44,6 +44,12 @@ class RecordStream:
         self.records = 0
 
     def feed(self, data: bytes, ts_ns: int, frame_no: int, offset: int, gap: int) -> list[Record]:
+        if not self.buf and offset == self.base and not gap and not self.searching and type(data) is bytes:
+            # the usual packet: whole records from its first byte on, nothing held before
+            # them: cut from the bytes as they came (no copy into the buffer and out again)
+            out = self._whole(data, ts_ns, frame_no, offset)
+            if out is not None:
+                return out
         if self.base < 0:
             self.base = offset
         elif gap or offset != self.base + len(self.buf):
@@ -86,5 +92,25 @@ class RecordStream:
             pos = end
         del buf[:pos]
         self.base += pos
+        self.records += len(out)
+        return out
+
+    def _whole(self, data: bytes, ts_ns: int, frame_no: int, offset: int) -> list[Record] | None:
+        """The records of ``data`` when it is whole plausible records and nothing else (what
+        the loop of :meth:`feed` cuts from it then), else None with nothing changed."""
+        out: list[Record] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            if pos + 5 > n or not _plausible(data, pos):
+                return None
+            end = pos + 5 + int.from_bytes(data[pos + 3 : pos + 5], "big")
+            if end > n:
+                return None
+            out.append(Record(data[pos], int.from_bytes(data[pos + 1 : pos + 3], "big"), data[pos + 5 : end],
+                              ts_ns, frame_no, offset + end))  # fmt: skip
+            pos = end
+        if not out:
+            return None
+        self.base = offset + n
         self.records += len(out)
         return out
