@@ -395,6 +395,22 @@ static int flow_consume(const flow_t *f, PyObject *sid_obj, long long length) {
     return f->has_w ? dict_put_ll(f->fs_streams, sid_obj, f->w - length) : 0;
 }
 
+/* What _whole_data counts of a whole DATA frame of `length` payload bytes (none padding)
+ * on a stream (lists: its pair slots) in direction d: its first data frame's time and end
+ * offset (`first`), frames, last time, bytes and last offset. 0 ok, -1 error. */
+static int data_figures(PyObject **lists, long long d, int first, PyObject *ts, long long off_end, long long length) {
+    if (first) {
+        Py_INCREF(ts);
+        if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) return -1;
+        if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(off_end)) < 0) return -1;
+    }
+    if (list_add(lists[S_DATA_FRAMES], d, 1) < 0) return -1;
+    Py_INCREF(ts);
+    if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) return -1;
+    if (list_add(lists[S_DATA_BYTES], d, length) < 0) return -1;
+    return list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end));
+}
+
 /* The fast case on raw chunk fields (direction d, bytes b[0:n] at direction offset
  * `offset`, time as an int object), for a chunk without gap_before. frame_no (an int
  * object) goes to conn._frame_no; NULL leaves that to the caller.
@@ -490,16 +506,7 @@ static int try_fast_raw(PyObject *conn, ctx_t *ctx, long long d, const unsigned 
     if (list_add(lists[S_MSGS], d, 1) < 0) goto done;
     Py_INCREF(ts);
     if (list_set(lists[S_LAST_MSG_TS], d, ts) < 0) goto done;
-    if (PyLong_AsLongLong(nframes) == 0) {
-        Py_INCREF(ts);
-        if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) goto done;
-        if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
-    }
-    if (list_add(lists[S_DATA_FRAMES], d, 1) < 0) goto done;
-    Py_INCREF(ts);
-    if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto done;
-    if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto done;
-    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto done;
+    if (data_figures(lists, d, PyLong_AsLongLong(nframes) == 0, ts, off_end, length) < 0) goto done;
     if (flow_consume(&flow, sid_obj, length) < 0) goto done;
     if (end && do_end_stream(ctx, st, lists, d, ts, off_end, sid_obj) < 0) goto done;
     ret = 1;
@@ -598,17 +605,7 @@ static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned
         if (res == NULL) goto out;
         Py_DECREF(res);
     }
-    /* _whole_data's figures of the frame, as the gRPC case sets them */
-    if (nframes == 0) {
-        Py_INCREF(ts);
-        if (list_set(lists[S_FIRST_DATA_TS], d, ts) < 0) goto out;
-        if (list_set(lists[S_FIRST_DATA_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto out;
-    }
-    if (list_add(lists[S_DATA_FRAMES], d, 1) < 0) goto out;
-    Py_INCREF(ts);
-    if (list_set(lists[S_LAST_DATA_TS], d, ts) < 0) goto out;
-    if (list_add(lists[S_DATA_BYTES], d, length) < 0) goto out;
-    if (list_set(lists[S_LAST_OFF], d, PyLong_FromLongLong(off_end)) < 0) goto out;
+    if (data_figures(lists, d, nframes == 0, ts, off_end, length) < 0) goto out;
     if (flow_consume(&flow, sid_obj, length) < 0) goto out;
     if (slot_put(D, d_off[D_BASE], PyLong_FromLongLong(off_end)) < 0) goto out;
     ret = 1;
