@@ -940,3 +940,35 @@ def test_event_streams_same_with_and_without_c(monkeypatch, seed, window, grpc_b
     _assert_same_whole(chunks, monkeypatch)
     python_feeds, c_events = _python_event_feeds(chunks, monkeypatch)
     assert c_events > 0 and python_feeds > 0, (c_events, python_feeds)
+
+
+@pytest.mark.parametrize(("payload", "taken"), [
+    (b"data: x\n\n", 1),
+    (b"data:x\n\n", 1),
+    (b"data:\n\n", 1),
+    (b"data: \xff\n\n", 1),
+    (b"data: x\n\ndata: y\n\ndata:z\n\n", 3),  # a server's writes coalesced into one frame
+    (b"data: x\r\n\r\n", 0),
+    (b"data: a\rb\n\n", 0),  # a CR ends a line too
+    (b"data: a\ndata: b\n\n", 0),
+    (b": c\n\ndata: x\n\n", 0),
+    (b"event: e\ndata: x\n\n", 0),
+    (b"data: x\n\ndata: y\n", 0),  # an event left half-read: the frame to Python
+    (b"data: x\n\n\n", 0),
+    (b"x", 0),
+])  # fmt: skip
+def test_what_the_c_path_takes_of_an_event_stream(payload, taken, monkeypatch):
+    """The events C reads out of one DATA frame (after a first usual one), and the same
+    result as Python either way."""
+    cv = Conv()
+    hc, hs = Hpack(), Hpack()
+    cv.send(0, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + settings(), 0)
+    cv.send(1, settings() + settings(ack=True), 0.1)
+    cv.send(0, headers(1, hc.block(_SSE_REQUEST), end_stream=True), 1)
+    cv.send(1, headers(1, hs.block([(":status", "200"), ("content-type", "text/event-stream")])), 2)
+    cv.send(1, data(1, b"data: first\n\n"), 3)
+    cv.send(1, data(1, payload), 4)
+    cv.send(1, data(1, b"", end=True), 5)
+    _assert_same(cv.chunks, monkeypatch)
+    python_feeds, c_events = _python_event_feeds(cv.chunks, monkeypatch)
+    assert (c_events, python_feeds) == (1 + taken, 0 if taken else 1)

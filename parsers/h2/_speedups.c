@@ -518,13 +518,41 @@ done:
     return ret;
 }
 
+/* Whether [p, end) is whole simple events and nothing else, each "data:" [SP] <value: no CR,
+ * no LF> LF LF (1) or not (0); with `make`, their (ts, value as str (UTF-8, errors
+ * replaced), bytes, direction offset after it) appended to `events` (`off`: the offset of
+ * p), as SseFramer's line loop (or its one-event case) reports them: 1, or -1 on an error. */
+static int sse_events(const unsigned char *p, const unsigned char *end, PyObject *ts, long long off, int make,
+                      PyObject *events) {
+    const unsigned char *start = p;
+    if (p >= end) return 0;
+    while (p < end) {
+        if (end - p < 7 || memcmp(p, "data:", 5) != 0) return 0;
+        const unsigned char *v = p + 5, *q = v;
+        while (q < end && *q != '\n' && *q != '\r') q++;
+        if (end - q < 2 || q[0] != '\n' || q[1] != '\n') return 0;
+        if (make) {
+            if (v < q && *v == ' ') v++;
+            PyObject *ev = Py_BuildValue("(ONnL)", ts, PyUnicode_DecodeUTF8((const char *)v, q - v, "replace"),
+                                         (Py_ssize_t)(q + 2 - p), off + (long long)(q + 2 - start));
+            if (ev == NULL || PyList_Append(events, ev) < 0) {
+                Py_XDECREF(ev);
+                return -1;
+            }
+            Py_DECREF(ev);
+        }
+        p = q + 2;
+    }
+    return 1;
+}
+
 /* Server-sent events over HTTP/2: the DATA frame b[0:n] (direction d, at direction offset
- * `offset`) when it carries one whole simple event, "data:" [SP] <value: no CR, no LF> LF LF,
- * unpadded and without END_STREAM, on a known stream whose body an EventSplitter reads as
- * an event stream ("sse" mode), its framer between events: what H2Connection._parse and
- * _whole_data do with it. That is the case SseFramer.feed reads at once; the event's
- * meaning and its message row stay with the Python code those call
- * (EventSplitter.feed_whole_events, FrameHandlers._messages), given the event read here.
+ * `offset`) when it carries whole simple events (sse_events: one, or several a server wrote
+ * at once), unpadded and without END_STREAM, on a known stream whose body an EventSplitter
+ * reads as an event stream ("sse" mode), its framer between events: what
+ * H2Connection._parse and _whole_data do with it. The events' meaning and message rows
+ * stay with the Python code those call
+ * (EventSplitter.feed_whole_events, FrameHandlers._messages), given the events read here.
  * Python code runs: the caller has written every streak back, and clears ctx afterwards.
  * All checks come before the first change. 1 handled; 0 not the case, nothing changed;
  * -1 error (exception set). */
@@ -535,14 +563,9 @@ static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned
     long long length = n - 9;
     unsigned long sid = be32(b + 5);
     if (be32(b) != ((unsigned long)length << 8) || (b[4] & 0x09) || (sid & 0x80000000UL)) return 0;
-    /* the payload: one event of the form SseFramer.feed reads at once */
+    /* the payload: whole simple events and nothing else */
     const unsigned char *p = b + 9, *e = b + n;
-    if (memcmp(p, "data:", 5) != 0 || e[-2] != '\n' || e[-1] != '\n') return 0;
-    for (const unsigned char *q = p + 5; q < e - 2; q++) {
-        if (*q == '\n' || *q == '\r') return 0;
-    }
-    const unsigned char *v = p + 5;
-    if (v < e - 2 && *v == ' ') v++;
+    if (!sse_events(p, e, NULL, 0, 0, NULL)) return 0;
 
     if (ctx_get(conn, s_dirs, &ctx->dirs) < 0) return 0;
     PyObject *dirs = ctx->dirs;
@@ -588,9 +611,8 @@ static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned
     if (fno == NULL || PyObject_SetAttr(conn, s_frame_no_attr, fno) < 0) { Py_XDECREF(fno); goto out; }
     Py_DECREF(fno);
     if (slot_put(D, d_off[D_FRAMES], PyLong_FromLongLong(dframes + 1)) < 0) goto out;
-    events = Py_BuildValue("[(ONnL)]", ts, PyUnicode_DecodeUTF8((const char *)v, (e - 2) - v, "replace"),
-                           (Py_ssize_t)length, off_end);
-    if (events == NULL || (tmp = PyObject_GetAttr(conn, s_tmp)) == NULL) goto out;
+    if ((events = PyList_New(0)) == NULL || sse_events(p, e, ts, base + 9, 1, events) < 0) goto out;
+    if ((tmp = PyObject_GetAttr(conn, s_tmp)) == NULL) goto out;
     if (!PyList_CheckExact(tmp)) {
         PyErr_SetString(PyExc_TypeError, "H2Connection._tmp is not a list");
         goto out;

@@ -115,9 +115,11 @@ class SseFramer(_Lines):
         return not (self._line or self._cr or self._skip or self._data or self._type)
 
     def whole_events(self, events: list[tuple[int, str, int, int]], out: list[RawEvent]) -> None:
-        """Feeds of the usual kind, already read (:meth:`feed`'s first case, or
-        parsers/llm/_speedups.c over chunked HTTP/1.1 bodies): (ts_ns, data, bytes fed,
-        end offset) of each, fed :meth:`between_events`."""
+        """Whole simple events (one ``data:`` line, no CR, then the blank line), already
+        read (:meth:`feed`'s first case; parsers/llm/_speedups.c over chunked HTTP/1.1
+        bodies; parsers/h2/_speedups.c over HTTP/2 DATA frames): (ts_ns, data, the event's
+        bytes, end offset) of each, fed :meth:`between_events`, one or several a feed:
+        what the line loop reports of them and the state it leaves."""
         pos, start = self._pos, self._start
         for ts, data, n, end in events:
             pos += n

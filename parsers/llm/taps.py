@@ -80,8 +80,8 @@ class EventSplitter(_BodyReader):
         return type(framer) is SseFramer and framer.between_events()
 
     def feed_whole_events(self, events: list[tuple[int, str, int, int]], out: list) -> None:
-        """Feeds of one whole ``data:`` event each, read already (SseFramer.whole_events),
-        while :meth:`takes_whole_events`: what :meth:`feed` of each would give."""
+        """Whole simple ``data:`` events, read already (SseFramer.whole_events), while
+        :meth:`takes_whole_events`: what :meth:`feed` of their bytes would give."""
         raw = self._raw
         self.framer.whole_events(events, raw)  # type: ignore[union-attr]
         self._messages(raw, out)
