@@ -9,8 +9,8 @@
  * direction's HPACK decoder already holds decoded (what H2Connection._block does with
  * them in the common cases: open a request stream, response headers, trailers, END_STREAM
  * and the stream's end). Both also take the DATA frames of an LLM's event stream that carry
- * one whole simple event each (try_sse_frame): the frame's bookkeeping here, the event's
- * meaning and message row by the Python code the pure path calls for it. Everything else
+ * whole simple events (try_sse_frame): the frame's bookkeeping here, the events' meaning
+ * and message rows by the Python code the pure path calls for them. Everything else
  * (and any surprise in the objects' types) goes to the pure-Python code, so results are
  * identical with or without this module. All checks for a frame happen before the first
  * change: a frame is either handled completely here or not touched.
@@ -1122,7 +1122,6 @@ typedef struct {
     streak_t k[STREAKS];
     unsigned long long clock;
 } streaks_t;
-
 
 /* Load direction d's shared values from the objects: 1 loaded, 0 not the fast case. */
 static int lane_load(lane_t *L, ctx_t *ctx, PyObject *conn, long long d) {
