@@ -20,7 +20,7 @@ NODE_DIR := tests/node
 
 .PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean
 
-$(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c)
+$(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c parsers/*.h parsers/*/*.h)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "../records.h" /* MSG_* and RUN_*: the row layouts of parsers/records.py */
+#include "../llm/_sse_event.h" /* sse_event_at: the simple event the event-stream case takes */
 
 static PyObject *grpc_splitter_type; /* parsers.grpc.GrpcSplitter, set by init() */
 static PyObject *event_splitter_type; /* parsers.llm.taps.EventSplitter, set by init() */
@@ -518,30 +519,16 @@ done:
     return ret;
 }
 
-/* Whether [p, end) is whole simple events and nothing else, each "data:" [SP] <value: no CR,
- * no LF> LF LF (1) or not (0); with `make`, their (ts, value as str (UTF-8, errors
- * replaced), bytes, direction offset after it) appended to `events` (`off`: the offset of
- * p), as SseFramer's line loop (or its one-event case) reports them: 1, or -1 on an error. */
+/* Whether [p, end) is whole simple events and nothing else (1) or not (0); with `make`,
+ * each appended to `events` (`off`: the direction offset of p) as SseFramer's line loop (or
+ * its one-event case) reports it: 1, or -1 on an error. */
 static int sse_events(const unsigned char *p, const unsigned char *end, PyObject *ts, long long off, int make,
                       PyObject *events) {
-    const unsigned char *start = p;
+    const unsigned char *start = p, *next, *v, *vend;
     if (p >= end) return 0;
-    while (p < end) {
-        if (end - p < 7 || memcmp(p, "data:", 5) != 0) return 0;
-        const unsigned char *v = p + 5, *q = v;
-        while (q < end && *q != '\n' && *q != '\r') q++;
-        if (end - q < 2 || q[0] != '\n' || q[1] != '\n') return 0;
-        if (make) {
-            if (v < q && *v == ' ') v++;
-            PyObject *ev = Py_BuildValue("(ONnL)", ts, PyUnicode_DecodeUTF8((const char *)v, q - v, "replace"),
-                                         (Py_ssize_t)(q + 2 - p), off + (long long)(q + 2 - start));
-            if (ev == NULL || PyList_Append(events, ev) < 0) {
-                Py_XDECREF(ev);
-                return -1;
-            }
-            Py_DECREF(ev);
-        }
-        p = q + 2;
+    for (; p < end; p = next) {
+        if ((next = sse_event_at(p, end, &v, &vend)) == NULL) return 0;
+        if (make && sse_event_append(events, ts, v, vend, next - p, off + (long long)(next - start)) < 0) return -1;
     }
     return 1;
 }

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "../records.h"
+#include "_sse_event.h"
 
 /* hex value of c, or -1 */
 static inline int hexval(unsigned char c) {
@@ -51,12 +52,9 @@ static int one_chunk(const unsigned char *p, const unsigned char *end, const uns
     }
     if (digits == 0 || end - p < 2 || p[0] != '\r' || p[1] != '\n') return 0;
     p += 2;
-    /* "data:" LF LF at least, and the chunk's CRLF after it */
-    if (n < 7 || end - p < n + 2 || p[n] != '\r' || p[n + 1] != '\n') return 0;
-    if (memcmp(p, "data:", 5) != 0 || p[n - 2] != '\n' || p[n - 1] != '\n') return 0;
-    for (Py_ssize_t k = 5; k < n - 2; k++) {
-        if (p[k] == '\n' || p[k] == '\r') return 0;
-    }
+    /* the chunk's CRLF after its data, which is one simple event exactly */
+    const unsigned char *v, *vend;
+    if (end - p < n + 2 || p[n] != '\r' || p[n + 1] != '\n' || sse_event_at(p, p + n, &v, &vend) != p + n) return 0;
     *data = p;
     *size = n;
     *next = p + n + 2;
@@ -68,25 +66,25 @@ static int one_chunk(const unsigned char *p, const unsigned char *end, const uns
  * whole chunks of one simple event each (nothing appended), -1 on an error. */
 static int take_chunks(const unsigned char *p, const unsigned char *end, long long ts, long long off,
                        PyObject *events) {
-    const unsigned char *start = p, *data, *next;
+    const unsigned char *start = p, *data, *next, *v, *vend;
     Py_ssize_t size;
     if (p >= end) return 0;
     for (const unsigned char *q = p; q < end; q = next) {  /* the whole row first */
         if (!one_chunk(q, end, &data, &size, &next)) return 0;
     }
+    PyObject *ts_obj = PyLong_FromLongLong(ts);
+    if (ts_obj == NULL) return -1;
+    int ret = 1;
     for (; p < end; p = next) {
         one_chunk(p, end, &data, &size, &next);
-        const unsigned char *v = data + 5, *vend = data + size - 2;
-        if (v < vend && *v == ' ') v++;
-        PyObject *ev = Py_BuildValue("(LNnL)", ts, PyUnicode_DecodeUTF8((const char *)v, vend - v, "replace"),
-                                     size, off + (long long)(data + size - start));
-        if (ev == NULL || PyList_Append(events, ev) < 0) {
-            Py_XDECREF(ev);
-            return -1;
+        sse_event_at(data, data + size, &v, &vend);
+        if (sse_event_append(events, ts_obj, v, vend, size, off + (long long)(data + size - start)) < 0) {
+            ret = -1;
+            break;
         }
-        Py_DECREF(ev);
     }
-    return 1;
+    Py_DECREF(ts_obj);
+    return ret;
 }
 
 static PyObject *sse_chunks(PyObject *self, PyObject *args) {
