@@ -3,6 +3,7 @@ aligned, table size updates, SETTINGS_HEADER_TABLE_SIZE, malformed blocks."""
 
 from __future__ import annotations
 
+import pytest
 from h2_builders import (
     GRPC_RESPONSE,
     Conv,
@@ -109,6 +110,21 @@ def test_malformed_block_reports_and_drops_context() -> None:
     assert dec.decode(b"\x82").as_dict() == {":method": "GET"}  # static still fine
     bad_huff = dec.decode(b"\x04\x82\xff\xff")  # :path with invalid Huffman (EOS)
     assert bad_huff.error
+
+
+@pytest.mark.parametrize(("block", "said"), [
+    # an index whose integer does not end within hpack's limit
+    (b"\xff" * 9, "Variable integer representation is too long: " + repr(b"\xff" * 6)),
+    # a table size update cut inside its integer
+    (b"\x3f\xff", "Unable to decode HPACK integer representation from " + repr(b"\x3f\xff")),
+    # a literal's name length cut inside its integer
+    (b"\x00\x7f\xff", "Unable to decode HPACK integer representation from " + repr(b"\x7f\xff")),
+])  # fmt: skip
+def test_bad_integers_reported_with_their_bytes_the_same_every_time(block: bytes, said: str) -> None:
+    """hpack's message shows the bytes it was given: given a memoryview it showed an
+    address, so the same block gave another issue message on every run."""
+    for _ in range(3):
+        assert TolerantDecoder().decode(memoryview(block)).error == f"HPACKDecodingError: {said}"
 
 
 def test_mid_connection_session_headers_unknown() -> None:

@@ -13,11 +13,19 @@ the known prefix exact (up to entries whose size we could not know).
 from __future__ import annotations
 
 from hpack.exceptions import HPACKDecodingError
-from hpack.hpack import decode_integer
+from hpack.hpack import VARINT_MAX_LENGTH, decode_integer
 from hpack.huffman_table import HUFFMAN_TABLE, decode_huffman
 from hpack.table import HeaderTable
 
 from parsers._native import speedups
+
+
+def _integer(mv: memoryview, i: int, prefix: int) -> tuple[int, int]:
+    """hpack's decode_integer of the integer at ``mv[i]``, given as bytes: its error message
+    shows what it was given, and a memoryview's repr is its address (a different issue
+    message on every run). It reads at most VARINT_MAX_LENGTH + 1 bytes: the same answer."""
+    return decode_integer(mv[i : i + VARINT_MAX_LENGTH + 1].tobytes(), prefix)
+
 
 STATIC_TABLE = HeaderTable.STATIC_TABLE
 STATIC_LEN = len(STATIC_TABLE)
@@ -197,7 +205,7 @@ class TolerantDecoder:
                         index = b & 0x7F
                         i += 1
                     else:
-                        index, used = decode_integer(mv[i:], 7)
+                        index, used = _integer(mv, i, 7)
                         i += used
                     if index == 0:
                         raise HPACKDecodingError("index 0")
@@ -206,7 +214,7 @@ class TolerantDecoder:
                         unknown_indexes.append(index)
                     fields.append((name, value))
                 elif b & 0xE0 == 0x20:  # dynamic table size update
-                    size, used = decode_integer(mv[i:], 5)
+                    size, used = _integer(mv, i, 5)
                     i += used
                     self._resize(size)
                 else:
@@ -219,7 +227,7 @@ class TolerantDecoder:
                         index = b & mask
                         i += 1
                     else:
-                        index, used = decode_integer(mv[i:], prefix)
+                        index, used = _integer(mv, i, prefix)
                         i += used
                     if index:
                         name, _ = self._lookup(index)
@@ -255,7 +263,7 @@ class TolerantDecoder:
             length = first & 0x7F
             i += 1
         else:
-            length, used = decode_integer(mv[i:], 7)
+            length, used = _integer(mv, i, 7)
             i += used
         end = i + length
         if end > n:
