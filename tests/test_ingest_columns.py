@@ -119,20 +119,47 @@ def test_run_strings():
     assert _run_strings([], []).to_pylist() == []
 
 
-def test_run_sent_counts_like_chunks():
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_run_sent_counts_like_chunks(monkeypatch, path):
+    import random
+
+    from telemetry.ingest import rates
+
+    if path == "python":
+        monkeypatch.setattr(rates, "_run_sent", None)
+    elif rates._run_sent is None:
+        pytest.fail("parsers.h2._speedups.run_sent is not built")
     buf = np.arange(256, dtype=np.uint8)
     rows = np.array(
         [[0, 1_000, 1, 0, 0, 10], [1, 50_000_000, 2, 0, 10, 30], [0, 150_000_000, 3, 10, 30, 31]],
         np.int64,
     )
     runs = [ChunkRun(3, rows, buf), ChunkRun(4, rows[:2].copy(), buf)]
+    rnd = random.Random(11)
+    for key in range(6):  # interleaved directions, time going back, buckets before 1970, empty runs
+        n = rnd.choice((0, 1, 7, 300))
+        ts = 1_700_000_000_000_000_000 * rnd.choice((1, -1)) + np.cumsum(
+            [rnd.choice((0, 1_000, 40_000_000, -30_000_000)) for _ in range(n)], dtype=np.int64)
+        starts = np.array([rnd.randrange(200) for _ in range(n)], np.int64)
+        cols = [np.array([rnd.choice((0, 1)) for _ in range(n)], np.int64), ts, np.arange(n, dtype=np.int64),
+                np.zeros(n, np.int64), starts, starts + np.array([rnd.randrange(50) for _ in range(n)], np.int64)]
+        runs.append(ChunkRun(key * 1000 + 7, np.ascontiguousarray(np.stack(cols, axis=1).reshape(n, 6)), buf))
     chunks: list[PayloadChunk] = expand_runs(runs)  # type: ignore[arg-type]
     totals: dict = {}
     for k, b, nbytes, count in zip(*(c.tolist() for c in _run_sent(runs)), strict=True):
         got = totals.get((k, b), (0, 0))
         totals[(k, b)] = (got[0] + nbytes, got[1] + count)
     assert totals == sent_totals(chunks)
+    assert len(totals) > 30
+    # in C a direction's consecutive chunks of one bucket come summed: fewer rows
+    rows_out = len(_run_sent(runs)[0])
+    assert rows_out == len(chunks) if path == "python" else rows_out < len(chunks) / 2
     assert chunks[1].data == bytes(range(10, 30)) and chunks[2].stream_offset == 10
+    # the pipeline's rows from them: one per direction and bucket, summed, either way
+    cd, bucket, nbytes, count, acked = rates.sent_rows(runs)
+    assert {(k, b): (x, c) for k, b, x, c in zip(cd.tolist(), bucket.tolist(), nbytes.tolist(), count.tolist(),
+                                                  strict=True)} == totals
+    assert len(cd) == len(totals) and (acked == -1).all()
 
 
 def test_gap_stats_match_the_per_request_quantiles():

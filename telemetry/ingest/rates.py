@@ -22,6 +22,8 @@ if TYPE_CHECKING:
 # lives in the h2 extension, which knows PayloadChunk's layout once parsers.h2 has loaded;
 # it returns None otherwise, and so does this without the extension: then Python counts)
 _sent_runs = getattr(speedups("parsers.h2"), "sent_runs", None)
+# the same over ChunkRuns' rows, per run and direction over consecutive rows of a bucket
+_run_sent = getattr(speedups("parsers.h2"), "run_sent", None)
 
 RATE_BUCKET_NS = 100_000_000  # a bucket: fine enough to see a shaper's ceiling
 # buckets of an open connection are written once capture time has moved this far past
@@ -227,7 +229,12 @@ def note_rates(conns: Mapping[int, Conn], ack_progress: Callable[[int, int], tup
 
 
 def run_sent(runs: list[ChunkRun]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(conn_key * 2 + direction, bucket, bytes, 1) per chunk of ChunkRuns, as columns."""
+    """(conn_key * 2 + direction, bucket, bytes, segments) of ChunkRuns' chunks, as
+    columns: a row per chunk, or (in C) per run of a direction's consecutive chunks in one
+    bucket; :func:`_by_bucket` sums either to the same rows."""
+    if _run_sent is not None:
+        sums = np.frombuffer(_run_sent(runs, RATE_BUCKET_NS), dtype=np.int64).reshape(-1, 4)
+        return sums[:, 0], sums[:, 1], sums[:, 2], sums[:, 3]
     rows = np.concatenate([r.rows for r in runs]) if len(runs) > 1 else runs[0].rows
     keys = np.concatenate([np.full(len(r), r.conn_key * 2, dtype=np.int64) for r in runs])
     return (keys + rows[:, RunColumn.DIRECTION], rows[:, RunColumn.TS_NS] // RATE_BUCKET_NS,
