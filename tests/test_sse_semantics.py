@@ -625,6 +625,10 @@ def test_stream_events_that_are_not_one_json_value_are_data() -> None:
     assert s.event("message", ' {"choices": [{"delta": {"content": "x"}}], "model": "m"}\u00a0\n') == (CONTENT, None)
     assert s.model == "m" and s.api == "openai"
     assert LlmStream().event("message", "[1, 2]") == (DATA, None)  # a value, not an object
+    # any JSON value where a name is looked for (the llm_shapes fuzz target found a list
+    # as "object" raising: a list is no member of a set)
+    for text in ('{"object": []}', '{"object": {"a": 1}}', '{"type": []}', '{"type": {}}', '{"object": [], "type": [1]}'):
+        assert LlmStream().event("message", text) == (DATA, None), text
 
 
 def test_loads_json_reads_every_text_as_json_does() -> None:

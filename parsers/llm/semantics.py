@@ -155,7 +155,8 @@ class LlmStream:
         typ = obj.get("type")
         if not isinstance(typ, str):
             typ = etype
-        if "choices" in obj or obj.get("object") in _OPENAI_OBJECTS:
+        object_type = obj.get("object")  # (any JSON value: a list is no set member, it raises)
+        if "choices" in obj or (isinstance(object_type, str) and object_type in _OPENAI_OBJECTS):
             self.api = self.api or "openai"
             return self._openai(obj)
         if typ.startswith("response."):
