@@ -56,8 +56,38 @@ def write_seeds(folder: Path) -> None:
     put("session", encode_chunks([(0, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), (1, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")]))
     for seed in sse_seeds():
         put("sse_rows", seed)
+    for seed in llm_shape_seeds():
+        put("llm_shapes", seed)
     for seed in h2_event_seeds():
         put("h2_events", seed)
+
+
+def llm_shape_seeds() -> list[bytes]:
+    """OpenAI-style chat streams (``llm_shapes``: event texts between blank lines): a role
+    chunk, content chunks of plain, escaped and non-ASCII text, a finish chunk, a usage
+    chunk and [DONE]; the same compact and spaced, with logprobs, with a running usage
+    count, with two choices, with the content's text written twice, with a tool call."""
+    def chunk(delta: str, rest: str = "", sep: str = ",") -> str:
+        return ('{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m",'
+                f'"choices":[{{"index":0,"delta":{delta},"logprobs":null,"finish_reason":null}}]{rest}}}').replace(",", sep)  # fmt: skip
+
+    # plain, JSON-escaped (a quote, non-ASCII, a line feed, a backslash), empty, raw
+    # non-ASCII, and a raw quote (not JSON)
+    contents = ["Hel", "lo", r" wor\"ld", r"\u00e9t\u00e9", "caf\u00e9", r"\n", "", "a b", r"\\", "é中", 'x"y']
+    usual = [chunk('{"role":"assistant","content":""}')] + [chunk(f'{{"content":"{c}"}}') for c in contents]
+    usual += [chunk("{}").replace('"finish_reason":null', '"finish_reason":"stop"'),
+              '{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9}}', "[DONE]", chunk('{"content":"x"}')]
+    spaced = [e.replace(",", ", ").replace(":", ": ") for e in usual]
+    logprobs = [chunk(f'{{"content":"{c}"}}').replace('"logprobs":null', '"logprobs":{"content":[{"token":"t"}]}')
+                for c in contents]
+    running = [chunk(f'{{"content":"{c}"}}', f',"usage":{{"prompt_tokens":3,"completion_tokens":{k}}}')
+               for k, c in enumerate(contents)]
+    two = [chunk(f'{{"content":"{c}"}}').replace('"finish_reason":null}]', f'"finish_reason":null}},{{"index":1,"delta":{{"content":"{c}"}}}}]')
+           for c in contents]
+    twice = [chunk(f'{{"content":"{c}"}}', f',"x":{{"content":"{c}"}}') for c in contents]
+    tools = [chunk('{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}],"content":"a"}'), chunk('{"content":"b"}')]
+    streams = (usual, spaced, logprobs, running, two, twice, tools, usual + running + usual)
+    return ["\n\n".join(events).encode() for events in streams]
 
 
 def _chunk(body: bytes) -> bytes:

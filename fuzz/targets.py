@@ -15,7 +15,10 @@
 * ``h2_events``: the same over HTTP/2 cleartext: the input's server chunks are DATA frames
   of a ``text/event-stream`` response (or, marked, raw bytes), its client chunks
   WINDOW_UPDATEs, read with the HTTP/2 C path (parsers/h2/_speedups.c, which reads DATA
-  frames of one whole event) and without it: the same again.
+  frames of one whole event) and without it: the same again;
+* ``llm_shapes``: an LLM stream's events (the input's texts between blank lines), read by
+  parsers.llm.semantics.LlmStream with the shortcut for events of the last content
+  event's shape and without it: the same kinds, tokens and facts.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from parsers import http1
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
 from parsers.h2 import _conn as h2_conn
 from parsers.h2._hpack import TolerantDecoder
+from parsers.llm import semantics
 from parsers.records import ChunkRun, DecodeStats, PayloadChunk
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
@@ -229,7 +233,37 @@ def target_h2_events(data: bytes) -> None:
         raise AssertionError("the HTTP/2 C path read the event stream otherwise")
 
 
+def llm_events(data: bytes) -> list[str]:
+    """The ``llm_shapes`` input: event data texts between blank lines (undecodable bytes
+    replaced, as the framers decode them)."""
+    return data.decode("utf-8", "replace").split("\n\n")
+
+
+STREAM_FACTS = ("model", "finish_reason", "prompt_tokens", "completion_tokens", "api", "done",
+                "_cum", "_cum_all", "_counted", "_count_all")  # fmt: skip
+
+
+def read_llm_events(texts: list[str], shapes: bool) -> tuple:
+    """What an LlmStream says of each event and its facts at the end, with the shortcut for
+    events of a content event's shape, or without (no shape is ever taken)."""
+    saved = semantics._content_shape
+    try:
+        if not shapes:
+            semantics._content_shape = lambda _s, _obj: None
+        stream = semantics.LlmStream()
+        said = [stream.event("message", text) for text in texts]
+    finally:
+        semantics._content_shape = saved
+    return said, tuple(getattr(stream, name) for name in STREAM_FACTS)
+
+
+def target_llm_shapes(data: bytes) -> None:
+    texts = llm_events(data)
+    if read_llm_events(texts, True) != read_llm_events(texts, False):
+        raise AssertionError("an event read by the shape of the last content event was read otherwise")
+
+
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": target_capture, "session": target_session, "hpack": target_hpack, "tls": target_tls,
-    "sse_rows": target_sse_rows, "h2_events": target_h2_events,
+    "sse_rows": target_sse_rows, "h2_events": target_h2_events, "llm_shapes": target_llm_shapes,
 }  # fmt: skip

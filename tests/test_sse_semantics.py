@@ -684,3 +684,76 @@ def test_loads_json_reads_every_text_as_json_does() -> None:
                 cut[min(at, len(cut) - 1)] = rnd.choice(alphabet)
         text = "".join(cut)
         assert outcome(loads_json, text) == outcome(json.loads, text), text
+
+
+def test_events_of_the_last_content_events_shape_read_as_in_full() -> None:
+    """A chat stream's content events differ in their delta's content alone: one that is
+    the last content event read in full with other plain, non-empty content is taken
+    without reading it again. The same kinds, tokens and facts as reading every event
+    whole, on hand-made streams (escaped, quoted and empty content, usage and logprobs that
+    count tokens, two choices, the content written twice, a tool call, a new id or model,
+    [DONE]) and on thousands of random ones and their random mutilations."""
+    from fuzz.seeds import llm_shape_seeds
+    from fuzz.targets import llm_events, read_llm_events
+
+    for seed in llm_shape_seeds():
+        texts = llm_events(seed)
+        assert read_llm_events(texts, True) == read_llm_events(texts, False), texts
+    # the usual stream takes the shortcut: its content events after the first are not
+    # read as JSON again
+    stream = LlmStream()
+    texts = [chat({"role": "assistant", "content": ""})] + [chat({"content": f"tok{i} x"}) for i in range(5)]
+    assert [stream.event("message", t) for t in texts] == [(START, None)] + [(CONTENT, None)] * 5
+    before, after = stream._shape
+    assert before.endswith('"content": "') and after.startswith('"}') and stream.model == "m-1"
+    # what does not fit the shape is read whole: a quote, a backslash, a control
+    # character or nothing where the content was; another id; usage
+    for odd in ('a"b', "a\\\\b", "a\\nb", ""):
+        text = texts[1].replace('"content": "tok0 x"', f'"content": "{odd}"')
+        assert text != texts[1]
+        assert stream.event("message", text) == LlmStream().event("message", text), text
+    rnd = random.Random(13)
+    alphabet = ['a', ' ', 'é', '中', '"', '\\', '\n', '\x01', '\\n', '\\"', '\\u00e9', '\\\\', '}', ',', 'content']
+
+    def content() -> str:  # mostly plain words, now and then what is not plain
+        if rnd.random() < 0.7:
+            return "".join(rnd.choice("ab é中") for _ in range(rnd.randrange(1, 6)))
+        return "".join(rnd.choice(alphabet) for _ in range(rnd.randrange(4)))
+
+    def event(seq: int, style: dict) -> str:
+        # mostly the stream's style with other content; now and then something else
+        def odd(p: float) -> bool:
+            return rnd.random() < p
+
+        delta: dict = {"role": "assistant", "content": ""} if odd(0.05) else {"content": content()}
+        if odd(0.03):
+            delta["tool_calls"] = [{"index": 0, "function": {"arguments": content()}}]
+        choice: dict = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": None}
+        if odd(0.03):
+            choice["logprobs"] = {"content": [{"token": "t"}] * rnd.randrange(3)}
+        if odd(0.03):
+            choice["finish_reason"] = rnd.choice(["stop", ""])
+        obj: dict = {"id": style["id"] if not odd(0.03) else f"c{seq}", "object": "chat.completion.chunk",
+                     "model": style["model"] if not odd(0.03) else rnd.choice(["n", ""]), "choices": [choice]}  # fmt: skip
+        if odd(0.03):
+            obj["choices"].append({"index": 1, "delta": {"content": content()}})
+        if style["usage"] or odd(0.03):
+            obj["usage"] = {"prompt_tokens": 2, "completion_tokens": seq}
+        if style["x"]:
+            obj["x"] = {"content": delta.get("content", "") if odd(0.5) else content()}
+        text = json.dumps(obj, ensure_ascii=style["ascii"], separators=style["separators"])
+        # the content as written: JSON's escapes, or raw text that may break it
+        written = json.dumps(delta.get("content", ""), ensure_ascii=style["ascii"])
+        if odd(0.2) and written in text:
+            text = text.replace(written, f'"{content()}"', 1)
+        if odd(0.03):
+            at = rnd.randrange(len(text) + 1)
+            text = text[:at] + rnd.choice(alphabet) + text[at + 1 :]
+        return rnd.choice(["[DONE]", "not json", " " + text]) if odd(0.02) else text
+
+    for _ in range(2000):
+        style = {"id": f"c{rnd.randrange(3)}", "model": rnd.choice(["m", "m-2"]), "usage": rnd.random() < 0.1,
+                 "x": rnd.random() < 0.1, "ascii": rnd.random() < 0.3,
+                 "separators": rnd.choice([(",", ":"), (", ", ": "), (" , ", " : ")])}  # fmt: skip
+        texts = [event(seq, style) for seq in range(rnd.randrange(1, 20))]
+        assert read_llm_events(texts, True) == read_llm_events(texts, False), texts

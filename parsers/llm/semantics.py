@@ -55,6 +55,9 @@ _OPENAI_OBJECTS = frozenset(("chat.completion.chunk", "text_completion", "chat.c
 # 64 bits) where json keeps it (a translation and a search: a regex took four times as long)
 _DIGITS_MARKED = bytes.maketrans(b"0123456789", b"#" * 10)
 _NINETEEN = b"#" * 19
+# a JSON string's text that is its value as written: no quote, backslash or control character
+_PLAIN = re.compile(r'[^"\\\x00-\x1f]+')
+_JSON_SPACE = " \t\n\r"
 
 
 def loads_json(s: str) -> Any:
@@ -107,11 +110,37 @@ def _other_delta_content(d: dict[str, Any]) -> bool:
             or _tool_content(d.get("tool_calls")) or _tool_content(d.get("function_call")))  # fmt: skip
 
 
+def _content_shape(s: str, obj: dict[str, Any]) -> tuple[str, str] | None:
+    """The text of an OpenAI chat event ``s`` (read as ``obj``: a content event that said
+    no tokens) before and after its one choice's ``delta.content``, when that is plain and
+    non-empty and written as it is, once, as the value of a key "content": any other plain
+    non-empty text there makes the same object but for that string, which
+    LlmStream._openai reads as the same content (a "content" string elsewhere it does not
+    read). Not when the event has usage (its running count would make tokens of it)."""
+    choices = obj.get("choices")
+    if not isinstance(choices, list) or len(choices) != 1 or not isinstance(choices[0], dict):
+        return None
+    if isinstance(obj.get("usage"), dict):
+        return None
+    delta = choices[0].get("delta")
+    content = delta.get("content") if isinstance(delta, dict) else None
+    if not isinstance(content, str) or not _PLAIN.fullmatch(content):
+        return None
+    quoted = f'"{content}"'
+    at = s.find(quoted)
+    if at < 0 or s.find(quoted, at + 1) >= 0:
+        return None
+    key = s[:at].rstrip(_JSON_SPACE)
+    if not key.endswith(":") or not key[:-1].rstrip(_JSON_SPACE).endswith('"content"'):
+        return None
+    return s[: at + 1], s[at + 1 + len(content) :]
+
+
 class LlmStream:
     """The facts of one LLM response stream, event by event."""
 
     __slots__ = ("model", "finish_reason", "prompt_tokens", "completion_tokens", "api", "done",
-                 "_cum", "_cum_all", "_counted", "_count_all")  # fmt: skip
+                 "_cum", "_cum_all", "_counted", "_count_all", "_shape")  # fmt: skip
 
     def __init__(self) -> None:
         self.model: str | None = None
@@ -124,6 +153,9 @@ class LlmStream:
         self._cum_all = True  # every event so far carried usage
         self._counted = 0  # tokens stated per content event, summed
         self._count_all = True  # every content event stated its tokens
+        # (text before, text after) the delta's content in the last content event read
+        # whole that said no tokens (see _content_shape)
+        self._shape: tuple[str, str] | None = None
 
     # -- events ------------------------------------------------------------------------
     def event(self, etype: str, data: str) -> tuple[int, int | None] | None:
@@ -137,6 +169,17 @@ class LlmStream:
             return None
         if not s.startswith(("{", "[")):
             return DATA, None
+        shape = self._shape
+        if shape is not None:
+            # a chat stream's content events differ in their delta's content alone (~3 us
+            # an event read whole, half the reading of a stream over HTTP/1.1): an event
+            # that is the last one read whole with other plain, non-empty content is read
+            # as it was (the content counts only as a non-empty string) and sets the facts
+            # that one set, as they are
+            before, after = shape
+            end = len(s) - len(after)
+            if end > len(before) and s.startswith(before) and s.endswith(after) and _PLAIN.fullmatch(s, len(before), end):
+                return CONTENT, None
         try:
             obj = loads_json(s)
         except ValueError:
@@ -144,11 +187,16 @@ class LlmStream:
         if not isinstance(obj, dict):
             return DATA, None
         kind, tokens = self._read(obj, etype)
+        shape = None
         if kind == CONTENT:
             if tokens is None:
                 self._count_all = False
+                shape = _content_shape(s, obj)
             else:
                 self._counted += tokens
+        # the shape of this event, if any, not an earlier one's: what this one set (a
+        # model, a finish reason) an event of that shape would set again
+        self._shape = shape
         return kind, tokens
 
     def _read(self, obj: dict[str, Any], etype: str) -> tuple[int, int | None]:
