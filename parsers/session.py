@@ -185,7 +185,7 @@ class AppSession:
         self.protocol = "unknown"
         self._flipped = False
         self._orient_locked = False  # orientation known from HTTP/1.1 before a tunnel/upgrade
-        self._mode = "sniff"  # sniff | h2 | http1 | tls | opaque
+        self._mode = "sniff"  # sniff | h2 | http1 | tls | opaque | broken (see broke)
         self._held: list[_Held] = []
         self._prefix = [bytearray(), bytearray()]
         self._scan_from = [0, 0]  # where the frame-chain scan of each prefix resumes
@@ -203,6 +203,8 @@ class AppSession:
         self._issues: list[DecodeIssue] = []
         self._h1_index_base = 0
         self._finished: SessionResult | None = None
+        self._broken_tls: dict | None = None  # a broken TLS connection's facts (see broke)
+        self._broken_rows: tuple | None = None  # what its decoders had ready (take_columns)
 
     # -- public ----------------------------------------------------------------------
 
@@ -264,7 +266,43 @@ class AppSession:
             self._feed_h1(item)
         elif mode == "tls":
             self._tls.feed(*item)  # type: ignore[union-attr]
-        # opaque: nothing to decode
+        # opaque, broken: nothing to decode
+
+    def broke(self, exc: Exception, frame_no: int = 0, where: str = "") -> None:
+        """A decoder of this connection raised on its bytes: a bug of ours, never a reason
+        to lose the rest of the capture. Say so (a ``session_internal_error`` issue at
+        ``frame_no``), keep what was taken, decode nothing more of it (its TCP figures go
+        on), keeping its orientation and what its decoders had ready (the rows and
+        requests they finished; what they were reading is lost with them). ``where``:
+        said after "stopped" (which packets)."""
+        if self._mode == "broken":
+            return
+        try:
+            self._broken_rows = self.take_columns()
+        except Exception:  # noqa: BLE001 - the decoders may be what raised: nothing ready then
+            self._broken_rows = None
+        self._flipped = self.flipped
+        self._orient_locked = True
+        if self._tls is not None:
+            try:
+                self._broken_tls = self._tls.facts()
+            except Exception:  # noqa: BLE001 - the facts of a connection that broke: best effort
+                self._broken_tls = None
+        self._issues.append(DecodeIssue(
+            "session_internal_error", frame_no,
+            f"{self.protocol} decoding of this connection stopped{where}: {type(exc).__name__}: {exc}",
+        ))  # fmt: skip
+        for decoder in (self._h1, self._h2, self._tls):  # what they found wrong before
+            if decoder is not None:
+                self._issues += decoder.issues
+        self._mode = "broken"
+        self.fast_feed = None
+        self.__dict__.pop("feed", None)  # the HTTP/2 steady state's shortcut
+        self._held.clear()
+        self._h1 = self._h2 = self._inner = None
+        if self._tls is not None:
+            self._tls.plaintext = _finished_plaintext
+            self._tls = None
 
     def feed_run(self, run: ChunkRun) -> None:
         """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the
@@ -272,6 +310,8 @@ class AppSession:
         and TLS take its rows as they are."""
         first, n = 0, len(run)
         step = 16
+        if self._mode == "broken":
+            return
         while first < n:
             if self.fast_feed is not None:
                 h2 = self._h2
@@ -359,6 +399,9 @@ class AppSession:
     def take_columns(self) -> tuple[list[RequestRecord], np.ndarray, list[H2Event]]:
         """Like :meth:`take_rows`, with messages as one int64 (n, 7) array of the
         MessageRow fields (compressed as 0/1): no tuple per message."""
+        if self._mode == "broken":
+            taken, self._broken_rows = self._broken_rows, None
+            return taken if taken is not None else ([], _NO_COLS, [])
         if self._tls is not None:
             return self._take_tls_columns(final=False)
         reqs, self._requests = self._requests, []
@@ -386,8 +429,8 @@ class AppSession:
         """Like :meth:`take_records`, with messages as :data:`MessageRow` tuples
         (stream_id, direction, index, ts_ns, size, compressed, end_offset): the
         pipeline turns them into columns without a record object per message."""
-        if self._tls is not None:
-            reqs, cols, evs = self._take_tls_columns(final=False)
+        if self._tls is not None or self._mode == "broken":
+            reqs, cols, evs = self._take_tls_columns(final=False) if self._tls is not None else self.take_columns()
             return reqs, [tuple(r) for r in cols.tolist()], evs
         reqs, self._requests = self._requests, []
         rows = _rows_of(self._messages)
@@ -420,6 +463,13 @@ class AppSession:
             self._decide_final()
         if self._tls is not None:
             return self._finish_tls(end_ns)
+        if self._mode == "broken":
+            reqs, cols, evs = self.take_columns()
+            rows = [tuple(r) for r in cols.tolist()]
+            msgs = [message_from_row(self.conn_key, row) for row in rows]
+            self._finished = SessionResult(self.protocol, self._flipped, reqs, msgs, evs, list(self._issues), rows,
+                                           self._broken_tls)  # fmt: skip
+            return self._finished
         reqs = self._requests
         rows = _rows_of(self._messages)
         self._requests, self._messages = [], []

@@ -26,7 +26,9 @@ from parsers.records import (
     DecodeIssue,
     DecodeStats,
     PacketBatch,
+    PayloadChunk,
     RttRun,
+    RunColumn,
 )
 from parsers.session import AppSession, SessionResult
 from parsers.tcp import TcpAnalyzer, flip_summary
@@ -78,6 +80,19 @@ _PART_TABLES = {
     "segment_sends": segment_sends_table,
 }
 _CONN_KEY = attrgetter("conn_key")
+
+
+def _broke(session: AppSession, exc: Exception, item: PayloadChunk | ChunkRun | None) -> None:
+    """A connection's decoders raised (a bug of ours): that connection stops being decoded
+    and says so, the capture goes on (AppSession.broke); at the packet being read, or the
+    packets of the run being read."""
+    if type(item) is ChunkRun and len(item):
+        first, last = (int(f) for f in item.rows[[0, -1], RunColumn.FRAME_NO])
+        session.broke(exc, first, f" in packets {first}-{last}" if last != first else "")
+    elif type(item) is PayloadChunk:
+        session.broke(exc, item.frame_no)
+    else:
+        session.broke(exc)
 
 
 class CapturePipeline:
@@ -199,11 +214,14 @@ class CapturePipeline:
                 session = sessions.get(key)
                 if session is None:
                     session = self._open_session(key)
-                for item in group:
-                    if type(item) is ChunkRun:
-                        session.feed_run(item)
-                    else:
-                        session.feed(item)
+                try:
+                    for item in group:
+                        if type(item) is ChunkRun:
+                            session.feed_run(item)
+                        else:
+                            session.feed(item)
+                except Exception as exc:  # noqa: BLE001 - see _broke
+                    _broke(session, exc, item)
             sent = sent_rows(chunks)
             self.sendlog.note_chunks(chunks)
         else:
@@ -273,7 +291,10 @@ class CapturePipeline:
             session = self.sessions.get(chunk.conn_key)
             if session is None:
                 session = self._open_session(chunk.conn_key)
-            session.feed(chunk)
+            try:
+                session.feed(chunk)
+            except Exception as exc:  # noqa: BLE001 - see _broke
+                _broke(session, exc, chunk)
         self._take_tcp_events()
         ended = [(summary, *self._end_session(summary)) for summary in summaries]
         # their last ACK progress into their flow_rates buckets, all together
@@ -292,7 +313,11 @@ class CapturePipeline:
         events go to the connection as they are taken)."""
         for conn in self.conns.values():
             if conn.session is not None:
-                requests, rows, h2_events = conn.session.take_columns()
+                try:
+                    requests, rows, h2_events = conn.session.take_columns()
+                except Exception as exc:  # noqa: BLE001 - see _broke
+                    _broke(conn.session, exc, None)
+                    requests, rows, h2_events = conn.session.take_columns()
                 conn.rows.h2.extend(h2_events)
                 conn.pending_requests.extend(requests)
                 if len(rows):
@@ -339,7 +364,13 @@ class CapturePipeline:
         """A closed connection's state, out of the open ones, and its session's last rows."""
         conn = self.conns.pop(summary.conn_key, None) or Conn(summary.conn_key)
         self.sessions.pop(summary.conn_key, None)
-        return conn, conn.session.finish(summary.end_ns) if conn.session is not None else None
+        if conn.session is None:
+            return conn, None
+        try:
+            return conn, conn.session.finish(summary.end_ns)
+        except Exception as exc:  # noqa: BLE001 - see _broke
+            _broke(conn.session, exc, None)
+            return conn, conn.session.finish(summary.end_ns)
 
     def _close(self, summary: ConnectionSummary, conn: Conn, result: SessionResult | None) -> None:
         """Resolve and write what a closed connection holds (its last message rows are
