@@ -1604,6 +1604,19 @@ static int headers_in_python(PyObject *conn, ctx_t *ctx, streaks_t *S, long long
     return 1;
 }
 
+/* A ChunkRun's rows as a buffer: C-contiguous int64 (n, RUN_NCOLS). 0, or -1 with the
+ * error set (and nothing held). */
+static int run_rows_buffer(PyObject *rows, Py_buffer *rv) {
+    if (PyObject_GetBuffer(rows, rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return -1;
+    if (rv->ndim != 2 || rv->shape[1] != RUN_NCOLS || rv->itemsize != 8 || rv->format == NULL ||
+        strchr("lq", rv->format[strlen(rv->format) - 1]) == NULL || rv->format[0] == '>' || rv->format[0] == '!') {
+        PyBuffer_Release(rv);
+        PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, RUN_NCOLS) array");
+        return -1;
+    }
+    return 0;
+}
+
 /* feed_run(conn, conn_key, rows, buf, first): conn.feed_chunk for every row of a
  * ChunkRun from row `first` on (rows: C-contiguous int64 (n, RUN_NCOLS) direction, ts_ns,
  * frame_no, stream_offset, start, end; buf: the bytes they index), in order. Rows made of
@@ -1623,13 +1636,7 @@ static PyObject *feed_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_ssize_t first = PyLong_AsSsize_t(args[4]);
     if (first == -1 && PyErr_Occurred()) return NULL;
     Py_buffer rv, bv;
-    if (PyObject_GetBuffer(args[2], &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (rv.ndim != 2 || rv.shape[1] != RUN_NCOLS || rv.itemsize != 8 || rv.format == NULL ||
-        strchr("lq", rv.format[strlen(rv.format) - 1]) == NULL || rv.format[0] == '>' || rv.format[0] == '!') {
-        PyBuffer_Release(&rv);
-        PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, RUN_NCOLS) array");
-        return NULL;
-    }
+    if (run_rows_buffer(args[2], &rv) < 0) return NULL;
     if (PyObject_GetBuffer(args[3], &bv, PyBUF_SIMPLE) < 0) {
         PyBuffer_Release(&rv);
         return NULL;
@@ -2104,15 +2111,9 @@ static PyObject *run_sent(PyObject *self, PyObject *const *args, Py_ssize_t narg
         PyObject *rows = PyObject_GetAttrString(run, "rows");
         if (rows == NULL) goto error;
         Py_buffer rv;
-        int got = PyObject_GetBuffer(rows, &rv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT);
+        int got = run_rows_buffer(rows, &rv);
         Py_DECREF(rows);
         if (got < 0) goto error;
-        if (rv.ndim != 2 || rv.shape[1] != RUN_NCOLS || rv.itemsize != 8 || rv.format == NULL ||
-            strchr("lq", rv.format[strlen(rv.format) - 1]) == NULL || rv.format[0] == '>' || rv.format[0] == '!') {
-            PyBuffer_Release(&rv);
-            PyErr_SetString(PyExc_TypeError, "rows must be a C-contiguous int64 (n, RUN_NCOLS) array");
-            goto error;
-        }
         Py_ssize_t n = rv.shape[0];
         if (used + n > cap) { /* at most one quadruple a row */
             Py_ssize_t want = cap * 2 > used + n ? cap * 2 : used + n + 1024;
