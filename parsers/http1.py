@@ -181,6 +181,12 @@ class Http1Conn:
         self._frame_no = 0
         self._tmp: list[tuple[int, int, int, int]] = []
 
+    @property
+    def frame_no(self) -> int:
+        """The packet whose bytes it reads (the last of a run read at once): where its
+        issues are placed."""
+        return self._frame_no
+
     # -- feeding ---------------------------------------------------------------------
 
     def holding(self, role: int) -> bool:

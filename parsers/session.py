@@ -273,10 +273,14 @@ class AppSession:
         to lose the rest of the capture. Say so (a ``session_internal_error`` issue at
         ``frame_no``), keep what was taken, decode nothing more of it (its TCP figures go
         on), keeping its orientation and what its decoders had ready (the rows and
-        requests they finished; what they were reading is lost with them). ``where``:
-        said after "stopped" (which packets)."""
+        requests they finished; what they were reading is lost with them). At the packet
+        its decoders were reading, where they say; else at ``frame_no``, ``where`` said
+        after "stopped" (which packets)."""
         if self._mode == "broken":
             return
+        reading = self._reading_frame()
+        if reading:  # the packet the decoder was at, more exact than the caller's
+            frame_no, where = reading, ""
         try:
             self._broken_rows = self.take_columns()
         except Exception:  # noqa: BLE001 - the decoders may be what raised: nothing ready then
@@ -303,6 +307,11 @@ class AppSession:
         if self._tls is not None:
             self._tls.plaintext = _finished_plaintext
             self._tls = None
+
+    def _reading_frame(self) -> int:
+        """The packet this connection's decoders were reading (0: not known)."""
+        sessions = [self] if self._inner is None else [self, self._inner]
+        return max((d.frame_no for s in sessions for d in (s._h1, s._h2) if d is not None), default=0)
 
     def feed_run(self, run: ChunkRun) -> None:
         """Feed every chunk of ``run`` (same result as :meth:`feed` on each); in the

@@ -104,6 +104,11 @@ class H2Connection(FrameHandlers):
     def held(self) -> int:
         return len(self.done) + len(self.msg_buf) // MSG_ROW.size + len(self.events)
 
+    @property
+    def frame_no(self) -> int:
+        """The packet whose bytes it reads: where its issues are placed."""
+        return self._frame_no
+
     def _issue(self, kind: str, msg: str) -> None:
         self.issues.append(DecodeIssue(kind, self._frame_no, msg))
 
