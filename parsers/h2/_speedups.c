@@ -59,6 +59,12 @@ static int list_add(PyObject *list, Py_ssize_t i, long long delta) {
     return list_set(list, i, sum);
 }
 
+/* ts // bucket_ns as Python floors it (bucket_ns > 0): the flow_rates bucket of a time */
+static inline long long floor_bucket(long long ts, long long bucket_ns) {
+    long long bucket = ts / bucket_ns;
+    return ts % bucket_ns < 0 ? bucket - 1 : bucket;
+}
+
 static inline unsigned long be32(const unsigned char *p) {
     return ((unsigned long)p[0] << 24) | ((unsigned long)p[1] << 16) | ((unsigned long)p[2] << 8) | p[3];
 }
@@ -1055,10 +1061,9 @@ static int try_fast(PyObject *conn, PyObject *chunk) {
     Py_ssize_t n = PyBytes_GET_SIZE(data);
     int r = try_fast_raw(conn, &ctx, d, b, n, offset, ts, frame_no);
     long long fno;
-    /* an event-stream frame (a TLS record's plaintext, say) */
-    if (r == 0 && event_splitter_type != NULL && n >= 16 && b[3] == 0 && memcmp(b + 9, "data:", 5) == 0 &&
-        slot_ll(chunk, c_off[C_FRAME_NO], &fno) == 0)
-        r = try_sse_frame(conn, &ctx, d, b, n, offset, ts, fno);
+    /* an event-stream frame (a TLS record's plaintext, say): try_sse_frame makes its own
+     * checks (feed_run checks the "data:" first, to flush its streaks only then) */
+    if (r == 0 && slot_ll(chunk, c_off[C_FRAME_NO], &fno) == 0) r = try_sse_frame(conn, &ctx, d, b, n, offset, ts, fno);
     ctx_clear(&ctx);
     return r;
 }
@@ -2040,8 +2045,7 @@ static PyObject *sent_runs(PyObject *self, PyObject *const *args, Py_ssize_t nar
             PyObject *data = SLOT(c, c_off[C_DATA]);
             if (data == NULL || !PyBytes_CheckExact(data)) goto python;
             key = conn_key * 2 + d;
-            bucket = ts / bucket_ns;
-            if (ts % bucket_ns < 0) bucket -= 1; /* floor division, as in Python */
+            bucket = floor_bucket(ts, bucket_ns);
             len = PyBytes_GET_SIZE(data);
             if (count && key == cur_key && bucket == cur_bucket) {
                 nbytes += len;
@@ -2132,8 +2136,7 @@ static PyObject *run_sent(PyObject *self, PyObject *const *args, Py_ssize_t narg
         for (Py_ssize_t i = 0; i < n; i++) {
             const long long *row = r + RUN_NCOLS * i;
             long long d = row[RUN_DIRECTION], ts = row[RUN_TS_NS];
-            long long bucket = ts / bucket_ns;
-            if (ts % bucket_ns < 0) bucket -= 1; /* floor division, as in Python */
+            long long bucket = floor_bucket(ts, bucket_ns);
             long long len = row[RUN_END] - row[RUN_START];
             int slot = d == 1; /* directions are 0 and 1; another value gets its own rows */
             Py_ssize_t at = (d == 0 || d == 1) ? open_at[slot] : -1;
