@@ -147,6 +147,7 @@ def _ingest_and_report(
     force: bool, jobs: int | None, report: bool, window: str | None, keylog: list[Path] | None,
 ) -> int:
     from telemetry.store.capture_id import prefetch
+    from telemetry.store.layout import StoreError, StoreLayout
 
     status = StatusLines()
     keys = None
@@ -156,9 +157,12 @@ def _ingest_and_report(
             return EXIT_INPUT
     jobs, split = _processes(jobs)
     if jobs == 1 or len(captures) == 1:
-        prefetch(captures)  # the files' hashes run while the pipeline's modules import
+        try:  # the files' hashes run while the pipeline's modules import
+            prefetch(captures, StoreLayout(out).capture_id_scheme())
+        except StoreError:
+            pass  # said below, where the store is written
     from telemetry.ingest import IngestOptions, IngestResult, ingest_file
-    from telemetry.store.parquet import Store, StoreError, clean_staging
+    from telemetry.store.parquet import Store, clean_staging
 
     store = Store(out)
     clean_staging(out)

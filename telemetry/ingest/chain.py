@@ -78,7 +78,7 @@ class IngestChain:
         result.error = unreadable(path)
         if result.error:
             return result
-        result.capture_id = capture_id_of(path)
+        result.capture_id = capture_id_of(path, self.store.capture_id_scheme())
         if self.store.has_capture(result.capture_id) and not self.options.force:
             self.close()
             result.skipped = True

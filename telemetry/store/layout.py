@@ -6,7 +6,8 @@ numpy.
 Layout: ``ROOT/<table>/date=YYYY-MM-DD/hour=HH/<capture_id>-<seq>.parquet`` (a capture
 split between two processes also has ``<capture_id>-p1-<seq>.parquet`` files); models kept
 with a capture: ``ROOT/models/<key>/<model>/<capture_id>.parquet``; a capture being
-written: ``ROOT/.staging/<capture_id>/``.
+written: ``ROOT/.staging/<capture_id>/``; the hash the capture ids are of:
+``ROOT/capture-id-scheme``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,11 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from telemetry.store.capture_id import CURRENT, LEGACY, SCHEMES
 from telemetry.store.schema import COLUMNS
 
 STAGING = ".staging"
+ID_SCHEME_FILE = "capture-id-scheme"  # its text: the hash of the store's capture ids
 MODELS = "models"  # models stored with each capture: MODELS/<key>/<model>/<capture_id>.parquet
 
 
@@ -51,6 +54,21 @@ class StoreLayout:
     def kept_model_files(self, capture_id: str, model: str = "*") -> Iterator[Path]:
         """The files of the models kept with a capture (one model's, or all), under any key."""
         return (self.root / MODELS).glob(f"*/{model}/{capture_id}.parquet")
+
+    def capture_id_scheme(self) -> str:
+        """The hash this store's capture ids are of (telemetry.store.capture_id): what
+        its ID_SCHEME_FILE says; without the file, a store that holds captures was
+        written before it was (SHA-256 ids), a new one takes the current hash."""
+        path = self.root / ID_SCHEME_FILE
+        try:
+            scheme = path.read_text(encoding="ascii", errors="replace").strip()
+        except FileNotFoundError:
+            return LEGACY if self.capture_ids() else CURRENT
+        except OSError as exc:
+            raise StoreError(f"{path}: cannot read the store's capture id scheme: {exc.strerror}") from exc
+        if scheme not in SCHEMES:
+            raise StoreError(f"{path}: unknown capture id scheme {scheme[:40]!r} (known: {', '.join(SCHEMES)})")
+        return scheme
 
     def has_capture(self, capture_id: str) -> bool:
         return any(self.table_dir("captures").glob(f"**/{capture_id}-*.parquet"))

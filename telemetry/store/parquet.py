@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow._compute  # noqa: F401 - see below
 import pyarrow.parquet as pq
 
+from telemetry.store.layout import ID_SCHEME_FILE, STAGING, StoreLayout
 from telemetry.store.layout import MODELS as MODELS
-from telemetry.store.layout import STAGING, StoreLayout
 from telemetry.store.layout import StoreError as StoreError
 from telemetry.store.schema import COLUMNS, PARTITION_FALLBACK, PARTITION_TIME, TABLES
 
@@ -51,6 +51,20 @@ class Store(StoreLayout):
         if not os.access(self.root, os.W_OK):
             raise StoreError(f"store folder {self.root} is not writable")
         return CaptureWriter(self, capture_id, flush_rows, part)
+
+    def keep_capture_id_scheme(self) -> None:
+        """Write down the hash of the store's capture ids before its first capture goes
+        in (a store written before the file holds SHA-256 ids, and says so from then on)."""
+        path = self.root / ID_SCHEME_FILE
+        if path.exists():
+            return
+        scheme = self.capture_id_scheme()
+        fresh = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            fresh.write_text(scheme + "\n", encoding="ascii")
+            os.replace(fresh, path)  # whole or not at all, for another process reading it
+        except OSError as exc:
+            raise StoreError(f"cannot write {path}: {exc.strerror}") from exc
 
 
 def _as_float(column: pa.ChunkedArray) -> np.ndarray:
@@ -354,6 +368,7 @@ class CaptureWriter:
         self._write_out()
         if derive is not None:
             self._staged.update(derive(self))
+        self.store.keep_capture_id_scheme()
         self.store.remove_capture(self.capture_id)  # replace an earlier ingest of the same file
         for src, place in sorted(self._staged.items(), key=lambda item: item[1].parts[0] == "captures"):
             dst = self.store.root / place
