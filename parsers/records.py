@@ -129,6 +129,7 @@ class DecodeStats:
     truncated: int = 0  # packets cut by the snaplen inside the headers
     unknown_linktype: int = 0
     malformed: int = 0
+    time_outliers: int = 0  # packets stamped far off the packets around them (parsers.capture._clock)
     linktypes: dict[int, int] = field(default_factory=dict)  # linktype -> packets
 
 

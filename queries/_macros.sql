@@ -52,11 +52,17 @@ CREATE OR REPLACE MACRO delayed_ack_max_ms() AS 200.0;
 -- IPv4 (20) and TCP with timestamps (32).
 CREATE OR REPLACE MACRO header_bytes() AS 66;
 
--- The whole seconds a time span touches (epoch seconds), for joining events to the spans
--- they fall in by equality on the second and then the exact range: a range join alone
--- pairs every span of a connection with every event of it.
+-- The numbers lo, lo + 1, ... up to hi (excluded) of a span's seconds (per_s 1) or
+-- 100 ms buckets (per_s 10), for joining rows to the spans they fall in by equality and
+-- then the exact range (a range join alone pairs every span of a connection with every
+-- row of it): at most an hour of them. A longer span is a clock that jumped while it
+-- was open (a capture stamped 1970 for a while from then on): its first hour is looked
+-- at, not the decades in between, which would be billions of rows.
+CREATE OR REPLACE MACRO span_range(lo, hi, per_s) AS range(lo, least(hi, lo + 3600 * per_s));
+
+-- The whole seconds a time span touches (epoch seconds), as span_range.
 CREATE OR REPLACE MACRO seconds_between(lo, hi) AS
-    range(epoch_ns(lo) // 1000000000, greatest(epoch_ns(hi), epoch_ns(lo)) // 1000000000 + 1);
+    span_range(epoch_ns(lo) // 1000000000, greatest(epoch_ns(hi), epoch_ns(lo)) // 1000000000 + 1, 1);
 
 -- A request is in a compared period: started in [since_ns, until_ns) (null: open) and from
 -- one of capture_ids (null: any capture).

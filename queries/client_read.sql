@@ -67,7 +67,7 @@ spans AS (  -- the seconds from each acked message's send to its ACK: the one it
     -- then any later ones (the few messages whose ACK came in a later second)
     SELECT ck, ts, acked_ts, epoch_ns(ts) // 1000000000 AS sec FROM sent WHERE acked_ts IS NOT NULL
     UNION ALL
-    SELECT ck, ts, acked_ts, unnest(range(epoch_ns(ts) // 1000000000 + 1, epoch_ns(acked_ts) // 1000000000 + 1))
+    SELECT ck, ts, acked_ts, unnest(span_range(epoch_ns(ts) // 1000000000 + 1, epoch_ns(acked_ts) // 1000000000 + 1, 1))
     FROM sent WHERE epoch_ns(acked_ts) // 1000000000 > epoch_ns(ts) // 1000000000
 ),
 troubled AS (  -- something went wrong toward the client between a send and its ACK
@@ -131,7 +131,7 @@ next_update AS (  -- the messages ACKed in those gaps, with the WINDOW_UPDATE th
     SELECT r.ck, r.stream_id, r."index", r.acked_ns, g.wu_ns, g.wu_ts
     FROM (SELECT *, epoch_ns(acked_ts) AS acked_ns, epoch_ns(acked_ts) // 1000000000 AS sec
           FROM sent WHERE acked_ts IS NOT NULL) AS r
-    JOIN (SELECT *, unnest(range(lo_ns // 1000000000, wu_ns // 1000000000 + 1)) AS sec FROM open_gaps) AS g
+    JOIN (SELECT *, unnest(span_range(lo_ns // 1000000000, wu_ns // 1000000000 + 1, 1)) AS sec FROM open_gaps) AS g
       ON g.ck = r.ck AND g.sec = r.sec AND r.acked_ns > g.lo_ns AND r.acked_ns <= g.wu_ns
 ),
 stalled AS (  -- read late: a blocked episode of the message's stream or the connection's

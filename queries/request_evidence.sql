@@ -206,7 +206,7 @@ spans AS (
     WHERE client_addr IS NOT NULL AND server_addr IS NOT NULL AND finished_at >= started_at
 ),
 in_flight AS (
-    SELECT conn_id, stream_id, client_addr, server_addr, unnest(range(first_bucket, last_bucket + 1)) AS bucket
+    SELECT conn_id, stream_id, client_addr, server_addr, unnest(span_range(first_bucket, last_bucket + 1, 10)) AS bucket
     FROM spans
 ),
 rtt_dir AS (  -- per direction: the typical inflation in flight (25th percentile of the buckets' 25th percentiles)
@@ -229,7 +229,7 @@ rtt_first AS (  -- the queue its first response message went through: the median
     -- toward the client from its passing the capture point to the client's ACK of it
     SELECT f.conn_id, f.stream_id, median(p.inflation_p50_ms) AS inflation_ms
     FROM (SELECT r.conn_id, r.stream_id, s.client_addr, s.server_addr,
-                 unnest(range(epoch_ns(r.first_message) // 100000000, epoch_ns(r.first_message_acked) // 100000000 + 1)) AS bucket
+                 unnest(span_range(epoch_ns(r.first_message) // 100000000, epoch_ns(r.first_message_acked) // 100000000 + 1, 10)) AS bucket
           FROM requests_in_range AS r JOIN spans AS s USING (conn_id, stream_id)
           WHERE r.first_message_acked > r.first_message) AS f
     JOIN path_rtt AS p USING (client_addr, server_addr, bucket)

@@ -103,7 +103,7 @@ path_queue AS (  -- the path's RTT inflation toward the client around each (path
                      FILTER (WHERE p.bucket >= k.t // 100000000
                                AND p.samples >= getvariable('queue_onset_min_samples'))) AS inflation_ms
     FROM (SELECT rk, which, client_addr, server_addr, t,
-                 unnest(range((t - 250000000) // 100000000, a // 100000000 + 1)) AS bucket
+                 unnest(span_range((t - 250000000) // 100000000, a // 100000000 + 1, 10)) AS bucket
           FROM acks) AS k
     JOIN path_rtt AS p
       ON p.client_addr = k.client_addr AND p.server_addr = k.server_addr AND p.bucket = k.bucket
@@ -112,7 +112,7 @@ path_queue AS (  -- the path's RTT inflation toward the client around each (path
 ),
 troubled AS (  -- something went wrong toward the client before the ACK: the ACK time stands
     SELECT DISTINCT k.conn_id, k.stream_id, k.which
-    FROM (SELECT *, unnest(range(t // 1000000000, a // 1000000000 + 1)) AS sec FROM acks) AS k
+    FROM (SELECT *, unnest(span_range(t // 1000000000, a // 1000000000 + 1, 1)) AS sec FROM acks) AS k
     JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events
           WHERE direction = 'to_client'
             AND troubled_kind(kind)) AS e
@@ -242,7 +242,7 @@ held_ack AS (
     FROM first_two AS f
     ANTI JOIN (  -- a duplicate ACK from the client between them: something was late or lost
         SELECT DISTINCT f.conn_id, f.stream_id
-        FROM (SELECT conn_id, stream_id, t0, a0, unnest(range(t0 // 1000000000, a0 // 1000000000 + 1)) AS sec
+        FROM (SELECT conn_id, stream_id, t0, a0, unnest(span_range(t0 // 1000000000, a0 // 1000000000 + 1, 1)) AS sec
               FROM first_two WHERE a0 = a1 AND t1 > t0) AS f
         JOIN (SELECT conn_id, epoch_ns(ts) AS t_ns, epoch_ns(ts) // 1000000000 AS sec FROM tcp_events
               WHERE direction = 'to_client' AND kind = 'dup_ack') AS e

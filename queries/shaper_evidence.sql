@@ -82,7 +82,7 @@ client_paths AS (  -- paths whose capture point sits at the client
     SELECT DISTINCT client_addr, server_addr FROM connections WHERE capture_side = 'client'
 ),
 queued_seconds AS (  -- there: the seconds its queued requests were in flight
-    SELECT DISTINCT r.client_addr, r.server_addr, unnest(range(r.first_second, r.last_second + 1)) AS second
+    SELECT DISTINCT r.client_addr, r.server_addr, unnest(span_range(r.first_second, r.last_second + 1, 1)) AS second
     FROM req AS r SEMI JOIN client_paths USING (client_addr, server_addr)
     WHERE queued(r.queue_inflation_ms, r.path_floor_ms)
 ),
@@ -122,7 +122,7 @@ client_paced AS (  -- each queued request: its path's arrivals over the seconds 
 client_shaped AS (  -- ... and no cross traffic explains the queue, over those seconds
     SELECT k.conn_id, k.stream_id, any_value(k.gaps) AS gaps, any_value(k.bunched_share) AS bunched_share,
         any_value(k.inflation_ms) AS inflation_ms
-    FROM (SELECT *, unnest(range(first_second, last_second + 1)) AS second FROM client_paced) AS k
+    FROM (SELECT *, unnest(span_range(first_second, last_second + 1, 1)) AS second FROM client_paced) AS k
     LEFT JOIN path_timeline AS t
       ON t.client_addr = k.client_addr AND t.server_addr = k.server_addr AND t.second = k.second
     GROUP BY k.conn_id, k.stream_id

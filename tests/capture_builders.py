@@ -289,3 +289,20 @@ def dsb(order: str = "<") -> bytes:
 
 def custom_block(order: str = "<") -> bytes:
     return block(0x00000BAD, struct.pack(order + "I", 32473) + b"vendor data", order)
+
+
+# -- damaged clocks ---------------------------------------------------------------------
+
+
+def restamp(src: bytes, stamp) -> bytes:
+    """A classic little-endian pcap ``src`` with each packet's time (seconds, fraction: micro-
+    or nanoseconds) replaced by ``stamp(index, seconds, fraction)`` (a clock that misbehaved)."""
+    assert src[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"), "a little-endian pcap"
+    data, at, i = bytearray(src), 24, 0
+    while at + 16 <= len(data):
+        sec, usec, caplen = struct.unpack_from("<III", data, at)
+        struct.pack_into("<II", data, at, *stamp(i, sec, usec))
+        at += 16 + caplen
+        i += 1
+    return bytes(data)
+

@@ -4,13 +4,15 @@ Sans-I/O: the pipeline opens (and gunzips) files and feeds bytes to
 :class:`CaptureDecoder`, which returns :class:`~parsers.records.PacketBatch` objects;
 :func:`decode_segments` turns each batch into a :class:`~parsers.records.SegmentBatch`
 of TCP segments with numpy, counting everything it does not decode in
-:class:`~parsers.records.DecodeStats`.
+:class:`~parsers.records.DecodeStats`. :class:`OutlierTimes` reads a packet stamped far
+off the times of the packets around it at theirs.
 """
 
 from __future__ import annotations
 
 from ._addr import format_addr
+from ._clock import OutlierTimes
 from ._container import CaptureDecoder, CaptureFormatError
 from ._packets import decode_segments
 
-__all__ = ["CaptureDecoder", "CaptureFormatError", "decode_segments", "format_addr"]
+__all__ = ["CaptureDecoder", "CaptureFormatError", "OutlierTimes", "decode_segments", "format_addr"]

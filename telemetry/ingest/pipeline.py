@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from parsers.capture import CaptureDecoder, decode_segments
+from parsers.capture import CaptureDecoder, OutlierTimes, decode_segments
 from parsers.records import (
     TO_CLIENT,
     TO_SERVER,
@@ -118,6 +118,7 @@ class CapturePipeline:
         self.first_ts: int | None = None
         self.last_ts: int | None = None
         self.monotonic = True  # capture times never went back so far
+        self.clock = OutlierTimes()  # packets stamped far off the packets around them
         self.connections_written = 0
         self.requests_written = 0
         self.peer = peer
@@ -149,6 +150,7 @@ class CapturePipeline:
         self.issues = []
         self.compressed = False
         self.first_ts = None
+        self.clock.start_file()
         self.connections_written = 0
         self.requests_written = 0
 
@@ -189,6 +191,10 @@ class CapturePipeline:
             self.decoder.tls_secrets.clear()
         if len(batch) == 0:
             return
+        if self.capture_wide:
+            batch.ts_ns = self.clock.repair(batch.ts_ns, batch.frame_no, self.stats, self.issues)
+        else:
+            batch.ts_ns = self.clock.repair(batch.ts_ns, batch.frame_no, self._child_stats, self._child_issues)
         ts_ns = batch.ts_ns
         if self.first_ts is None:
             self.first_ts = int(ts_ns[0])
@@ -486,6 +492,7 @@ class CapturePipeline:
             "ip_fragments": [st.ip_fragments],
             "truncated_packets": [st.truncated],
             "undecodable_packets": [st.unknown_linktype + st.malformed],
+            "time_outliers": [st.time_outliers],
             "first_ts": [self.first_ts],
             "last_ts": [self.last_ts],
             "kernel_drops": [getattr(self.decoder, "kernel_drops", None)],

@@ -64,6 +64,8 @@ CAPTURES = _table(
     C("ip_fragments", INT64, "IP fragments seen (counted, not reassembled)."),
     C("truncated_packets", INT64, "Packets cut by the snaplen inside their headers."),
     C("undecodable_packets", INT64, "Packets of unknown link types or malformed headers."),
+    C("time_outliers", INT64, "Packets stamped more than 60 s off the times of the 8 packets around them (a lost "
+      "clock, a bad merge), read at those packets' median time; null in stores written before it was counted."),
     C("first_ts", TS, "Time of the first packet."),
     C("last_ts", TS, "Time of the last packet."),
     C("kernel_drops", INT64, "Packets the capturing kernel reported dropped (pcapng ISB), null when unknown."),

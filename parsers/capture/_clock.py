@@ -1,0 +1,101 @@
+"""Capture times far off their neighbours': a packet stamped 1970 (or 2100) among packets
+of today, from a capture driver that lost its clock for a moment or a bad merge.
+
+Read as stamped, one such packet makes its request, its ACK or its connection span
+decades: the analysis would look at every second or 100 ms bucket of those decades
+(billions of rows; a capture with 3 % of its packets stamped 0 grew `tailtap analyze` to
+18 GB before it was stopped). A packet is an outlier when its time is more than
+``OFF_NS`` from the median time of the 9 packets around it (itself, 4 before, 4 after):
+up to 4 outliers in a row are found. The median of an ordered run of times is its middle
+one, so a capture's own gaps never make an outlier, however long, nor does a clock that
+steps back or forward and stays there (more than half of the packets around agree with
+either side). An outlier is read at that median: its bytes stay where they were in the
+connection, at the time of the packets around it.
+
+Sans-I/O: times in, times out, counted in DecodeStats and said in one DecodeIssue.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from parsers.records import DecodeIssue, DecodeStats
+
+OFF_NS = 60 * 10**9  # farther than this from the packets around it: not its time
+_HALF = 4  # packets each side of one in its window
+_KIND = "time_outlier"
+
+
+class OutlierTimes:
+    """Finds and replaces outlying times batch by batch, with the last times of the batch
+    before as the first packets' earlier neighbours. The last packets of a batch have no
+    later neighbours yet: one behind the packet before it by more than OFF_NS is read at
+    that packet's time. The capture's first packet has no earlier ones: it is read as
+    stamped."""
+
+    def __init__(self) -> None:
+        self._before = np.zeros(0, np.int64)  # the last _HALF times handed out
+        self._issue: DecodeIssue | None = None
+        self._first = ""
+
+    def start_file(self) -> None:
+        """The next file of a run: its own issue (the times around carry over)."""
+        self._issue = None
+
+    def repair(
+        self, ts_ns: np.ndarray, frame_no: np.ndarray, stats: DecodeStats, issues: list[DecodeIssue]
+    ) -> np.ndarray:
+        """The batch's times, a new array with each outlier at its window's median when it
+        has any (``ts_ns`` itself otherwise: one comparison of consecutive times finds
+        most batches have no jump that large)."""
+        before = self._before
+        n = len(ts_ns)
+        if n == 0:
+            return ts_ns
+        if not (np.abs(np.diff(ts_ns)) > OFF_NS).any() and not (len(before) and abs(int(ts_ns[0]) - int(before[-1])) > OFF_NS):
+            self._before = np.concatenate((before, ts_ns[-_HALF:]))[-_HALF:]
+            return ts_ns
+        whole = np.concatenate((before, ts_ns))
+        # where the packets around run out (the capture's first ones; the batch's last ones,
+        # whose later packets are not read yet) the window repeats the last packet there: a
+        # one-sided window's median is not the middle of an ordered run (a packet an hour
+        # would be an outlier), and one that holds itself five times never is
+        padded = np.concatenate((np.repeat(whole[:1], _HALF - len(before)), before, ts_ns, np.repeat(ts_ns[-1:], _HALF)))
+        windows = sliding_window_view(padded, 2 * _HALF + 1)
+        median = np.partition(windows, _HALF, axis=1)[:, _HALF]
+        off = np.abs(ts_ns - median) > OFF_NS
+        # the batch's last packets are judged by the ones before them alone: behind the
+        # one before by more than OFF_NS (a jump forward may be a gap: read as stamped)
+        tail = max(n - _HALF, 0)
+        if tail:
+            prev: int | None = int(median[tail - 1] if off[tail - 1] else ts_ns[tail - 1])
+        else:
+            prev = int(whole[-n - 1]) if len(whole) > n else None
+        for i in range(tail, n):
+            if prev is not None and not off[i] and ts_ns[i] < prev - OFF_NS:
+                off[i], median[i] = True, prev
+            prev = int(median[i] if off[i] else ts_ns[i])
+        if not off.any():
+            self._before = whole[-_HALF:].copy()
+            return ts_ns
+        fixed = np.where(off, median, ts_ns)
+        count = int(off.sum())
+        stats.time_outliers += count
+        if self._issue is None:
+            first = int(np.argmax(off))
+            try:
+                stamped = f"{_dt.datetime.fromtimestamp(int(ts_ns[first]) // 10**9, _dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+            except (OverflowError, ValueError, OSError):  # past the calendar
+                stamped = f"{int(ts_ns[first])} ns after 1970"
+            self._first = f"the first stamped {stamped}"
+            self._issue = DecodeIssue(_KIND, int(frame_no[first]), "")
+            issues.append(self._issue)
+        self._issue.message = (
+            f"{stats.time_outliers} packet(s) stamped more than {OFF_NS // 10**9} s off the times of the packets"
+            f" around them ({self._first}): read at those packets' time"
+        )
+        self._before = np.concatenate((before, fixed))[-_HALF:]
+        return fixed
