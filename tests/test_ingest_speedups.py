@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import capture_builders as cb
 import pytest
 
 from parsers.capture import _format, _packets
@@ -34,7 +35,22 @@ def _captures(tmp_path: Path) -> list[str]:
     out = [str(bench)]
     out += sorted(str(p) for p in (ROOT / "samples").glob("**/capture.pcap"))
     out += sorted(str(p) for p in CAPTURES.glob("*.pcap*"))
-    return out
+    # clocks that misbehaved: a sample whose packets from the middle on are stamped from 1970
+    # (bulk runs across the step: a connection ends at its latest time, as packet by packet),
+    # and one with every 30th packet stamped 0 (read at the packets' time around it)
+    mixed = (ROOT / "samples" / "mixed" / "capture.pcap").read_bytes()
+    n = len(_times(mixed))
+    lost = tmp_path / "clock_lost.pcap"
+    lost.write_bytes(cb.restamp(mixed, lambda i, sec, usec: (sec, usec) if i < n // 2 else (i, usec)))
+    zeros = tmp_path / "stamped_zero.pcap"
+    zeros.write_bytes(cb.restamp(mixed, lambda i, sec, usec: (0, 0) if i % 30 == 29 else (sec, usec)))
+    return out + [str(lost), str(zeros)]
+
+
+def _times(pcap: bytes) -> list[int]:
+    seconds: list[int] = []
+    cb.restamp(pcap, lambda i, sec, usec: seconds.append(sec) or (sec, usec))
+    return seconds
 
 
 def _dump(caps: list[str], out: Path, pure: bool) -> dict:

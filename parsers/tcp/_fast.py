@@ -428,7 +428,7 @@ class BulkPath:
             run[:, RunColumn.START] = b.payload_off[rows]
             run[:, RunColumn.END] = run[:, RunColumn.START] + b.payload_len[rows]
             out.append(ChunkRun(key, run, b.buf))
-        return self._ran(conn, int(ts[k - 1]), k)
+        return self._ran(conn, int(ts.max()), k)
 
     def _fast_c(self, conn: Conn, idx: np.ndarray, b, swap: np.ndarray, out: list, at: int,
                 min_rows: int) -> tuple[int, int, int] | None:  # fmt: skip
@@ -557,11 +557,13 @@ class BulkPath:
             self._verdict(conn, D, p, False)
         if len(chunks):
             out.append(ChunkRun(key, _i64(chunks).reshape(-1, len(RunColumn)), b.buf))
-        return self._ran(conn, int(b.ts_ns[idx[k - 1]]), k), w, limit
+        return self._ran(conn, int(b.ts_ns[idx[:k]].max()), k), w, limit
 
     def _ran(self, conn: Conn, last: int, k: int) -> int:
-        """A bulk run of ``k`` rows ending at time ``last`` was applied: the connection's
-        and the analyzer's clocks move on. Returns ``k``."""
+        """A bulk run of ``k`` rows whose latest time is ``last`` was applied: the
+        connection's and the analyzer's clocks move on (to the latest, as packet by packet:
+        the run's last row may be earlier when the capture's clock stepped back). Returns
+        ``k``."""
         if last > conn.last_ns:
             conn.last_ns = last
         if last > self._now:
