@@ -18,7 +18,7 @@ APT_PACKAGES += chromium:chromium chromedriver:chromium-driver
 APT_PACKAGES += prometheus:prometheus promtool:prometheus
 NODE_DIR := tests/node
 
-.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean
+.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean damaged
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c parsers/*.h parsers/*/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -101,6 +101,14 @@ fuzz: venv
 	  $(BIN)/python -m fuzz $${tr%%:*} -runs=$${tr#*:} -print_final_stats=1 > $$log 2>&1; code=$$?; \
 	  grep -E "^(fuzz |Done|stat::number_of_executed_units|stat::peak_rss_mb|==|ERROR)" $$log; \
 	  [ $$code -eq 0 ] || { echo "fuzz $${tr%%:*} failed (exit $$code): $$log"; exit 1; }; done
+
+# `tailtap analyze` over damaged copies of every sample and shared pcap capture (packets
+# dropped, duplicated, reordered, stamped 1970, flipped, cut...): none may exit with a
+# traceback, outgrow 4 GiB or 300 s (fuzz/damaged.py). Results: bench/results/damaged.md.
+DAMAGED_COPIES ?= 2
+damaged: venv
+	$(BIN)/python -m fuzz.damaged bench/results/damaged.md --copies $(DAMAGED_COPIES) \
+	  samples/*/capture.pcap $${TAILTAP_SHARED_CAPTURES:-../shared/captures}/*.pcap
 
 # The daemon under continuous gRPC load for 5 minutes (root, tcpdump): RSS sampled every
 # second, flat or it fails; the figures go to bench/results/soak.json (CI soaks 60 s)
