@@ -196,8 +196,10 @@ def run(captures: list[Path], copies: int, seed: int) -> list[Run]:
 def report(runs: list[Run], seed: int) -> str:
     failed = [r for r in runs if r.failed]
     kinds = sorted({r.kind for r in runs})
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False,
+                         cwd=Path(__file__).resolve().parent).stdout.strip() or "unknown"
     lines = [
-        f"# `tailtap analyze` over damaged captures ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})",
+        f"# `tailtap analyze` over damaged captures ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, code of {rev})",
         "",
         f"{len(runs)} damaged copies of {len({r.capture for r in runs})} captures (seed {seed}), "
         f"{len(failed)} failed (an exit code other than 0 or 1, or a traceback); each run bounded at "
