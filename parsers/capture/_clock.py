@@ -9,10 +9,17 @@ decades: the analysis would look at every second or 100 ms bucket of those decad
 up to 4 outliers in a row are found. The median of an ordered run of times is its middle
 one, so a capture's own gaps never make an outlier, however long, nor does a clock that
 steps back or forward and stays there (more than half of the packets around agree with
-either side). An outlier is read at that median: its bytes stay where they were in the
-connection, at the time of the packets around it.
+either side). An outlier is read at the time of the packet before it: its bytes stay where they were in the
+connection, at the time of the packet before it.
 
-Sans-I/O: times in, times out, counted in DecodeStats and said in one DecodeIssue.
+Records out of time order (a capture over several NIC queues or CPUs writes each one's
+packets in blocks: a packet can be recorded after a later-stamped one) are read in time
+order (:func:`in_time_order`): in file order, a TCP analysis sees the later packet's
+sequence numbers first, a hole, and then its fill, and takes a capture artefact for loss
+(a clean sample with records swapped up to 20 places apart had 7 p99 spikes blamed on
+loss bursts).
+
+Sans-I/O: times in, times out, counted in DecodeStats (outliers also said in a DecodeIssue).
 """
 
 from __future__ import annotations
@@ -22,11 +29,14 @@ import datetime as _dt
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from parsers.records import DecodeIssue, DecodeStats
+from parsers.records import DecodeIssue, DecodeStats, PacketBatch
 
 OFF_NS = 60 * 10**9  # farther than this from the packets around it: not its time
 _HALF = 4  # packets each side of one in its window
 _KIND = "time_outlier"
+# records out of time order by at most this are read in time order; a step back of more
+# is the clock's (NTP steps a clock only past 128 ms, and slews it below)
+STEP_NS = 100 * 10**6
 
 
 class OutlierTimes:
@@ -81,7 +91,12 @@ class OutlierTimes:
         if not off.any():
             self._before = whole[-_HALF:].copy()
             return ts_ns
-        fixed = np.where(off, median, ts_ns)
+        # read at the time of the packet before it (the median of its window where none
+        # is): the batch stays in the order it was recorded in
+        whole = np.concatenate((before, ts_ns))
+        kept = np.concatenate((np.ones(len(before), bool), ~off))
+        last_kept = np.maximum.accumulate(np.where(kept, np.arange(len(whole)), -1))[len(before):]
+        fixed = np.where(~off, ts_ns, np.where(last_kept >= 0, whole[np.maximum(last_kept, 0)], median))
         count = int(off.sum())
         stats.time_outliers += count
         if self._issue is None:
@@ -99,3 +114,30 @@ class OutlierTimes:
         )
         self._before = np.concatenate((before, fixed))[-_HALF:]
         return fixed
+
+
+def in_time_order(batch: PacketBatch, stats: DecodeStats) -> PacketBatch:
+    """The batch with its packets in time order (a stable sort: packets stamped alike stay
+    in file order; each keeps its packet number, ``frame_no``, for what is said about it);
+    the batch itself when it is in order. Packets recorded after ones stamped later are
+    counted (``stats.out_of_time_order``), not warned about: lab captures over a bridge
+    have them, and their tables are the same either way."""
+    ts = batch.ts_ns
+    if len(ts) < 2:
+        return batch
+    back = ts[1:] - ts[:-1]
+    if not (back < 0).any():
+        return batch
+    # a step back of more than STEP_NS is the clock's, not the recording's: the packets
+    # after it are ordered among themselves, not moved before the ones of the old clock
+    epoch = np.concatenate(([0], np.cumsum(back < -STEP_NS)))
+    order = np.lexsort((ts, epoch))
+    late = order[1:] != order[:-1] + 1
+    if not late.any():  # (only steps back: the file's order)
+        return batch
+    position = np.empty_like(order)
+    position[order] = np.arange(len(ts))
+    late_ones = position < np.arange(len(ts))  # read earlier than recorded
+    stats.out_of_time_order += int(late_ones.sum())
+    return PacketBatch(batch.frame_no[order], ts[order], batch.linktype[order], batch.caplen[order],
+                       batch.origlen[order], batch.offset[order], batch.buf)

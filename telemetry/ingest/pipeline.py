@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from parsers.capture import CaptureDecoder, OutlierTimes, decode_segments
+from parsers.capture import CaptureDecoder, OutlierTimes, decode_segments, in_time_order
 from parsers.records import (
     TO_CLIENT,
     TO_SERVER,
@@ -191,23 +191,16 @@ class CapturePipeline:
             self.decoder.tls_secrets.clear()
         if len(batch) == 0:
             return
-        if self.capture_wide:
-            batch.ts_ns = self.clock.repair(batch.ts_ns, batch.frame_no, self.stats, self.issues)
-        else:
-            batch.ts_ns = self.clock.repair(batch.ts_ns, batch.frame_no, self._child_stats, self._child_issues)
+        stats, issues = (self.stats, self.issues) if self.capture_wide else (self._child_stats, self._child_issues)
+        batch.ts_ns = self.clock.repair(batch.ts_ns, batch.frame_no, stats, issues)
+        batch = in_time_order(batch, stats)
         ts_ns = batch.ts_ns
         if self.first_ts is None:
             self.first_ts = int(ts_ns[0])
-        if self.monotonic and (
-            (self.last_ts is not None and int(ts_ns[0]) < self.last_ts)
-            or bool((ts_ns[1:] < ts_ns[:-1]).any())
-        ):
-            self.monotonic = False
+        if self.monotonic and self.last_ts is not None and int(ts_ns[0]) < self.last_ts:
+            self.monotonic = False  # (within a batch, the times are in order now)
         self.last_ts = int(ts_ns[-1])
-        if self.capture_wide:
-            segments = decode_segments(batch, self.stats, self.issues)
-        else:
-            segments = decode_segments(batch, self._child_stats, self._child_issues)
+        segments = decode_segments(batch, stats, issues)
         if self.peer is not None and len(segments):
             # the clock of one process reading every connection (idle and FIN closes)
             self.tcp.advance_clock(int(segments.ts_ns.max()))
@@ -493,6 +486,7 @@ class CapturePipeline:
             "truncated_packets": [st.truncated],
             "undecodable_packets": [st.unknown_linktype + st.malformed],
             "time_outliers": [st.time_outliers],
+            "out_of_time_order": [st.out_of_time_order],
             "first_ts": [self.first_ts],
             "last_ts": [self.last_ts],
             "kernel_drops": [getattr(self.decoder, "kernel_drops", None)],

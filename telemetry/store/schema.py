@@ -66,6 +66,9 @@ CAPTURES = _table(
     C("undecodable_packets", INT64, "Packets of unknown link types or malformed headers."),
     C("time_outliers", INT64, "Packets stamped more than 60 s off the times of the 8 packets around them (a lost "
       "clock, a bad merge), read at those packets' median time; null in stores written before it was counted."),
+    C("out_of_time_order", INT64, "Packets read earlier than recorded: a capture over several queues records some "
+      "after packets stamped later; each batch of packets is read in time order (not across a step back of more "
+      "than 100 ms: the clock's). Null in stores written before it was counted."),
     C("first_ts", TS, "Time of the first packet."),
     C("last_ts", TS, "Time of the last packet."),
     C("kernel_drops", INT64, "Packets the capturing kernel reported dropped (pcapng ISB), null when unknown."),
