@@ -130,7 +130,7 @@ class DecodeStats:
     unknown_linktype: int = 0
     malformed: int = 0
     time_outliers: int = 0  # packets stamped far off the packets around them (parsers.capture._clock)
-    out_of_time_order: int = 0  # packets recorded after packets stamped later (read in time order)
+    out_of_time_order: int = 0  # packets read earlier than recorded (batches are read in time order)
     linktypes: dict[int, int] = field(default_factory=dict)  # linktype -> packets
 
 

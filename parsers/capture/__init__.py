@@ -5,8 +5,8 @@ Sans-I/O: the pipeline opens (and gunzips) files and feeds bytes to
 :func:`decode_segments` turns each batch into a :class:`~parsers.records.SegmentBatch`
 of TCP segments with numpy, counting everything it does not decode in
 :class:`~parsers.records.DecodeStats`. :class:`OutlierTimes` reads a packet stamped far
-off the times of the packets around it at theirs; :func:`in_time_order` reads a batch's
-packets in time order.
+off the times of the packets around it at the time of the one before;
+:func:`in_time_order` reads a batch's packets in time order.
 """
 
 from __future__ import annotations
