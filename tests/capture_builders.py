@@ -294,15 +294,20 @@ def custom_block(order: str = "<") -> bytes:
 # -- damaged clocks ---------------------------------------------------------------------
 
 
+def records(src: bytes) -> tuple[bytes, list[bytes]]:
+    """A classic little-endian pcap's file header and its records (record header and bytes)."""
+    assert src[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"), "a little-endian pcap"
+    out, at = [], 24
+    while at + 16 <= len(src):
+        end = at + 16 + struct.unpack_from("<I", src, at + 8)[0]
+        out.append(src[at:end])
+        at = end
+    return src[:24], out
+
+
 def restamp(src: bytes, stamp) -> bytes:
     """A classic little-endian pcap ``src`` with each packet's time (seconds, fraction: micro-
     or nanoseconds) replaced by ``stamp(index, seconds, fraction)`` (a clock that misbehaved)."""
-    assert src[:4] in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1"), "a little-endian pcap"
-    data, at, i = bytearray(src), 24, 0
-    while at + 16 <= len(data):
-        sec, usec, caplen = struct.unpack_from("<III", data, at)
-        struct.pack_into("<II", data, at, *stamp(i, sec, usec))
-        at += 16 + caplen
-        i += 1
-    return bytes(data)
-
+    header, recs = records(src)
+    return header + b"".join(struct.pack("<II", *stamp(i, *struct.unpack_from("<II", r))) + r[8:]
+                             for i, r in enumerate(recs))

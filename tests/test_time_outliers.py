@@ -223,7 +223,7 @@ def test_a_capture_recorded_out_of_order_reads_as_the_capture_it_was(tmp_path):
     """samples/baseline (no cause injected: no p99 spike) with one packet in 50 recorded up to
     20 places (and 20 ms) late. Read in file order, windows had spikes blamed on loss bursts."""
     rng = random.Random(9)
-    order, header, packets = _pcap(SAMPLE.read_bytes())
+    header, packets = cb.records(SAMPLE.read_bytes())
     stamp = [int.from_bytes(p[:4], "little") * S + int.from_bytes(p[4:8], "little") for p in packets]  # (ns pcap)
     for _ in range(len(packets) // 50):
         a = rng.randrange(len(packets))
@@ -245,12 +245,3 @@ def test_a_capture_recorded_out_of_order_reads_as_the_capture_it_was(tmp_path):
     (late,) = connect(Store(tmp_path / "shuffled")).execute("SELECT out_of_time_order FROM captures").fetchone()
     assert late > len(packets) // 100
 
-
-def _pcap(data: bytes) -> tuple[str, bytes, list[bytes]]:
-    """A little-endian pcap's header and its records (header and bytes each)."""
-    records, at = [], 24
-    while at + 16 <= len(data):
-        caplen = int.from_bytes(data[at + 8 : at + 12], "little")
-        records.append(data[at : at + 16 + caplen])
-        at += 16 + caplen
-    return "<", data[:24], records
