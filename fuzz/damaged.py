@@ -19,6 +19,7 @@ import argparse
 import os
 import random
 import resource
+import shutil
 import struct
 import subprocess
 import sys
@@ -189,7 +190,7 @@ def run(captures: list[Path], copies: int, seed: int) -> list[Run]:
                     runs.append(Run(f"{capture.parent.name}/{capture.name}", kind, code, "Traceback" in err,
                                     seconds, peak, said[:300]))
                     damaged.unlink()
-                    subprocess.run(["rm", "-rf", str(store)], check=False)
+                    shutil.rmtree(store, ignore_errors=True)
     return runs
 
 

@@ -58,9 +58,9 @@ class OutlierTimes:
     def repair(
         self, ts_ns: np.ndarray, frame_no: np.ndarray, stats: DecodeStats, issues: list[DecodeIssue]
     ) -> np.ndarray:
-        """The batch's times, a new array with each outlier at its window's median when it
-        has any (``ts_ns`` itself otherwise: one comparison of consecutive times finds
-        most batches have no jump that large)."""
+        """The batch's times, a new array with each outlier at the time of the packet
+        before it when it has any (``ts_ns`` itself otherwise: one comparison of
+        consecutive times finds most batches have no jump that large)."""
         before = self._before
         n = len(ts_ns)
         if n == 0:
@@ -93,7 +93,6 @@ class OutlierTimes:
             return ts_ns
         # read at the time of the packet before it (the median of its window where none
         # is): the batch stays in the order it was recorded in
-        whole = np.concatenate((before, ts_ns))
         kept = np.concatenate((np.ones(len(before), bool), ~off))
         last_kept = np.maximum.accumulate(np.where(kept, np.arange(len(whole)), -1))[len(before):]
         fixed = np.where(~off, ts_ns, np.where(last_kept >= 0, whole[np.maximum(last_kept, 0)], median))
@@ -132,12 +131,11 @@ def in_time_order(batch: PacketBatch, stats: DecodeStats) -> PacketBatch:
     # after it are ordered among themselves, not moved before the ones of the old clock
     epoch = np.concatenate(([0], np.cumsum(back < -STEP_NS)))
     order = np.lexsort((ts, epoch))
-    late = order[1:] != order[:-1] + 1
-    if not late.any():  # (only steps back: the file's order)
-        return batch
     position = np.empty_like(order)
     position[order] = np.arange(len(ts))
-    late_ones = position < np.arange(len(ts))  # read earlier than recorded
-    stats.out_of_time_order += int(late_ones.sum())
+    late = position < np.arange(len(ts))  # read earlier than recorded
+    if not late.any():  # (only steps back: the file's order)
+        return batch
+    stats.out_of_time_order += int(late.sum())
     return PacketBatch(batch.frame_no[order], ts[order], batch.linktype[order], batch.caplen[order],
                        batch.origlen[order], batch.offset[order], batch.buf)
