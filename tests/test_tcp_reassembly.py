@@ -176,7 +176,8 @@ def test_capture_loss_is_skipped_and_never_a_network_loss():
         (20, 10, 10),
         (40, 5, 10),
     ]
-    assert ch[1].ts_ns == f.rows[5]["ts_ns"]  # deliverable when the ACK showed the hole is lost
+    # the receiver had the hole, so nothing held what came after it: its own packet's time
+    assert (ch[1].ts_ns, ch[1].frame_no) == (f.rows[4]["ts_ns"], 5)
     cl = r.of("capture_loss")
     assert [(e.direction, e.seq, e.bytes) for e in cl] == [(0, 10, 10), (0, 30, 10)]
     lost = r.of("lost_segment")
@@ -186,6 +187,36 @@ def test_capture_loss_is_skipped_and_never_a_network_loss():
     assert s.retransmissions == (0, 0) and s.loss_bursts == (0, 0)
     assert "G" in s.history
     assert s.ack_progress[0][1].tolist() == [30, 40]
+    _check_continuity(r.chunks)
+
+
+def test_bytes_behind_a_hole_the_capture_missed_keep_their_own_times():
+    f = Flow().handshake()
+    f.s(1, 1, "A", b"a" * 10)
+    # [10, 20) passed the capture point unseen; three more segments wait behind the hole
+    f.s(21, 1, "A", b"c" * 10)
+    f.s(31, 1, "A", b"d" * 10)
+    f.s(41, 1, "AP", b"e" * 10)
+    f.c(1, 51, "A")  # the client ACKs it all: it had the hole
+    r = analyze(f.batch())
+    ch = r.dir_chunks(TO_CLIENT)
+    assert [(c.stream_offset, len(c.data), c.gap_before) for c in ch] == [(0, 10, 0), (20, 10, 10), (30, 10, 0), (40, 10, 0)]
+    assert [(c.ts_ns, c.frame_no) for c in ch[1:]] == [(f.rows[i]["ts_ns"], i + 1) for i in (4, 5, 6)]
+    assert [(e.seq, e.bytes) for e in r.of("capture_loss")] == [(10, 10)]
+    _check_continuity(r.chunks)
+
+
+def test_bytes_behind_a_resent_hole_wait_for_the_resend():
+    f = Flow().handshake()
+    f.s(1, 1, "A", b"a" * 10)
+    f.s(21, 1, "A", b"c" * 10)  # [10, 20) lost upstream of the capture point
+    f.s(31, 1, "A", b"d" * 10)
+    f.s(11, 1, "A", b"b" * 10)  # the resend fills the hole: the client reads on only now
+    r = analyze(f.batch())
+    ch = r.dir_chunks(TO_CLIENT)
+    assert r.data(TO_CLIENT) == b"a" * 10 + b"b" * 10 + b"c" * 10 + b"d" * 10
+    assert {c.ts_ns for c in ch[1:]} == {f.rows[6]["ts_ns"]}
+    assert r.of("capture_loss") == []
     _check_continuity(r.chunks)
 
 

@@ -506,7 +506,7 @@ class PacketPath:
             self._drop_holes_below(conn, R, data_ack)
             if data_ack > R.hi:
                 R.hi = data_ack
-            ra.drain(conn, R, ts, fr, out, upto=data_ack)
+            ra.drain(conn, R, ts, fr, out, upto=data_ack, own_times=True)
         if R.fin is None or R.acked < R.fin:  # the ACK of a FIN adds no payload offset
             R.acks.append(ts, data_ack)
         R.acked = arel

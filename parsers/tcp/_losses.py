@@ -58,7 +58,7 @@ class LossPath:
     def _has_new(D: Dir, s: int, e: int) -> bool:
         """Does [s, e) hold bytes not in the out-of-order buffer yet?"""
         pos = s
-        for bs, _ce, we, _data in D.buf:
+        for bs, _ce, we, *_ in D.buf:
             if bs > pos:
                 break
             if we > pos:

@@ -3,10 +3,12 @@
 Offsets are 64-bit "relative" sequence numbers (0 = first payload byte of the
 direction). Bytes are delivered once, in order. A segment above the next expected
 offset waits in ``Dir.buf`` until the hole before it is filled; then it is delivered
-with the time and frame of the packet that filled the hole. Holes that will never be
-filled (ACKed by the far end but not captured, cut by the snaplen, or given up on
-when the buffer grows too large or too old) are skipped and reported to the session
-layer as ``PayloadChunk.gap_before``.
+with the time and frame of the packet that filled the hole (the receiver could read it
+no sooner). Holes that will never be filled (ACKed by the far end but not captured, cut
+by the snaplen, or given up on when the buffer grows too large or too old) are skipped
+and reported to the session layer as ``PayloadChunk.gap_before``. Bytes waiting behind
+a hole the far end ACKed are delivered with their own packets' times and frames: the
+capture missed the hole, the receiver did not, so nothing held them.
 """
 
 from __future__ import annotations
@@ -23,16 +25,27 @@ def emit(conn: Conn, d: Dir, start: int, data: bytes, ts: int, frame: int, out: 
         d.pending_gap = 0
 
 
-def drain(conn: Conn, d: Dir, ts: int, frame: int, out: list, upto: int | None = None) -> None:
+def drain(conn: Conn, d: Dir, ts: int, frame: int, out: list, upto: int | None = None,
+          own_times: bool = False) -> None:  # fmt: skip
     """Deliver buffered segments that are now contiguous; with ``upto``, skip missing
-    bytes below that offset (they are reported as a gap)."""
+    bytes below that offset (they are reported as a gap). With ``own_times``, each
+    segment goes with its own packet's frame and time (never earlier than the one
+    before it), not ``ts`` and ``frame``."""
     buf = d.buf
     run_start = -1
     parts: list[bytes] = []
+    last_ts = -1  # own_times: the time of the segment before
     while True:
         if buf and buf[0][0] <= d.nxt:
-            s, ce, we, data = buf.pop(0)
+            s, ce, we, data, seg_ts, seg_frame = buf.pop(0)
             d.buf_bytes -= len(data)
+            if own_times and ce > d.nxt:
+                seg_ts = max(seg_ts, last_ts)
+                if parts and (seg_ts, seg_frame) != (ts, frame):  # what came before, at its time
+                    emit(conn, d, run_start, b"".join(parts), ts, frame, out)
+                    parts = []
+                    run_start = -1
+                ts, frame, last_ts = seg_ts, seg_frame, seg_ts
             if ce > d.nxt:
                 if run_start < 0:
                     run_start = d.nxt
@@ -71,11 +84,11 @@ def insert(conn: Conn, d: Dir, start: int, cap_end: int, wire_end: int, data: by
         d.nxt = cap_end
         return
     if start <= d.nxt:
-        d.buf.insert(0, [start, cap_end, wire_end, data])
+        d.buf.insert(0, [start, cap_end, wire_end, data, ts, frame])
         d.buf_bytes += len(data)
         drain(conn, d, ts, frame, out)
     else:
-        insort(d.buf, [start, cap_end, wire_end, data])
+        insort(d.buf, [start, cap_end, wire_end, data, ts, frame])
         d.buf_bytes += len(data)
 
 

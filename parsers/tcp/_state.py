@@ -106,7 +106,7 @@ class Dir:
         self.hi = 0  # highest data offset seen (end, exclusive)
         self.nxt = 0  # reassembly: next offset to deliver
         self.fin: int | None = None  # offset of the FIN
-        self.buf: list[list] = []  # out-of-order segments [start, cap_end, wire_end, bytes]
+        self.buf: list[list] = []  # out-of-order segments [start, cap_end, wire_end, bytes, ts, frame]
         self.buf_bytes = 0
         self.holes: list[Hole] = []
         self.pending_gap = 0  # skipped bytes to report before the next delivered byte
