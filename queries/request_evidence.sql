@@ -23,11 +23,21 @@
 -- met (one that came and went early in a long stream); queue_inflation_seen_ms, the
 -- largest of the three, is what says whether it was queued; and the inflation in the
 -- second before its first loss, queue_before_loss_ms: a queue that overflowed was there
--- before its drops), and whether the capture saw both directions.
--- depends_on: request_metrics, requests_in_range, tcp_events, path_rtt, h2_events, connections, flow_rates
+-- before its drops), and whether the capture saw both directions. What the capture itself
+-- missed (capture_gaps: a hole the receiver acknowledged without a resend; on a capture that
+-- dropped packets, a packet missing by its sender's IP id) is no loss: capture_gap, counted
+-- nowhere.
+-- depends_on: request_metrics, requests_in_range, tcp_events, path_rtt, h2_events, connections, flow_rates, capture_gaps
 -- materialize: capture
-WITH upstream_gaps AS (
-    SELECT conn_id, epoch_ns(ts) AS gap_ns FROM tcp_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
+WITH missed AS (  -- packets the capture missed, the network did not lose (capture_gaps)
+    SELECT conn_id, direction, shown_by AS kind, frame_no, seq FROM capture_gaps
+    WHERE shown_by IN ('lost_segment', 'upstream_loss')
+),
+upstream_gaps AS (  -- client packets lost before the capture point (not those it missed)
+    SELECT e.conn_id, epoch_ns(e.ts) AS gap_ns
+    FROM tcp_events AS e
+    ANTI JOIN missed AS m ON m.conn_id = e.conn_id AND m.kind = e.kind AND m.frame_no = e.frame_no
+    WHERE e.kind = 'upstream_loss' AND e.direction = 'to_server'
 ),
 dup_runs AS (  -- the receiver's duplicate ACKs for each hole (its next expected byte)
     SELECT conn_id, direction, seq, min(frame_no) AS first_frame,
@@ -74,6 +84,7 @@ events AS (  -- a server retransmission the client did not need, after the clien
     SELECT e.* REPLACE (
         CASE WHEN e.kind = 'spurious_retransmission' AND e.direction = 'to_client'
                   AND epoch_ns(e.ts) - g.gap_ns <= 2000000000 THEN 'ack_loss'
+             WHEN m.kind IS NOT NULL THEN 'capture_gap'
              WHEN x.seq IS NOT NULL AND e.kind = 'lost_segment' THEN 'late_arrival'
              WHEN x.seq IS NOT NULL AND resent(e.kind) THEN 'held_resend'
              -- one the receiver did not ask for went on a timer while ACKs were late (a
@@ -85,6 +96,8 @@ events AS (  -- a server retransmission the client did not need, after the clien
     FROM tcp_events AS e
     ASOF LEFT JOIN upstream_gaps AS g ON g.conn_id = e.conn_id AND g.gap_ns <= epoch_ns(e.ts)
     LEFT JOIN held_holes AS x ON x.conn_id = e.conn_id AND x.direction = e.direction AND x.seq = e.seq
+    LEFT JOIN missed AS m
+      ON m.conn_id = e.conn_id AND m.direction = e.direction AND m.kind = e.kind AND m.frame_no = e.frame_no AND m.seq = e.seq
     UNION ALL
     SELECT * FROM late_arrivals
 ),
@@ -124,6 +137,7 @@ dark AS (  -- silences in which the server's data toward the client was being lo
                       ELSE epoch_ns(ts) - CAST(round(coalesce(recovery_ms, 0) * 1e6) AS BIGINT) END AS lost_ns,
                  CASE WHEN kind = 'upstream_loss' THEN bytes ELSE 1 END AS n
           FROM tcp_events
+          ANTI JOIN missed AS m USING (conn_id, direction, kind, frame_no, seq)
           WHERE direction = 'to_client' AND (kind = 'upstream_loss' OR loss_kind(kind))) AS e
       ON e.conn_id = s.conn_id AND e.t_ns > s.from_ns AND e.t_ns < s.to_ns + 100000000
     GROUP BY s.conn_id, s.from_ns, s.to_ns

@@ -31,7 +31,8 @@
 -- connection (upstream_loss: the client numbers its packets one by one and some numbers
 -- never passed) and it came at least a retransmission timeout after the first of them could
 -- have left, it was among them, resent until a copy passed: the client began then (a lost
--- ACK followed by a fresh request looks the same from here).
+-- ACK followed by a fresh request looks the same from here). Not on a capture that dropped
+-- packets itself (capture_drops): there a missing IP id may be one more packet it missed.
 -- Requests that left in the flush right after such a hold (or after the client's data was
 -- resent on timeouts past the capture point) waited in the client's socket behind it,
 -- issued at some time during it: spread evenly over it in issue order (an estimate).
@@ -39,8 +40,10 @@
 -- less it) is when the client began.
 -- A request with no answer at all (no response headers, message, end or reset) on a
 -- connection that went on for a second or more after it is unanswered: it failed, and its
--- TTFT and latency run at least to the connection's last packet (finished_at).
--- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections
+-- TTFT and latency run at least to the connection's last packet (finished_at); unless the
+-- capture missed bytes toward the client on that connection after it was sent (capture_loss:
+-- the client acknowledged them), among which its answer may have been: its times unknown.
+-- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections, capture_gaps
 -- materialize: capture
 WITH read_times AS (  -- the token messages, keyed by a number for the window below (text
     -- keys: several times slower, and millions of rows wider than memory)
@@ -58,6 +61,36 @@ read_gaps AS (  -- each token message and the one before it (the index before: n
           FROM read_times WINDOW w AS (PARTITION BY k ORDER BY token_index, t))
     WHERE prev_index = token_index - 1
     GROUP BY k
+),
+response_holes AS (  -- when the capture showed bytes toward the client that it missed, or
+    -- client packets (its ACKs) missing by their IP ids on a capture that dropped packets
+    SELECT conn_id, epoch_ns(ts) AS hole_ns, direction = 'to_client' AS data FROM capture_gaps
+    WHERE (direction = 'to_client' AND shown_by IN ('lost_segment', 'capture_loss'))
+       OR (direction = 'to_server' AND shown_by = 'upstream_loss')
+),
+holed_gaps AS (  -- the same on the connections with such holes, less the gaps across one
+    -- (from the message before's capture to this one's capture, read or ACK, whichever is
+    -- later: a missing ACK makes the read late): tokens or ACKs the capture missed are no wait.
+    -- Another pass over those connections only: a capture that missed nothing pays nothing
+    SELECT k, max(t - prev_t) / 1e6 AS max_gap_client_est_ms
+    FROM (SELECT conn_id, k, t, last_ns, token_index, lag(t) OVER w AS prev_t, lag(token_index) OVER w AS prev_index,
+                 lag(seen_ns) OVER w AS prev_seen_ns
+          FROM (SELECT conn_id, hash(conn_id, stream_id) AS k, token_index, epoch_ns(coalesce(read_ts, ts)) AS t,
+                       epoch_ns(ts) AS seen_ns, greatest(epoch_ns(ts), epoch_ns(read_ts), epoch_ns(acked_ts)) AS last_ns
+                FROM client_read
+                WHERE token_index IS NOT NULL AND conn_id IN (SELECT conn_id FROM response_holes))
+          WINDOW w AS (PARTITION BY k ORDER BY token_index, t)) AS p
+    ASOF LEFT JOIN response_holes AS h ON h.conn_id = p.conn_id AND h.hole_ns <= p.last_ns
+    WHERE p.prev_index = p.token_index - 1 AND NOT coalesce(h.hole_ns > p.prev_seen_ns, false)
+    GROUP BY k
+),
+holed_first AS (  -- a hole toward the client after the request began, by its first token's
+    -- capture: the first token may have been in it
+    SELECT DISTINCT r.conn_id, r.stream_id
+    FROM requests_in_range AS r
+    JOIN response_holes AS h
+      ON h.conn_id = r.conn_id AND h.hole_ns > epoch_ns(r.request_start)
+     AND h.hole_ns <= greatest(epoch_ns(r.first_message), epoch_ns(r.first_message_acked))
 ),
 first_two AS (  -- the first two messages carrying tokens
     SELECT conn_id, stream_id,
@@ -135,10 +168,12 @@ ack_held AS (  -- how long the client held each ACK beyond the path delay (0 whe
     ) AS k
     GROUP BY ALL
 ),
-upstream_gaps AS (
-    SELECT conn_id, epoch_ns(ts) AS gap_ns, recovery_ms, bytes AS lost_packets
-    FROM tcp_events
-    WHERE kind = 'upstream_loss' AND direction = 'to_server'
+upstream_gaps AS (  -- (not those the capture may have missed itself: capture_gaps)
+    SELECT e.conn_id, epoch_ns(e.ts) AS gap_ns, e.recovery_ms, e.bytes AS lost_packets
+    FROM tcp_events AS e
+    ANTI JOIN (SELECT conn_id, frame_no FROM capture_gaps WHERE shown_by = 'upstream_loss') AS m
+      ON m.conn_id = e.conn_id AND m.frame_no = e.frame_no
+    WHERE e.kind = 'upstream_loss' AND e.direction = 'to_server'
 ),
 client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample), on the
     -- connections whose client bytes had holes
@@ -267,8 +302,10 @@ SELECT
     r.seen_at AS started_at,
     -- no answer at all, on a connection that went on (or ended) a second or more after it
     -- was sent: the request failed; its latency is at least the rest of the connection
+    -- (unless the capture missed bytes toward the client after it: its answer among them?)
     r.response_headers IS NULL AND r.first_message IS NULL AND r."end" IS NULL AND r.reset_code IS NULL
-        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000 AS unanswered,
+        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000
+        AND NOT coalesce(x.last_hole_ns > epoch_ns(r.seen_at), false) AS unanswered,
     CASE WHEN unanswered THEN c."end"
          ELSE coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) END AS finished_at,
     r.latency_ms,
@@ -279,11 +316,13 @@ SELECT
         + coalesce(u.upstream_delay_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
     CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
+         WHEN hf.conn_id IS NOT NULL THEN NULL
          WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
          ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END
         + coalesce(u.upstream_delay_ms, 0) AS ttft_eff_ms,
-    coalesce(g.max_gap_client_est_ms, r.max_gap_ms) AS gap_eff_ms,
+    CASE WHEN x.conn_id IS NULL THEN coalesce(g.max_gap_client_est_ms, r.max_gap_ms)
+         WHEN g.k IS NOT NULL THEN hg.max_gap_client_est_ms END AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
     coalesce(k.end_held_ms, 0) AS ack_held_ms,
     coalesce(u.upstream_delay_ms, 0) AS upstream_delay_ms,
@@ -294,7 +333,10 @@ SELECT
     coalesce(r.estimated, false) AS tls_estimated
 FROM requests_in_range AS r
 JOIN connections AS c USING (conn_id)
+LEFT JOIN (SELECT conn_id, max(hole_ns) FILTER (WHERE data) AS last_hole_ns FROM response_holes GROUP BY ALL) AS x USING (conn_id)
 LEFT JOIN read_gaps AS g ON g.k = hash(r.conn_id, r.stream_id)
+LEFT JOIN holed_gaps AS hg ON hg.k = hash(r.conn_id, r.stream_id)
+LEFT JOIN holed_first AS hf USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)

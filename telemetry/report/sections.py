@@ -16,6 +16,9 @@ def analyze_sections(
     con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None})
     return {
         "captures": render.rows_of(con, "SELECT * FROM capture_overview"),
+        "capture_drops": render.rows_of(
+            con, "SELECT * FROM capture_drops WHERE getvariable('capture_ids') IS NULL "
+            "OR list_contains(getvariable('capture_ids'), capture_id)"),
         "connections": render.rows_of(con, "SELECT * FROM connection_overview"),
         "methods": render.rows_of(con, "SELECT * FROM method_summary"),
         "errors": render.rows_of(con, "SELECT * FROM errors_by_status"),
@@ -188,6 +191,13 @@ def print_analyze(console: Console, s: dict) -> None:
     conns = ", ".join(f"{c['connections']} {c['protocol']}" for c in s["connections"]) or "none"
     requests = sum(m["requests"] for m in s["methods"])
     console.print(f"[bold]tailtap analyze[/bold]: {len(caps)} capture(s), {packets:,} packets, connections: {conns}, {requests} requests")
+    for d in s["capture_drops"]:
+        kernel = f"; its kernel reported {d['kernel_drops']:,} packets dropped" if d["kernel_drops"] else ""
+        console.print(
+            f"  [yellow]the capture dropped packets[/yellow]: {d['missed_bytes']:,} bytes in {d['missed_gaps']:,} gaps on "
+            f"{d['missed_connections']} connection(s) were acknowledged by their receiver but never captured{kernel}. "
+            "Packets missing there are not counted as network loss, and token gaps and first tokens across them not measured"
+        )
     net = [c for c in s["connections"] if c["retransmissions"] or c["out_of_order"] or c["zero_windows"]]
     for c in net:
         console.print(
