@@ -10,6 +10,7 @@
 -- kind it came as), frame_no, seq, ts (when the capture showed it: the hole's first sight,
 -- the ACK of bytes never seen, the packet after the missing IP ids).
 -- depends_on: tcp_events, capture_drops
+-- materialize: session
 WITH acked_unseen AS (
     SELECT capture_id, conn_id, direction, frame_no, seq, ts FROM tcp_events WHERE kind = 'capture_loss'
 )

@@ -84,13 +84,18 @@ holed_gaps AS (  -- the same on the connections with such holes, less the gaps a
     WHERE p.prev_index = p.token_index - 1 AND NOT coalesce(h.hole_ns > p.prev_seen_ns, false)
     GROUP BY k
 ),
-holed_first AS (  -- a hole toward the client after the request began, by its first token's
-    -- capture: the first token may have been in it
-    SELECT DISTINCT r.conn_id, r.stream_id
+holed AS (  -- per request on such a connection: a hole toward the client after it was sent
+    -- (its answer may have been in it), one after it began by its first token's capture or
+    -- ACK (the first token may have been in it), and its gaps less those across one
+    SELECT r.conn_id, r.stream_id,
+        coalesce(max(h.hole_ns) FILTER (WHERE h.data) > epoch_ns(any_value(r.seen_at)), false) AS answer_holed,
+        coalesce(bool_or(h.hole_ns > epoch_ns(r.request_start)
+                         AND h.hole_ns <= greatest(epoch_ns(r.first_message), epoch_ns(r.first_message_acked))), false) AS first_holed,
+        any_value(g.max_gap_client_est_ms) AS max_gap_ms
     FROM requests_in_range AS r
-    JOIN response_holes AS h
-      ON h.conn_id = r.conn_id AND h.hole_ns > epoch_ns(r.request_start)
-     AND h.hole_ns <= greatest(epoch_ns(r.first_message), epoch_ns(r.first_message_acked))
+    JOIN response_holes AS h USING (conn_id)
+    LEFT JOIN holed_gaps AS g ON g.k = hash(r.conn_id, r.stream_id)
+    GROUP BY r.conn_id, r.stream_id
 ),
 first_two AS (  -- the first two messages carrying tokens
     SELECT conn_id, stream_id,
@@ -305,7 +310,7 @@ SELECT
     -- (unless the capture missed bytes toward the client after it: its answer among them?)
     r.response_headers IS NULL AND r.first_message IS NULL AND r."end" IS NULL AND r.reset_code IS NULL
         AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000
-        AND NOT coalesce(x.last_hole_ns > epoch_ns(r.seen_at), false) AS unanswered,
+        AND NOT coalesce(hr.answer_holed, false) AS unanswered,
     CASE WHEN unanswered THEN c."end"
          ELSE coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) END AS finished_at,
     r.latency_ms,
@@ -316,13 +321,13 @@ SELECT
         + coalesce(u.upstream_delay_ms, 0) AS latency_eff_ms,
     -- first message: read late (slow reader), else reached the client under a held ACK
     CASE WHEN unanswered THEN (epoch_ns(c."end") - epoch_ns(r.seen_at)) / 1e6
-         WHEN hf.conn_id IS NOT NULL THEN NULL
+         WHEN hr.first_holed THEN NULL
          WHEN s.first_read_ns IS NOT NULL OR (h.first_acked_ns IS NOT NULL AND r.ttft_client_est_ms IS NOT NULL)
          THEN (coalesce(s.first_read_ns, h.first_acked_ns) - epoch_ns(coalesce(r.request_end, r.request_start))) / 1e6
          ELSE coalesce(r.ttft_client_est_ms - coalesce(k.first_held_ms, 0), r.ttft_ms) END
         + coalesce(u.upstream_delay_ms, 0) AS ttft_eff_ms,
-    CASE WHEN x.conn_id IS NULL THEN coalesce(g.max_gap_client_est_ms, r.max_gap_ms)
-         WHEN g.k IS NOT NULL THEN hg.max_gap_client_est_ms END AS gap_eff_ms,
+    CASE WHEN hr.conn_id IS NULL THEN coalesce(g.max_gap_client_est_ms, r.max_gap_ms)
+         WHEN g.k IS NOT NULL THEN hr.max_gap_ms END AS gap_eff_ms,
     coalesce(w.client_read_wait_ms, 0) AS client_read_wait_ms,
     coalesce(k.end_held_ms, 0) AS ack_held_ms,
     coalesce(u.upstream_delay_ms, 0) AS upstream_delay_ms,
@@ -333,10 +338,8 @@ SELECT
     coalesce(r.estimated, false) AS tls_estimated
 FROM requests_in_range AS r
 JOIN connections AS c USING (conn_id)
-LEFT JOIN (SELECT conn_id, max(hole_ns) FILTER (WHERE data) AS last_hole_ns FROM response_holes GROUP BY ALL) AS x USING (conn_id)
+LEFT JOIN holed AS hr USING (conn_id, stream_id)
 LEFT JOIN read_gaps AS g ON g.k = hash(r.conn_id, r.stream_id)
-LEFT JOIN holed_gaps AS hg ON hg.k = hash(r.conn_id, r.stream_id)
-LEFT JOIN holed_first AS hf USING (conn_id, stream_id)
 LEFT JOIN held_ack AS h USING (conn_id, stream_id)
 LEFT JOIN read_stalls AS s USING (conn_id, stream_id)
 LEFT JOIN read_wait AS w USING (conn_id, stream_id)
