@@ -1,6 +1,9 @@
 -- What kind of connections carried the traffic, and how healthy was TCP on them?
 -- Per application protocol: connections, requests, retransmissions, loss bursts,
--- out-of-order segments, zero windows, and the median capture-point RTT floors.
+-- out-of-order segments, zero windows, the median capture-point RTT floors, and the
+-- connections the capture saw one way only (only_server_seen: none of the client's packets,
+-- so no request's start; only_client_seen: none of the server's, so no response): their
+-- requests' latency and TTFT cannot be measured.
 -- depends_on: connections
 SELECT
     protocol,
@@ -11,7 +14,9 @@ SELECT
     sum(out_of_order_to_server + out_of_order_to_client) AS out_of_order,
     sum(zero_windows_to_server + zero_windows_to_client) AS zero_windows,
     median(rtt_min_ms_to_server) AS rtt_floor_server_ms,
-    median(rtt_min_ms_to_client) AS rtt_floor_client_ms
+    median(rtt_min_ms_to_client) AS rtt_floor_client_ms,
+    count(*) FILTER (WHERE packets_to_server = 0 AND packets_to_client > 0) AS only_server_seen,
+    count(*) FILTER (WHERE packets_to_client = 0 AND packets_to_server > 0) AS only_client_seen
 FROM connections
 WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)
 GROUP BY protocol

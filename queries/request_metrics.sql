@@ -39,7 +39,8 @@
 -- upstream_delay_ms is that wait (the largest, if several); client_started_at (started_at
 -- less it) is when the client began.
 -- A request with no answer at all (no response headers, message, end or reset) on a
--- connection that went on for a second or more after it is unanswered: it failed, and its
+-- connection that went on for a second or more after it (and whose server packets the
+-- capture saw: one captured one way says nothing of answers) is unanswered: it failed, and its
 -- TTFT and latency run at least to the connection's last packet (finished_at); unless the
 -- capture missed bytes toward the client on that connection after it was sent (capture_loss:
 -- the client acknowledged them), among which its answer may have been: its times unknown.
@@ -309,7 +310,7 @@ SELECT
     -- was sent: the request failed; its latency is at least the rest of the connection
     -- (unless the capture missed bytes toward the client after it: its answer among them?)
     r.response_headers IS NULL AND r.first_message IS NULL AND r."end" IS NULL AND r.reset_code IS NULL
-        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000
+        AND epoch_ns(c."end") - epoch_ns(r.seen_at) >= 1000000000 AND c.packets_to_client > 0
         AND NOT coalesce(hr.answer_holed, false) AS unanswered,
     CASE WHEN unanswered THEN c."end"
          ELSE coalesce(r.end_acked, r."end", r.last_message, r.first_message, r.response_headers, r.seen_at) END AS finished_at,

@@ -80,6 +80,11 @@ def plot_sections(store: StoreLayout, params: dict | None = None, con: Analysis 
 
 def _verdict(con, spikes: render.Rows) -> str:
     if not spikes:
+        requests, timed, gaps = con.execute(
+            "SELECT count(*), count(latency_eff_ms) + count(ttft_eff_ms), count(gap_eff_ms) FROM request_metrics").fetchone()
+        if requests and not timed:  # (a capture of one direction, say): a quiet report would be a false one
+            return ("nothing to judge on latency or TTFT: no request's could be measured"
+                    + ("; token gaps stayed near their baseline" if gaps else ""))
         return "no p99 spike: every window stayed near its baseline"
     parts = []
     for _window, start, cause, kind, share in con.execute(
@@ -198,6 +203,12 @@ def print_analyze(console: Console, s: dict) -> None:
             f"{d['missed_connections']} connection(s) were acknowledged by their receiver but never captured{kernel}. "
             "Packets missing there are not counted as network loss, and token gaps and first tokens across them not measured"
         )
+    for c in s["connections"]:
+        for count, seen, unseen in ((c["only_server_seen"], "server's", "no request's start"),
+                                    (c["only_client_seen"], "client's", "no response")):
+            if count:
+                console.print(f"  [yellow]{count} {c['protocol']} connection(s) captured one way[/yellow] (only the {seen} "
+                              f"packets: {unseen}): their requests' latency and TTFT cannot be measured; capture both directions")
     net = [c for c in s["connections"] if c["retransmissions"] or c["out_of_order"] or c["zero_windows"]]
     for c in net:
         console.print(
