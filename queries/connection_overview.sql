@@ -3,7 +3,9 @@
 -- out-of-order segments, zero windows, the median capture-point RTT floors, and the
 -- connections the capture saw one way only (only_server_seen: none of the client's packets,
 -- so no request's start; only_client_seen: none of the server's, so no response): their
--- requests' latency and TTFT cannot be measured.
+-- requests' latency and TTFT cannot be measured; and the connections whose payload the
+-- capture's snap length cut (payload_cut: history C or c; their messages are partly
+-- unreadable, requests go missing).
 -- depends_on: connections
 SELECT
     protocol,
@@ -16,7 +18,8 @@ SELECT
     median(rtt_min_ms_to_server) AS rtt_floor_server_ms,
     median(rtt_min_ms_to_client) AS rtt_floor_client_ms,
     count(*) FILTER (WHERE packets_to_server = 0 AND packets_to_client > 0) AS only_server_seen,
-    count(*) FILTER (WHERE packets_to_client = 0 AND packets_to_server > 0) AS only_client_seen
+    count(*) FILTER (WHERE packets_to_client = 0 AND packets_to_server > 0) AS only_client_seen,
+    count(*) FILTER (WHERE history SIMILAR TO '.*[Cc].*') AS payload_cut
 FROM connections
 WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)
 GROUP BY protocol

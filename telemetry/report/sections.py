@@ -85,6 +85,9 @@ def _verdict(con, spikes: render.Rows) -> str:
         if requests and not timed:  # (a capture of one direction, say): a quiet report would be a false one
             return ("nothing to judge on latency or TTFT: no request's could be measured"
                     + ("; token gaps stayed near their baseline" if gaps else ""))
+        cut = con.execute("SELECT sum(payload_cut) FROM connection_overview").fetchone()[0]
+        if cut:  # the requests that could be read: a part, maybe a small one
+            return f"no p99 spike among the requests that could be read ({cut} connection(s) had payloads cut by the snap length)"
         return "no p99 spike: every window stayed near its baseline"
     parts = []
     for _window, start, cause, kind, share in con.execute(
@@ -209,6 +212,10 @@ def print_analyze(console: Console, s: dict) -> None:
             if count:
                 console.print(f"  [yellow]{count} {c['protocol']} connection(s) captured one way[/yellow] (only the {seen} "
                               f"packets: {unseen}): their requests' latency and TTFT cannot be measured; capture both directions")
+        if c["payload_cut"]:
+            console.print(f"  [yellow]{c['payload_cut']} {c['protocol']} connection(s) had payloads cut by the capture's snap "
+                          "length[/yellow]: their messages are partly unreadable, requests may be missing and untimed; "
+                          "capture whole packets (tcpdump -s 0)")
     net = [c for c in s["connections"] if c["retransmissions"] or c["out_of_order"] or c["zero_windows"]]
     for c in net:
         console.print(
