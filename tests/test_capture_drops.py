@@ -64,6 +64,8 @@ def test_an_unimpaired_run_stays_quiet_whatever_the_capture_dropped(drop, tmp_pa
     assert not any(c in (row["causes"] or "") for row in report["report_slowest_requests"] for c in NETWORK_CAUSES)
     (drops,) = report["capture_drops"]  # and the report says the capture dropped packets
     assert drops["missed_gaps"] > 0 and drops["missed_bytes"] > 0
+    (caveat,) = report["report_caveats"]
+    assert caveat.startswith("the capture dropped packets: ")
 
 
 def test_the_network_s_own_loss_is_still_found(tmp_path):
@@ -86,5 +88,5 @@ def test_a_server_stall_stays_the_server_s(tmp_path):
 
 def test_a_complete_capture_says_nothing_of_drops(tmp_path):
     report = _analyze("baseline", lambda recs: recs[:-1], tmp_path)  # (one fewer: the file's last packet)
-    assert report["capture_drops"] == []
+    assert report["capture_drops"] == [] and report["report_caveats"] == []
     assert report["report_verdict"] == QUIET

@@ -13,6 +13,7 @@ one. Real lab captures run as a user runs `tailtap analyze`:
 
 from __future__ import annotations
 
+import html
 import json
 import struct
 import subprocess
@@ -51,6 +52,8 @@ def test_a_capture_of_one_direction_says_so_and_does_not_judge(sender, column, t
     assert report["report_verdict"].startswith("nothing to judge on latency or TTFT")
     assert report["report_spikes"] == [] and report["report_slowest_requests"] == []
     assert report["capture_drops"] == []  # the other direction was not dropped: it was never there
+    (caveat,) = report["report_caveats"]
+    assert "3 h2c connection(s) captured one way" in caveat
 
 
 def test_both_directions_are_judged(tmp_path):
@@ -69,4 +72,16 @@ def test_payloads_cut_by_the_snap_length_are_said(tmp_path):
     (conns,) = report["connections"]
     assert conns["payload_cut"] == conns["connections"] == 3
     assert conns["retransmissions"] > 0  # what TCP shows stays
+    assert [c for c in report["report_caveats"] if "snap length" in c]
     assert report["report_verdict"] == "no p99 spike among the requests that could be read (3 connection(s) had payloads cut by the snap length)"
+
+
+def test_the_html_report_says_the_same_caveats(tmp_path):
+    report = _one_way(SERVER, tmp_path)
+    page = tmp_path / "report.html"
+    run = subprocess.run([sys.executable, "-m", "telemetry", "report", "--store", str(tmp_path / "store"), "--html", str(page)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    (caveat,) = report["report_caveats"]
+    assert f'<p class="caveat">caveat: {html.escape(caveat)}</p>' in page.read_text()
+    assert f"caveat: {caveat[:40]}" in " ".join(run.stdout.split())  # and the terminal's report

@@ -31,6 +31,7 @@ body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; mar
        color: #222; padding: 0 1em; }
 h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
 .verdict { font-size: 1.05em; background: #f6f6f6; padding: .6em .8em; border-left: 4px solid #d62728; }
+.caveat { background: #fff8e1; padding: .4em .8em; border-left: 4px solid #f0a000; margin: .3em 0; }
 table { border-collapse: collapse; font-size: .82em; margin: .5em 0; }
 th, td { border: 1px solid #ddd; padding: .2em .45em; text-align: left; vertical-align: top; }
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -159,6 +160,7 @@ def report_html(s: dict[str, Any], window_s: float, title: str = "tailtap report
     figs = _figures(s, window_s)
     sections = [
         f"<h1>{html.escape(title)}</h1>",
+        *(f'<p class="caveat">caveat: {html.escape(c)}</p>' for c in s.get("caveats", [])),
         f'<p class="verdict">{html.escape(str(s["verdict"]))}</p>',
         f'<p class="note">{len(s["spikes"])} spike window(s) of {window_s:g} s shaded, coloured by the cause that '
         "explains most of their slow requests.</p>",

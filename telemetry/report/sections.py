@@ -63,8 +63,35 @@ def report_sections(store: StoreLayout, params: dict | None = None, con: Analysi
         "spikes": spikes,
         "spike_attribution": render.rows_of(con, "SELECT * FROM spike_attribution"),
         "slowest_requests": render.rows_of(con, "SELECT * FROM slowest_with_cause"),
+        "caveats": _caveats(con),
         "verdict": _verdict(con, spikes),
     }
+
+
+def _caveats(con) -> list[str]:
+    """What the capture did not hold, said before the verdict (terminal, HTML, JSON alike):
+    packets it dropped, connections it saw one way, payloads its snap length cut."""
+    out = []
+    for missed, nbytes, conns, kernel in con.execute(
+        "SELECT missed_gaps, missed_bytes, missed_connections, kernel_drops FROM capture_drops "
+        "WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)"
+    ).fetchall():
+        said = f"{nbytes:,} bytes in {missed:,} gaps on {conns} connection(s) were acknowledged by their receiver but never captured"
+        if kernel:
+            said = (said + "; " if missed else "") + f"its kernel reported {kernel:,} packets dropped"
+        out.append(f"the capture dropped packets: {said}. They are not counted as network loss, and token gaps "
+                   "and first tokens across them are not measured")
+    for protocol, server_only, client_only, cut in con.execute(
+        "SELECT protocol, only_server_seen, only_client_seen, payload_cut FROM connection_overview"
+    ).fetchall():
+        for count, seen, unseen in ((server_only, "server's", "no request's start"), (client_only, "client's", "no response")):
+            if count:
+                out.append(f"{count} {protocol} connection(s) captured one way (only the {seen} packets: {unseen}): their "
+                           "requests' latency and TTFT cannot be measured; capture both directions")
+        if cut:
+            out.append(f"{cut} {protocol} connection(s) had payloads cut by the capture's snap length: their messages are "
+                       "partly unreadable, requests may be missing and untimed; capture whole packets (tcpdump -s 0)")
+    return out
 
 
 def plot_sections(store: StoreLayout, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows]:
@@ -199,23 +226,6 @@ def print_analyze(console: Console, s: dict) -> None:
     conns = ", ".join(f"{c['connections']} {c['protocol']}" for c in s["connections"]) or "none"
     requests = sum(m["requests"] for m in s["methods"])
     console.print(f"[bold]tailtap analyze[/bold]: {len(caps)} capture(s), {packets:,} packets, connections: {conns}, {requests} requests")
-    for d in s["capture_drops"]:
-        kernel = f"; its kernel reported {d['kernel_drops']:,} packets dropped" if d["kernel_drops"] else ""
-        console.print(
-            f"  [yellow]the capture dropped packets[/yellow]: {d['missed_bytes']:,} bytes in {d['missed_gaps']:,} gaps on "
-            f"{d['missed_connections']} connection(s) were acknowledged by their receiver but never captured{kernel}. "
-            "Packets missing there are not counted as network loss, and token gaps and first tokens across them not measured"
-        )
-    for c in s["connections"]:
-        for count, seen, unseen in ((c["only_server_seen"], "server's", "no request's start"),
-                                    (c["only_client_seen"], "client's", "no response")):
-            if count:
-                console.print(f"  [yellow]{count} {c['protocol']} connection(s) captured one way[/yellow] (only the {seen} "
-                              f"packets: {unseen}): their requests' latency and TTFT cannot be measured; capture both directions")
-        if c["payload_cut"]:
-            console.print(f"  [yellow]{c['payload_cut']} {c['protocol']} connection(s) had payloads cut by the capture's snap "
-                          "length[/yellow]: their messages are partly unreadable, requests may be missing and untimed; "
-                          "capture whole packets (tcpdump -s 0)")
     net = [c for c in s["connections"] if c["retransmissions"] or c["out_of_order"] or c["zero_windows"]]
     for c in net:
         console.print(
@@ -258,6 +268,8 @@ def print_report(console: Console, s: dict) -> None:
         if not b["judged"]:
             console.print(f"[yellow]{render.escaped(b['method'])}[/yellow]: only {b['baseline_requests']} requests in calm windows, too few "
                           "to judge it by its own p99 (SLOs and throttling still apply)")
+    for caveat in s["caveats"]:
+        console.print(f"[yellow]caveat[/yellow]: {render.escaped(caveat)}")
     console.print(f"[bold]verdict[/bold]: {render.escaped(s['verdict'])}")
     for sp in s["spikes"]:
         console.print(f"\n[bold]spike at {sp['window_start']:%H:%M:%S}[/bold]: {render.escaped(', '.join(sp['spiked_metrics']))} "
