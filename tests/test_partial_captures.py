@@ -51,9 +51,8 @@ def test_a_capture_of_one_direction_says_so_and_does_not_judge(sender, column, t
     assert conns[column] == conns["connections"] == 3
     assert report["report_verdict"].startswith("nothing to judge on latency or TTFT")
     assert report["report_spikes"] == [] and report["report_slowest_requests"] == []
-    assert report["capture_drops"] == []  # the other direction was not dropped: it was never there
-    (caveat,) = report["report_caveats"]
-    assert "3 h2c connection(s) captured one way" in caveat
+    (caveat,) = report["report_caveats"]  # (the other direction is not said dropped: it was never there)
+    assert caveat.startswith("3 h2c connection(s) captured one way")
 
 
 def test_both_directions_are_judged(tmp_path):

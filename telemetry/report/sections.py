@@ -16,9 +16,6 @@ def analyze_sections(
     con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None})
     return {
         "captures": render.rows_of(con, "SELECT * FROM capture_overview"),
-        "capture_drops": render.rows_of(
-            con, "SELECT * FROM capture_drops WHERE getvariable('capture_ids') IS NULL "
-            "OR list_contains(getvariable('capture_ids'), capture_id)"),
         "connections": render.rows_of(con, "SELECT * FROM connection_overview"),
         "methods": render.rows_of(con, "SELECT * FROM method_summary"),
         "errors": render.rows_of(con, "SELECT * FROM errors_by_status"),
