@@ -1,8 +1,9 @@
 -- What happened to one request, in order? Every event of every request: its HTTP/2
 -- milestones (request headers and end, response headers, each message with its ACK and,
 -- for a slow reader, when the client read it (client_read), trailers), and the TCP and HTTP/2 events on its connection while it was in flight,
--- with the time since the request started. Filter by conn_id and stream_id.
--- depends_on: request_metrics, requests, messages, tcp_events, h2_events, client_read
+-- with the time since the request started (those the capture missed, not the network,
+-- say so: capture_gaps). Filter by conn_id and stream_id.
+-- depends_on: request_metrics, requests, messages, tcp_events, h2_events, client_read, capture_gaps
 WITH r AS (
     SELECT q.conn_id, q.stream_id, q.request_start, q.request_end, q.response_headers, q."end",
         q.http_status, q.grpc_status, q.grpc_message, m.started_at, m.finished_at
@@ -33,7 +34,10 @@ events AS (
     SELECT r.conn_id, r.stream_id, e.ts, 'tcp', e.kind,
         e.direction || ' seq ' || e.seq || ', ' || e.bytes || ' B, packet ' || e.frame_no
             || coalesce(', recovered in ' || CAST(round(e.recovery_ms, 2) AS VARCHAR) || ' ms', '')
+            || CASE WHEN g.conn_id IS NOT NULL THEN ', missed by the capture, not lost (capture_gaps)' ELSE '' END
     FROM r JOIN tcp_events AS e ON e.conn_id = r.conn_id AND e.ts BETWEEN r.started_at AND r.finished_at
+    LEFT JOIN capture_gaps AS g
+      ON g.conn_id = e.conn_id AND g.direction = e.direction AND g.shown_by = e.kind AND g.frame_no = e.frame_no AND g.seq = e.seq
     UNION ALL
     SELECT r.conn_id, r.stream_id, h.ts, 'http2', h.kind,
         h.direction || ' stream ' || h.stream_id || coalesce(' value ' || h.value, '') || coalesce(' ' || h.detail, '')

@@ -107,3 +107,14 @@ def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):
     assert report["report_caveats"] == ["the capture dropped packets: its kernel reported 7 packets dropped. They are not "
                                         "counted as network loss, and token gaps and first tokens across them are not measured"]
     assert report["report_verdict"] == QUIET
+
+
+def test_explain_says_which_holes_the_capture_missed(tmp_path):
+    _analyze("baseline", _one_in(200), tmp_path)
+    run = subprocess.run([sys.executable, "-m", "telemetry", "sql", "--store", str(tmp_path / "store"), "--format", "csv",
+                          "SELECT count(*) FILTER (WHERE event = 'lost_segment' AND detail LIKE '%missed by the capture, not lost%'), "
+                          "count(*) FILTER (WHERE event = 'lost_segment') FROM request_timeline"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    missed, holes = map(int, run.stdout.splitlines()[1].split(","))
+    assert 0 < holes == missed  # every hole here was the capture's
