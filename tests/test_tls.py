@@ -175,3 +175,32 @@ def test_tls13_record_nonce_is_the_iv_xor_the_padded_sequence_number(seq):
     cipher = RecordCipher(AES128, keys, tls13=True)
     cipher.seq = seq
     assert cipher.decrypt(23, 0x0303, protected) == (23, b"hello")
+
+
+def _tls13_record(keys, seq: int, content: bytes) -> bytes:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    nonce = bytes(a ^ b for a, b in zip(keys.iv, seq.to_bytes(12, "big"), strict=True))
+    inner = content + bytes([23])
+    return AESGCM(keys.key).encrypt(nonce, inner, bytes([23, 3, 3]) + (len(inner) + 16).to_bytes(2, "big"))
+
+
+def test_records_after_lost_bytes_are_read_at_the_sequence_number_their_tag_verifies():
+    """Lost bytes held an unknown number of records (at most their size over the least a
+    record takes): the next record is tried at each number they leave possible."""
+    from parsers.tls._decrypt import MAX_UNSURE, MIN_RECORD, DecryptError, RecordCipher
+
+    keys = tls13_keys(AES128, bytes.fromhex("b67b7d690cc16c4e75e54213cb2d37b4e9c912bcded9105d42befd59d391ad38"))
+    records = [_tls13_record(keys, seq, f"record {seq}".encode()) for seq in range(8)]
+    cipher = RecordCipher(AES128, keys, tls13=True)
+    assert cipher.decrypt(23, 0x0303, records[0]) == (23, b"record 0")
+    lost = sum(5 + len(r) for r in records[1:4])  # records 1-3 and their headers lost
+    assert cipher.lose(lost)
+    assert cipher.decrypt(23, 0x0303, records[4]) == (23, b"record 4")
+    assert (cipher.seq, cipher.unsure) == (5, 0)
+    assert cipher.decrypt(23, 0x0303, records[5]) == (23, b"record 5")  # and on in order
+    assert not cipher.lose(MIN_RECORD * (MAX_UNSURE + 1))  # too many to try: not followed
+    cipher = RecordCipher(AES128, keys, tls13=True)
+    cipher.lose(5 + len(records[0]))  # too few bytes for records 0-5: record 6 is not tried at 6
+    with pytest.raises(DecryptError, match="no record sequence number from 0 to"):
+        cipher.decrypt(23, 0x0303, records[6])

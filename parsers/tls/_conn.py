@@ -75,8 +75,9 @@ class TlsConnection:
         if stream.skipped != skipped:
             self.plain_gap[role] = 1
             self.keyless.lost(role)
-            if self.status == "decrypting":
-                # a lost record breaks the sequence numbers of what follows
+            cipher = self.ciphers[role]
+            if self.status == "decrypting" and (cipher is None or not cipher.lose(stream.skipped - skipped)):
+                # (a cipher tries the sequence numbers the lost bytes leave possible)
                 self._go_keyless(f"bytes of the {('client', 'server')[role]}'s records were lost "
                                  "(the record sequence cannot be followed)", frame_no)  # fmt: skip
         for rec in records:

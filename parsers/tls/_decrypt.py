@@ -11,6 +11,12 @@ from ._keys import DirectionKeys, Suite
 
 TAG_LEN = 16
 _HEADER = struct.Struct(">BHH")  # a record header: content type, version, length
+# the fewest bytes a protected record takes in the stream (its header and tag): lost bytes
+# held at most this many fewer records
+MIN_RECORD = 5 + TAG_LEN
+# at most this many sequence numbers are tried for the record after lost bytes (each try
+# is one AEAD open, a few microseconds): 86 kB of records of the least size
+MAX_UNSURE = 4096
 
 
 class DecryptError(Exception):
@@ -18,7 +24,9 @@ class DecryptError(Exception):
 
 
 class RecordCipher:
-    """Decrypts one direction's records in order (the sequence number counts them)."""
+    """Decrypts one direction's records in order (the sequence number counts them). After
+    bytes of the direction were lost (:meth:`lose`), the next record is tried at each
+    sequence number the lost bytes leave possible: its tag verifies at one only."""
 
     def __init__(self, suite: Suite, keys: DirectionKeys, tls13: bool) -> None:
         self.suite = suite
@@ -26,6 +34,7 @@ class RecordCipher:
         self.iv = keys.iv
         self._iv_number = int.from_bytes(keys.iv, "big")  # the per-record nonce in one XOR
         self.seq = 0
+        self.unsure = 0  # records that may have been lost before the next one
         # cryptography at the first keyed direction, not at every start (~10 ms)
         from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
@@ -33,34 +42,46 @@ class RecordCipher:
         self._invalid_tag = InvalidTag
         self.aead = AESGCM(keys.key) if suite.cipher == "aes-gcm" else ChaCha20Poly1305(keys.key)
 
-    def _xor_nonce(self) -> bytes:
-        return (self._iv_number ^ self.seq).to_bytes(12, "big")
+    def lose(self, nbytes: int) -> bool:
+        """``nbytes`` of this direction's records were lost. False when they may have held
+        more records than are tried (MAX_UNSURE): the sequence cannot be followed."""
+        self.unsure += nbytes // MIN_RECORD + 1
+        return self.unsure <= MAX_UNSURE
 
     def decrypt(self, content_type: int, version: int, payload: bytes) -> tuple[int, bytes]:
         """(content type, plaintext) of a protected record; DecryptError when the tag
         does not verify. TLS 1.3 returns the inner content type."""
-        try:
-            if self.tls13:
-                inner = self.aead.decrypt(self._xor_nonce(), payload, _HEADER.pack(content_type, version, len(payload)))
-                end = len(inner)
-                while end and inner[end - 1] == 0:  # zero padding after the inner type
-                    end -= 1
-                if not end:
-                    raise DecryptError("TLS 1.3 record without an inner content type")
-                self.seq += 1
-                return inner[end - 1], inner[: end - 1]
-            if self.suite.cipher == "aes-gcm":
-                if len(payload) < 8 + TAG_LEN:
-                    raise DecryptError(f"record of {len(payload)} bytes is too short for AES-GCM")
-                nonce, body = self.iv + payload[:8], payload[8:]
-            else:
-                nonce, body = self._xor_nonce(), payload
-            if len(body) < TAG_LEN:
-                raise DecryptError(f"record of {len(payload)} bytes is too short for its tag")
-            aad = (self.seq.to_bytes(8, "big") + bytes([content_type]) + version.to_bytes(2, "big")
-                   + (len(body) - TAG_LEN).to_bytes(2, "big"))  # fmt: skip
-            plain = self.aead.decrypt(nonce, body, aad)
-        except self._invalid_tag:
-            raise DecryptError(f"record {self.seq} does not decrypt (wrong key, or a record was lost)") from None
-        self.seq += 1
-        return content_type, plain
+        first = self.seq
+        for seq in range(first, first + self.unsure + 1):
+            try:
+                out = self._open(seq, content_type, version, payload)
+            except self._invalid_tag:
+                continue
+            self.seq, self.unsure = seq + 1, 0
+            return out
+        if self.unsure:
+            raise DecryptError(f"no record sequence number from {first} to {first + self.unsure} decrypts the record "
+                               "after lost bytes (a key update lost with them?)")
+        raise DecryptError(f"record {first} does not decrypt (wrong key, or a record was lost)")
+
+    def _open(self, seq: int, content_type: int, version: int, payload: bytes) -> tuple[int, bytes]:
+        if self.tls13:
+            nonce = (self._iv_number ^ seq).to_bytes(12, "big")
+            inner = self.aead.decrypt(nonce, payload, _HEADER.pack(content_type, version, len(payload)))
+            end = len(inner)
+            while end and inner[end - 1] == 0:  # zero padding after the inner type
+                end -= 1
+            if not end:
+                raise DecryptError("TLS 1.3 record without an inner content type")
+            return inner[end - 1], inner[: end - 1]
+        if self.suite.cipher == "aes-gcm":
+            if len(payload) < 8 + TAG_LEN:
+                raise DecryptError(f"record of {len(payload)} bytes is too short for AES-GCM")
+            nonce, body = self.iv + payload[:8], payload[8:]
+        else:
+            nonce, body = (self._iv_number ^ seq).to_bytes(12, "big"), payload
+        if len(body) < TAG_LEN:
+            raise DecryptError(f"record of {len(payload)} bytes is too short for its tag")
+        aad = (seq.to_bytes(8, "big") + bytes([content_type]) + version.to_bytes(2, "big")
+               + (len(body) - TAG_LEN).to_bytes(2, "big"))  # fmt: skip
+        return content_type, self.aead.decrypt(nonce, body, aad)
