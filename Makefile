@@ -18,7 +18,7 @@ APT_PACKAGES += chromium:chromium chromedriver:chromium-driver
 APT_PACKAGES += prometheus:prometheus promtool:prometheus
 NODE_DIR := tests/node
 
-.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean damaged
+.PHONY: demo test venv system-deps node-deps lint bench bench-users sweep sweep-report fuzz soak clean damaged capture-drops
 
 $(BIN)/tailtap: pyproject.toml $(wildcard parsers/*/_speedups.c parsers/*.h parsers/*/*.h)
 	$(PYTHON) -m venv $(VENV)
@@ -109,6 +109,13 @@ DAMAGED_COPIES ?= 2
 damaged: venv
 	$(BIN)/python -m fuzz.damaged bench/results/damaged.md --copies $(DAMAGED_COPIES) \
 	  samples/*/capture.pcap $${TAILTAP_SHARED_CAPTURES:-../shared/captures}/*.pcap
+
+# Verdicts of the samples and the lab sweep's samples with packets taken out as a capture
+# drops them (1 in 200, 1 in 50, 5 runs of 50), against each complete capture's
+# (bench/capture_drops.py; needs editcap for the pcapng ones). Results:
+# bench/results/capture_drops.md.
+capture-drops: venv
+	$(BIN)/python bench/capture_drops.py bench/results/capture_drops.md samples/*/capture.pcap samples/sweep/*/capture.pcap
 
 # The daemon under continuous gRPC load for 5 minutes (root, tcpdump): RSS sampled every
 # second, flat or it fails; the figures go to bench/results/soak.json (CI soaks 60 s)
