@@ -9,16 +9,14 @@ request look resent for 1.3 s, and tokens held behind a hole took the time of th
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import capture_builders as cb
 import pytest
+from cli_runs import analyze_json, sql_rows
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 QUIET = "no p99 spike: every window stayed near its baseline"
@@ -47,10 +45,7 @@ def _analyze(sample: str, drop, tmp_path: Path, *options: str) -> dict:
     assert len(kept) < len(recs)
     capture = tmp_path / "dropped.pcap"
     capture.write_bytes(header + b"".join(kept))
-    run = subprocess.run([sys.executable, "-m", "telemetry", "analyze", str(capture), "--out", str(tmp_path / "store"),
-                          "--format", "json", *options], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout)
+    return analyze_json(capture, tmp_path / "store", *options)
 
 
 def _causes(report: dict) -> set[str]:
@@ -101,9 +96,7 @@ def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):
         blocks.append(cb.epb(0, sec * 10**9 + nsec, r[16:], struct.unpack_from("<I", r, 12)[0]))
     capture = tmp_path / "kernel-drops.pcapng"
     capture.write_bytes(b"".join([*blocks, cb.isb(0, 7)]))
-    run = subprocess.run([sys.executable, "-m", "telemetry", "analyze", str(capture), "--out", str(tmp_path / "store"),
-                          "--format", "json"], capture_output=True, text=True, timeout=300)
-    report = json.loads(run.stdout)
+    report = analyze_json(capture, tmp_path / "store")
     assert report["report_caveats"] == ["the capture dropped packets: its kernel reported 7 packets dropped. They are not "
                                         "counted as network loss, and token gaps and first tokens across them are not measured"]
     assert report["report_verdict"] == QUIET
@@ -111,12 +104,10 @@ def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):
 
 def test_explain_says_which_holes_the_capture_missed(tmp_path):
     _analyze("baseline", _one_in(200), tmp_path)
-    run = subprocess.run([sys.executable, "-m", "telemetry", "sql", "--store", str(tmp_path / "store"), "--format", "csv",
-                          "SELECT count(*) FILTER (WHERE event = 'lost_segment' AND detail LIKE '%missed by the capture, not lost%'), "
-                          "count(*) FILTER (WHERE event = 'lost_segment') FROM request_timeline"],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    missed, holes = map(int, run.stdout.splitlines()[1].split(","))
+    ((missed, holes),) = sql_rows(tmp_path / "store",
+                                  "SELECT count(*) FILTER (WHERE event = 'lost_segment' AND detail LIKE '%missed by the capture, not lost%'), "
+                                  "count(*) FILTER (WHERE event = 'lost_segment') FROM request_timeline")
+    missed, holes = int(missed), int(holes)
     assert 0 < holes == missed  # every hole here was the capture's
 
 
@@ -125,10 +116,8 @@ def test_tls_decryption_follows_the_records_past_lost_bytes(tmp_path):
     # after it estimated from record sizes. The record after the lost bytes is tried at
     # each sequence number they leave possible; the AEAD tag verifies at one only
     _analyze("sweep/tls_probe", _one_in(200), tmp_path, "--keylog", str(SAMPLES / "sweep" / "tls_probe" / "keys.txt"))
-    run = subprocess.run([sys.executable, "-m", "telemetry", "sql", "--store", str(tmp_path / "store"), "--format", "csv",
-                          "SELECT (SELECT bool_and(tls_decrypted) FROM connections), count(*), count(*) FILTER (WHERE estimated), "
-                          "count(latency_ms) FROM requests"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    decrypted, requests, estimated, timed = run.stdout.splitlines()[1].split(",")
+    ((decrypted, requests, estimated, timed),) = sql_rows(
+        tmp_path / "store", "SELECT (SELECT bool_and(tls_decrypted) FROM connections), count(*), "
+        "count(*) FILTER (WHERE estimated), count(latency_ms) FROM requests")
     assert (decrypted, requests, estimated) == ("True", "82", "0")  # all of the complete capture's 82
     assert int(timed) >= 80

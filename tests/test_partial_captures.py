@@ -14,14 +14,12 @@ one. Real lab captures run as a user runs `tailtap analyze`:
 from __future__ import annotations
 
 import html
-import json
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import capture_builders as cb
 import pytest
+from cli_runs import analyze_json, tailtap
 
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 SAMPLE = SAMPLES / "server_stall" / "capture.pcap"
@@ -31,10 +29,7 @@ CLIENT, SERVER = bytes([10, 77, 1, 1]), bytes([10, 77, 1, 2])
 def _analyze(header: bytes, recs: list[bytes], tmp_path: Path) -> dict:
     capture = tmp_path / "partial.pcap"
     capture.write_bytes(header + b"".join(recs))
-    run = subprocess.run([sys.executable, "-m", "telemetry", "analyze", str(capture), "--out", str(tmp_path / "store"),
-                          "--format", "json"], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    return json.loads(run.stdout)
+    return analyze_json(capture, tmp_path / "store")
 
 
 def _one_way(sender: bytes, tmp_path: Path) -> dict:
@@ -78,9 +73,7 @@ def test_payloads_cut_by_the_snap_length_are_said(tmp_path):
 def test_the_html_report_says_the_same_caveats(tmp_path):
     report = _one_way(SERVER, tmp_path)
     page = tmp_path / "report.html"
-    run = subprocess.run([sys.executable, "-m", "telemetry", "report", "--store", str(tmp_path / "store"), "--html", str(page)],
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
+    run = tailtap("report", "--store", str(tmp_path / "store"), "--html", str(page))
     (caveat,) = report["report_caveats"]
     assert f'<p class="caveat">caveat: {html.escape(caveat)}</p>' in page.read_text()
     assert f"caveat: {caveat[:40]}" in " ".join(run.stdout.split())  # and the terminal's report
