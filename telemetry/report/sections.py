@@ -60,34 +60,35 @@ def report_sections(store: StoreLayout, params: dict | None = None, con: Analysi
         "spikes": spikes,
         "spike_attribution": render.rows_of(con, "SELECT * FROM spike_attribution"),
         "slowest_requests": render.rows_of(con, "SELECT * FROM slowest_with_cause"),
-        "caveats": _caveats(con),
-        "verdict": _verdict(con, spikes),
+        "caveats": _caveats(con, conns := render.rows_of(con, "SELECT * FROM connection_overview")),
+        "verdict": _verdict(con, spikes, sum(c["payload_cut"] for c in conns)),
     }
 
 
-def _caveats(con) -> list[str]:
+def _caveats(con, conns: render.Rows) -> list[str]:
     """What the capture did not hold, said before the verdict (terminal, HTML, JSON alike):
-    packets it dropped, connections it saw one way, payloads its snap length cut."""
+    packets it dropped, connections it saw one way, payloads its snap length cut (``conns``:
+    connection_overview's rows)."""
     out = []
-    for missed, nbytes, conns, kernel in con.execute(
+    for missed, nbytes, missed_conns, kernel in con.execute(
         "SELECT missed_gaps, missed_bytes, missed_connections, kernel_drops FROM capture_drops "
         "WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)"
     ).fetchall():
-        said = f"{nbytes:,} bytes in {missed:,} gaps on {conns} connection(s) were acknowledged by their receiver but never captured"
+        said = f"{nbytes:,} bytes in {missed:,} gaps on {missed_conns} connection(s) were acknowledged by their receiver but never captured"
         if kernel:
             said = (said + "; " if missed else "") + f"its kernel reported {kernel:,} packets dropped"
         out.append(f"the capture dropped packets: {said}. They are not counted as network loss, and token gaps "
                    "and first tokens across them are not measured")
-    for protocol, server_only, client_only, cut in con.execute(
-        "SELECT protocol, only_server_seen, only_client_seen, payload_cut FROM connection_overview"
-    ).fetchall():
-        for count, seen, unseen in ((server_only, "server's", "no request's start"), (client_only, "client's", "no response")):
+    for c in conns:
+        for count, seen, unseen in ((c["only_server_seen"], "server's", "no request's start"),
+                                    (c["only_client_seen"], "client's", "no response")):
             if count:
-                out.append(f"{count} {protocol} connection(s) captured one way (only the {seen} packets: {unseen}): their "
-                           "requests' latency and TTFT cannot be measured; capture both directions")
-        if cut:
-            out.append(f"{cut} {protocol} connection(s) had payloads cut by the capture's snap length: their messages are "
-                       "partly unreadable, requests may be missing and untimed; capture whole packets (tcpdump -s 0)")
+                out.append(f"{count} {c['protocol']} connection(s) captured one way (only the {seen} packets: {unseen}): "
+                           "their requests' latency and TTFT cannot be measured; capture both directions")
+        if c["payload_cut"]:
+            out.append(f"{c['payload_cut']} {c['protocol']} connection(s) had payloads cut by the capture's snap length: "
+                       "their messages are partly unreadable, requests may be missing and untimed; capture whole packets "
+                       "(tcpdump -s 0)")
     return out
 
 
@@ -102,16 +103,17 @@ def plot_sections(store: StoreLayout, params: dict | None = None, con: Analysis 
     }
 
 
-def _verdict(con, spikes: render.Rows) -> str:
+def _verdict(con, spikes: render.Rows, payload_cut: int = 0) -> str:
+    """The report's one line; ``payload_cut``: connections whose payload the snap length cut."""
     if not spikes:
         requests, timed, gaps = con.execute(
             "SELECT count(*), count(latency_eff_ms) + count(ttft_eff_ms), count(gap_eff_ms) FROM request_metrics").fetchone()
         if requests and not timed:  # (a capture of one direction, say): a quiet report would be a false one
             return ("nothing to judge on latency or TTFT: no request's could be measured"
                     + ("; token gaps stayed near their baseline" if gaps else ""))
-        cut = con.execute("SELECT sum(payload_cut) FROM connection_overview").fetchone()[0]
-        if cut:  # the requests that could be read: a part, maybe a small one
-            return f"no p99 spike among the requests that could be read ({cut} connection(s) had payloads cut by the snap length)"
+        if payload_cut:  # the requests that could be read: a part, maybe a small one
+            return (f"no p99 spike among the requests that could be read ({payload_cut} connection(s) had payloads cut "
+                    "by the snap length)")
         return "no p99 spike: every window stayed near its baseline"
     parts = []
     for _window, start, cause, kind, share in con.execute(
