@@ -24,31 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from fuzz.damaged import read_pcap, write_pcap  # noqa: E402
+from fuzz.damaged import drop_one_in, drop_runs, read_pcap, write_pcap  # noqa: E402
 
-Drop = Callable[[list, random.Random], list]
-
-
-def _one_in(n: int) -> Drop:
-    return lambda packets, rng: [p for p in packets if rng.random() >= 1 / n]
-
-
-def _runs(count: int, length: int) -> Drop:
-    def drop(packets: list, rng: random.Random) -> list:
-        out = list(packets)
-        for _ in range(count):
-            at = rng.randrange(max(1, len(out) - length))
-            del out[at : at + length]
-        return out
-
-    return drop
-
-
-DROPS: dict[str, Drop] = {"1 in 200": _one_in(200), "1 in 50": _one_in(50), "5 runs of 50": _runs(5, 50)}
+DROPS = {"1 in 200": drop_one_in(200), "1 in 50": drop_one_in(50), "5 runs of 50": drop_runs(5, 50)}
 
 
 def _classic(capture: Path) -> bytes:

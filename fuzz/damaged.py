@@ -57,6 +57,23 @@ def write_pcap(order: str, header: bytes, packets: list[Packet]) -> bytes:
     return bytes(out)
 
 
+def drop_one_in(n: int) -> Callable[[list[Packet], random.Random], list[Packet]]:
+    """Packets taken out as a capture drops them one at a time: each with chance 1/n."""
+    return lambda packets, rng: [p for p in packets if rng.random() >= 1 / n]
+
+
+def drop_runs(count: int, length: int) -> Callable[[list[Packet], random.Random], list[Packet]]:
+    """``count`` runs of ``length`` packets in a row taken out (a capture buffer that overflowed)."""
+    def drop(packets: list[Packet], rng: random.Random) -> list[Packet]:
+        out = list(packets)
+        for _ in range(count):
+            at = rng.randrange(max(1, len(out) - length))
+            del out[at : at + length]
+        return out
+
+    return drop
+
+
 def _drop(p: list[Packet], rng: random.Random) -> list[Packet]:
     return [x for x in p if rng.random() > 0.05]
 

@@ -18,33 +18,20 @@ import capture_builders as cb
 import pytest
 from cli_runs import analyze_json, sql_rows
 
+from fuzz import damaged
+
 SAMPLES = Path(__file__).resolve().parents[1] / "samples"
 QUIET = "no p99 spike: every window stayed near its baseline"
 NETWORK_CAUSES = ("loss_burst", "reordering", "queueing", "throttling")
 
 
-def _one_in(n: int, seed: int = 3):
-    rng = random.Random(seed)
-    return lambda recs: [r for r in recs if rng.random() >= 1 / n]
-
-
-def _bursts(count: int, length: int, seed: int = 3):
-    def drop(recs: list[bytes]) -> list[bytes]:
-        rng, out = random.Random(seed), list(recs)
-        for _ in range(count):
-            at = rng.randrange(len(out) - length)
-            del out[at : at + length]
-        return out
-
-    return drop
-
-
 def _analyze(sample: str, drop, tmp_path: Path, *options: str) -> dict:
-    header, recs = cb.records((SAMPLES / sample / "capture.pcap").read_bytes())
-    kept = drop(recs)
-    assert len(kept) < len(recs)
+    """``drop``: fuzz.damaged's drop_one_in / drop_runs, or a function of the packets."""
+    order, header, packets = damaged.read_pcap((SAMPLES / sample / "capture.pcap").read_bytes())
+    kept = drop(packets, random.Random(3))
+    assert len(kept) < len(packets)
     capture = tmp_path / "dropped.pcap"
-    capture.write_bytes(header + b"".join(kept))
+    capture.write_bytes(damaged.write_pcap(order, header, kept))
     return analyze_json(capture, tmp_path / "store", *options)
 
 
@@ -53,7 +40,7 @@ def _causes(report: dict) -> set[str]:
     return set(re.findall(r"\d\d:\d\d:\d\d: ([a-z_]+)", report["report_verdict"]))
 
 
-@pytest.mark.parametrize("drop", [_one_in(200), _one_in(50), _bursts(5, 50)], ids=["1-in-200", "1-in-50", "5-bursts-of-50"])
+@pytest.mark.parametrize("drop", [damaged.drop_one_in(200), damaged.drop_one_in(50), damaged.drop_runs(5, 50)], ids=["1-in-200", "1-in-50", "5-bursts-of-50"])
 def test_an_unimpaired_run_stays_quiet_whatever_the_capture_dropped(drop, tmp_path):
     report = _analyze("baseline", drop, tmp_path)
     assert report["report_verdict"] == QUIET
@@ -63,25 +50,25 @@ def test_an_unimpaired_run_stays_quiet_whatever_the_capture_dropped(drop, tmp_pa
 
 
 def test_the_network_s_own_loss_is_still_found(tmp_path):
-    report = _analyze("loss_burst", _one_in(200), tmp_path)
+    report = _analyze("loss_burst", damaged.drop_one_in(200), tmp_path)
     assert report["report_verdict"].startswith("4 spike(s)")
     assert _causes(report) == {"loss_burst"}
 
 
 def test_reordering_stays_reordering(tmp_path):
-    report = _analyze("reorder", _one_in(200), tmp_path)
+    report = _analyze("reorder", damaged.drop_one_in(200), tmp_path)
     assert report["report_spikes"]
     assert _causes(report) == {"reordering"}
 
 
 def test_a_server_stall_stays_the_server_s(tmp_path):
-    report = _analyze("server_stall", _bursts(5, 50), tmp_path)
+    report = _analyze("server_stall", damaged.drop_runs(5, 50), tmp_path)
     assert report["report_spikes"]
     assert _causes(report) == {"server"}
 
 
 def test_a_complete_capture_says_nothing_of_drops(tmp_path):
-    report = _analyze("baseline", lambda recs: recs[:-1], tmp_path)  # (one fewer: the file's last packet)
+    report = _analyze("baseline", lambda packets, rng: packets[:-1], tmp_path)  # (one fewer: the file's last packet)
     assert report["report_caveats"] == []
     assert report["report_verdict"] == QUIET
 
@@ -103,7 +90,7 @@ def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):
 
 
 def test_explain_says_which_holes_the_capture_missed(tmp_path):
-    _analyze("baseline", _one_in(200), tmp_path)
+    _analyze("baseline", damaged.drop_one_in(200), tmp_path)
     ((missed, holes),) = sql_rows(tmp_path / "store",
                                   "SELECT count(*) FILTER (WHERE event = 'lost_segment' AND detail LIKE '%missed by the capture, not lost%'), "
                                   "count(*) FILTER (WHERE event = 'lost_segment') FROM request_timeline")
@@ -115,7 +102,7 @@ def test_tls_decryption_follows_the_records_past_lost_bytes(tmp_path):
     # a lost record used to end decryption (its sequence number unknown): every request
     # after it estimated from record sizes. The record after the lost bytes is tried at
     # each sequence number they leave possible; the AEAD tag verifies at one only
-    _analyze("sweep/tls_probe", _one_in(200), tmp_path, "--keylog", str(SAMPLES / "sweep" / "tls_probe" / "keys.txt"))
+    _analyze("sweep/tls_probe", damaged.drop_one_in(200), tmp_path, "--keylog", str(SAMPLES / "sweep" / "tls_probe" / "keys.txt"))
     ((decrypted, requests, estimated, timed),) = sql_rows(
         tmp_path / "store", "SELECT (SELECT bool_and(tls_decrypted) FROM connections), count(*), "
         "count(*) FILTER (WHERE estimated), count(latency_ms) FROM requests")
