@@ -319,3 +319,38 @@ def test_fast_and_typer_analyze_write_the_same_html(tmp_path):
                     .replace(str(page), "PAGE"))
     assert pages[0] == pages[1] and b"<html" in pages[0]
     assert errs[0] == errs[1] and errs[0].endswith("wrote PAGE"), errs
+
+
+def test_the_command_ends_without_interpreter_teardown_yet_loses_nothing(tmp_path):
+    """`tailtap` (main.entry) ends with os._exit after the command: what a normal exit does
+    that matters still happens. Output to a file (block-buffered) is whole, atexit handlers
+    run, threads that are not daemons finish, and exit codes are the command's own."""
+    store = _sample_store(tmp_path)
+    out = tmp_path / "rows.csv"
+    with out.open("w") as fh:
+        done = subprocess.run([TAILTAP, "sql", "--store", str(store), "-f", "csv", "SELECT range AS i FROM range(200000)"],
+                              stdout=fh, stderr=subprocess.PIPE, text=True, timeout=120, env=ENV)
+    assert done.returncode == 0, done.stderr
+    lines = out.read_text().splitlines()
+    assert lines[0] == "i" and len(lines) == 200_001 and lines[-1] == "199999"
+
+    script = (
+        "import atexit, sys, threading, time\n"
+        "from telemetry.cli import main\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print('thread finished'))).start()\n"
+        f"sys.argv = ['tailtap', 'sql', '--store', {str(store)!r}, 'SELECT 42 AS answer']\n"
+        "main.entry()\n"
+        "print('never here')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    assert "42" in proc.stdout and "atexit ran" in proc.stdout and "thread finished" in proc.stdout
+    assert "never here" not in proc.stdout
+
+    missing = subprocess.run([sys.executable, "-m", "telemetry", "sql", "--store", str(tmp_path / "none"), "SELECT 1"],
+                             capture_output=True, text=True, timeout=120, env=ENV)
+    assert missing.returncode == EXIT_STORE and "no store here" in missing.stderr
+    usage = subprocess.run([TAILTAP, "analyze", "--no-such-option", "a.pcap"], capture_output=True, text=True,
+                           timeout=120, env=ENV)
+    assert usage.returncode == 2 and "No such option" in usage.stderr

@@ -1,5 +1,5 @@
 """python -m telemetry.cli ... (the same as `tailtap ...`)."""
 
-from telemetry.cli.main import main
+from telemetry.cli.main import entry
 
-main()
+entry()
