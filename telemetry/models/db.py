@@ -33,7 +33,12 @@ from telemetry.store.schema import COLUMNS
 if TYPE_CHECKING:
     from duckdb import DuckDBPyRelation
 
-ONE_THREAD_BYTES = 2 << 20  # a store whose tables are smaller is queried on one thread
+# A store whose tables are smaller is queried on one thread: a second one saves no waiting
+# there, only adds its CPU. One thread against two, paired runs of `analyze` (CPU, wall;
+# tables' bytes): lab SSE captures of 2.2 MB 0.96 and 0.95, 1.00 and 0.99; realistic 200k
+# packets, 4.3 MB: 0.91, 1.02; the same 200k from another seed, 2,000 connections, 4.5 MB:
+# 0.95, 1.02; 400k, 8.2 MB: 0.94, 1.06; 1M, 20 MB: 0.96, 1.11
+ONE_THREAD_BYTES = 3 << 20
 
 # Defaults for the SQL variables (getvariable) the models read: the one place they are set.
 DEFAULT_PARAMS: dict[str, object] = {
