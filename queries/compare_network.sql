@@ -1,8 +1,9 @@
 -- How did the network differ between two compared periods (compare_scope)? Over the
 -- connections that carried each period's requests, during the period's span: TCP events
 -- by kind (retransmissions, lost segments, out-of-order, zero/full windows) per 1,000
--- requests, and the median RTT on each side, in period a and in period b.
--- depends_on: compare_scope, tcp_events, rtt_samples
+-- requests, and the median RTT on each side, in period a and in period b (the network's
+-- events: network_events, not the packets the capture point itself missed).
+-- depends_on: compare_scope, network_events, rtt_samples
 WITH spans AS (
     SELECT period, conn_id, min(started_at) AS t0, max(coalesce(finished_at, started_at)) AS t1, count(*) AS requests
     FROM compare_scope GROUP BY ALL
@@ -13,7 +14,7 @@ ev AS (
         count(*) FILTER (WHERE e.kind = 'lost_segment') AS lost_segments,
         count(*) FILTER (WHERE e.kind = 'out_of_order') AS out_of_order,
         count(*) FILTER (WHERE e.kind IN ('zero_window', 'window_full')) AS window_stalls
-    FROM spans AS s JOIN tcp_events AS e ON e.conn_id = s.conn_id AND e.ts BETWEEN s.t0 AND s.t1
+    FROM spans AS s JOIN network_events AS e ON e.conn_id = s.conn_id AND e.ts BETWEEN s.t0 AND s.t1
     GROUP BY ALL
 ),
 rtt AS (

@@ -2,7 +2,8 @@
 -- bucket_s seconds, default 1; set it coarser for long captures): retransmissions,
 -- loss events, out-of-order segments, duplicate ACKs, zero/full windows, RTT min/p50/max
 -- each side, response messages and bytes delivered, and HTTP/2 flow-control blocked time.
--- depends_on: tcp_events, rtt_samples, messages, h2_events
+-- The network's events (network_events): not the packets the capture point itself missed.
+-- depends_on: network_events, rtt_samples, messages, h2_events
 WITH params AS (
     SELECT CAST(coalesce(getvariable('bucket_s'), 1) * 1e9 AS BIGINT) AS bucket_ns
 ),
@@ -14,7 +15,7 @@ tcp AS (
         count(*) FILTER (WHERE kind = 'out_of_order') AS out_of_order,
         count(*) FILTER (WHERE kind = 'dup_ack') AS dup_acks,
         count(*) FILTER (WHERE kind IN ('zero_window', 'window_full')) AS window_stalls
-    FROM tcp_events GROUP BY ALL
+    FROM network_events GROUP BY ALL
 ),
 rtt AS (
     SELECT conn_id, epoch_ns(ts) // (SELECT bucket_ns FROM params) AS bucket,

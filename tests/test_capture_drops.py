@@ -108,3 +108,38 @@ def test_tls_decryption_follows_the_records_past_lost_bytes(tmp_path):
         "count(*) FILTER (WHERE estimated), count(latency_ms) FROM requests")
     assert (decrypted, requests, estimated) == ("True", "82", "0")  # all of the complete capture's 82
     assert int(timed) >= 80
+
+
+
+def _one_row(store: Path, query: str) -> list[int]:
+    (row,) = sql_rows(store, query)
+    return [int(v) for v in row]
+
+
+def test_the_timelines_count_the_capture_s_drops_once_as_drops(tmp_path):
+    """samples/baseline (no impairment) with 1 packet in 200 taken out: the holes its
+    receivers acknowledged are capture drops in the network panel, and no lost segment in
+    it, in conn_timeline (the dashboards) or in network_events; tcp_events still records
+    what the capture showed."""
+    _analyze("baseline", damaged.drop_one_in(200), tmp_path)
+    store = tmp_path / "store"
+    holes, acked_unseen = _one_row(store, "SELECT count(*) FILTER (WHERE kind = 'lost_segment'), "
+                                          "count(*) FILTER (WHERE kind = 'capture_loss') FROM tcp_events")
+    assert holes > 0 and acked_unseen > 0
+    assert _one_row(store, "SELECT sum(lost_segments), sum(capture_drops) FROM network_timeline") == [0, acked_unseen]
+    assert _one_row(store, "SELECT sum(lost_segments) FROM conn_timeline") == [0]
+    assert _one_row(store, "SELECT count(*) FROM network_events WHERE kind IN ('lost_segment', 'capture_loss')") == [0]
+
+
+def test_the_network_s_own_lost_segments_stay_in_the_timelines(tmp_path):
+    """samples/sweep/uplink_loss: client packets the network lost before the capture point
+    show as holes that the client's resends filled. With 1 packet in 200 taken out of the
+    file as well, those are still lost segments in the timelines, and only those the
+    capture missed are not."""
+    _analyze("sweep/uplink_loss", damaged.drop_one_in(200), tmp_path)
+    store = tmp_path / "store"
+    (filled,) = _one_row(store, "SELECT count(*) FROM tcp_events WHERE kind = 'lost_segment' AND recovery_ms IS NOT NULL")
+    (missed,) = _one_row(store, "SELECT count(*) FROM capture_gaps WHERE shown_by = 'lost_segment'")
+    (all_holes,) = _one_row(store, "SELECT count(*) FROM tcp_events WHERE kind = 'lost_segment'")
+    assert filled > 0
+    assert _one_row(store, "SELECT sum(lost_segments) FROM conn_timeline") == [all_holes - missed]
