@@ -143,3 +143,14 @@ def test_the_network_s_own_lost_segments_stay_in_the_timelines(tmp_path):
     (all_holes,) = _one_row(store, "SELECT count(*) FROM tcp_events WHERE kind = 'lost_segment'")
     assert filled > 0
     assert _one_row(store, "SELECT sum(lost_segments) FROM conn_timeline") == [all_holes - missed]
+
+
+def test_flow_control_stays_flow_control_past_the_server_s_missed_packets(tmp_path):
+    """samples/flow_control (the client's windows hold the server back) with 1 packet in
+    200 taken out: DATA the capture missed leaves the server's windows upper bounds, so
+    the blocks of the streams opened after it are still seen (before, the first packet
+    missed from the server ended flow control for the connection, and every spike read
+    as the server's)."""
+    report = _analyze("flow_control", damaged.drop_one_in(200), tmp_path)
+    assert report["report_spikes"]
+    assert _causes(report) == {"throttling"} and "h2_flow_control" in report["report_verdict"]

@@ -11,6 +11,7 @@ from h2_builders import (
     grpc_msg,
     grpc_request_headers,
     headers,
+    ping,
     run_session,
     settings,
     window_update,
@@ -110,3 +111,40 @@ def test_max_concurrent_streams_reached() -> None:
     _s, r = run_session(conv.chunks)
     ev = [e for e in r.h2_events if e.kind == "max_concurrent_streams"]
     assert len(ev) == 1 and ev[0].value == 2 and ev[0].stream_id == 3 and ev[0].ts_ns == conv.ts(2)
+
+
+def test_a_sender_s_missed_bytes_leave_its_blocks_seen() -> None:
+    """Past DATA the capture missed, the server's windows are upper bounds: a stream
+    opened after the gap is followed exactly, and its exhausted window is a block."""
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 1000}, {})
+    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    chunk = grpc_msg(b"x" * 495)  # 500 bytes
+    conv.send(1, data(1, chunk), 3)
+    lost = data(1, grpc_msg(b"z" * 86))  # a 100-byte DATA frame of stream 1 the capture missed
+    conv.send(0, headers(3, ch.block(grpc_request_headers())) + data(3, grpc_msg(b"q"), end=True), 4)
+    conv.send(1, data(3, chunk), 5, gap=len(lost))
+    conv.send(1, data(3, chunk), 6)  # stream 3's 1000 bytes gone: blocked
+    conv.send(0, window_update(3, 1000), 56)
+    conv.send(1, data(3, chunk), 57)
+    _s, r = run_session(conv.chunks)
+    blocked = [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+    assert [(b.stream_id, b.ts_ns) for b in blocked] == [(3, conv.ts(6))]
+    assert abs(blocked[0].duration_ms - 50.0) < 1e-6
+
+
+def test_a_receiver_s_missed_bytes_make_no_block() -> None:
+    """A WINDOW_UPDATE the capture missed gave the server its window back: the server's
+    windows are unknown past it, and sending what the capture did not see granted is no
+    block (before, it read as one, blamed on the client's flow control)."""
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 1000}, {})
+    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    chunk = grpc_msg(b"x" * 495)  # 500 bytes
+    conv.send(1, data(1, chunk), 3)
+    conv.send(0, ping(), 4, gap=len(window_update(1, 1000)))  # the update itself was missed
+    conv.send(1, data(1, chunk), 5)  # the 1000 bytes seen granted are sent: 1000 more remain
+    _s, r = run_session(conv.chunks, end_ns=conv.ts(1005))
+    assert [e for e in r.h2_events if e.kind == "flow_control_blocked"] == []

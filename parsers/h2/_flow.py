@@ -6,6 +6,12 @@ refills them, and the peer's SETTINGS_INITIAL_WINDOW_SIZE sets (and shifts) the 
 windows. A sender is *blocked* when a window reaches <= 0 while its stream is still open
 for sending; the block lasts until the WINDOW_UPDATE that reopens it. Windows are only
 known when the connection start was seen; mid-connection we do not guess.
+
+Past bytes the capture missed (a gap, a resynchronisation), a window is an upper bound: the
+DATA the sender sent in them is not subtracted, so a window at or below 0 is exhausted for
+sure, and a block may end a little early or go unseen, never be made up. Missing bytes of
+the receiver may have given window back: the sender's windows are unknown from there
+(``known`` False), as mid-connection.
 """
 
 from __future__ import annotations
