@@ -354,12 +354,10 @@ class H2Connection(FrameHandlers):
         D.data_stream = None
         D.block = None
         D.hpack.lose_context()
-        # d's lost bytes held DATA it sent and WINDOW_UPDATEs / SETTINGS it sent as the
-        # other direction's receiver. DATA missed only overstates d's windows: one at or
-        # below 0 still is (a block seen is a block), so d's windows go on. Window given
-        # back and not seen would make the other direction look blocked when it was not:
-        # its windows are unknown from here.
-        self.flows[1 - d].known = False
+        # d's lost bytes held DATA it sent (its windows go on, overstated: parsers/h2/_flow.py)
+        # and window it gave the other direction as the receiver: that one's windows are
+        # unbounded from here
+        self.flows[1 - d].lose_updates()
         for st in self.streams.values():
             sp = st.splitter[d]
             if sp is not None:

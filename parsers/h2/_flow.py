@@ -7,16 +7,20 @@ windows. A sender is *blocked* when a window reaches <= 0 while its stream is st
 for sending; the block lasts until the WINDOW_UPDATE that reopens it. Windows are only
 known when the connection start was seen; mid-connection we do not guess.
 
-Past bytes the capture missed (a gap, a resynchronisation), a window is an upper bound: the
-DATA the sender sent in them is not subtracted, so a window at or below 0 is exhausted for
-sure, and a block may end a little early or go unseen, never be made up. Missing bytes of
-the receiver may have given window back: the sender's windows are unknown from there
-(``known`` False), as mid-connection.
+Past bytes the capture missed (a gap, a resynchronisation), a window is an upper bound. The
+DATA a sender sent in them is not subtracted: its windows only overstate what it had. The
+receiver's missing bytes may have given window back (WINDOW_UPDATE) or raised the initial
+one (SETTINGS): the connection's window and those of the streams open then have no bound
+from there (UNBOUNDED); a stream opened later starts from the initial window. A sender that
+sends DATA on a window seen exhausted had more than the capture saw given: that block is
+dropped and the window is unbounded. So a block seen is one the sender was in; one may go
+unseen, none is made up.
 """
 
 from __future__ import annotations
 
 DEFAULT_WINDOW = 65535
+UNBOUNDED = 1 << 62  # a window the capture cannot bound from above
 
 
 class FlowState:
@@ -54,10 +58,23 @@ class FlowState:
                 if w <= 0 and self.known and sid not in self.blocked:
                     self.blocked[sid] = (ts, 0)
 
+    def lose_updates(self) -> None:
+        """The receiver's bytes went missing (see the module's docstring)."""
+        self.conn = UNBOUNDED
+        for sid in self.streams:
+            self.streams[sid] = UNBOUNDED
+        self.blocked.clear()  # (a missed update may have ended them: when is not known)
+
     def consume(self, sid: int, length: int, ts: int, end_stream: bool) -> None:
         """DATA of ``length`` flow-controlled bytes sent on ``sid``."""
         if not self.known:
             return
+        if length and self.blocked:
+            # sent on a window seen exhausted: it was not
+            if self.blocked.pop(0, None) is not None:
+                self.conn = UNBOUNDED
+            if self.blocked.pop(sid, None) is not None and sid in self.streams:
+                self.streams[sid] = UNBOUNDED
         self.conn -= length
         w = self.streams.get(sid)
         if w is not None:

@@ -383,6 +383,10 @@ static int flow_check(PyObject *conn, ctx_t *ctx, long long d, PyObject *sid_obj
     if (f->fs_streams == NULL || !PyDict_CheckExact(f->fs_streams)) return 0;
     if (slot_ll(f->fs, f_off[F_CONN], &f->conn) < 0) return 0;
     if (!end && f->conn - length <= 0 && PyDict_Contains(blocked, zero) != 1) { PyErr_Clear(); return 0; }
+    /* DATA on a window seen exhausted (a block of the connection or the stream): the window
+     * was larger than the capture saw given, FlowState.consume drops the block: Python's */
+    if (length > 0 && PyDict_GET_SIZE(blocked) > 0 &&
+        (PyDict_Contains(blocked, zero) != 0 || PyDict_Contains(blocked, sid_obj) != 0)) { PyErr_Clear(); return 0; }
     PyObject *w_obj = PyDict_GetItemWithError(f->fs_streams, sid_obj);
     if (w_obj == NULL) { /* no window of the stream's (or an error: Python's) */
         if (PyErr_Occurred()) { PyErr_Clear(); return 0; }
