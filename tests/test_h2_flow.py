@@ -135,9 +135,10 @@ def test_a_sender_s_missed_bytes_leave_its_blocks_seen() -> None:
 
 
 def test_a_receiver_s_missed_bytes_make_no_block() -> None:
-    """A WINDOW_UPDATE the capture missed gave the server its window back: the server's
-    windows are unknown past it, and sending what the capture did not see granted is no
-    block (before, it read as one, blamed on the client's flow control)."""
+    """A WINDOW_UPDATE the capture missed gave the server its window back: the windows of
+    the connection and of the streams open then have no bound past it, and sending what
+    the capture did not see granted is no block (before, it read as one, blamed on the
+    client's flow control). A stream opened later is followed from the initial window."""
     conv, ch, sh = Conv(), Hpack(), Hpack()
     _start(conv, ch, sh, {4: 1000}, {})
     conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
@@ -146,5 +147,27 @@ def test_a_receiver_s_missed_bytes_make_no_block() -> None:
     conv.send(1, data(1, chunk), 3)
     conv.send(0, ping(), 4, gap=len(window_update(1, 1000)))  # the update itself was missed
     conv.send(1, data(1, chunk), 5)  # the 1000 bytes seen granted are sent: 1000 more remain
-    _s, r = run_session(conv.chunks, end_ns=conv.ts(1005))
+    conv.send(0, headers(3, ch.block(grpc_request_headers())) + data(3, grpc_msg(b"q"), end=True), 6)
+    conv.send(1, headers(3, sh.block(GRPC_RESPONSE)) + data(3, chunk), 7)
+    conv.send(1, data(3, chunk), 8)  # stream 3's 1000 bytes gone: blocked
+    _s, r = run_session(conv.chunks, end_ns=conv.ts(1008))
+    blocked = [e for e in r.h2_events if e.kind == "flow_control_blocked"]
+    assert [(b.stream_id, b.ts_ns, b.detail) for b in blocked] == [(3, conv.ts(8), "unresolved")]
+
+
+def test_data_sent_on_a_window_seen_exhausted_makes_no_block() -> None:
+    """A sender that goes on sending on a window the capture saw exhausted had more
+    window than the capture saw given (bytes missed, or a sender that ignores flow
+    control, as the benchmark's generated capture): no block, before or after."""
+    conv, ch, sh = Conv(), Hpack(), Hpack()
+    _start(conv, ch, sh, {4: 1000}, {})
+    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
+    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
+    chunk = grpc_msg(b"x" * 495)  # 500 bytes
+    conv.send(1, data(1, chunk), 3)
+    conv.send(1, data(1, chunk), 4)  # window 0 as seen
+    conv.send(1, data(1, chunk), 5)  # yet more: it was not
+    conv.send(1, data(1, chunk), 6)
+    conv.send(0, window_update(1, 1000), 50)
+    _s, r = run_session(conv.chunks, end_ns=conv.ts(1000))
     assert [e for e in r.h2_events if e.kind == "flow_control_blocked"] == []
