@@ -42,7 +42,7 @@ class TcpEventKind(Vocabulary):
     ZERO_WINDOW = "zero_window", "the receiver advertised a zero window; recovery_ms = how long it stayed shut"
     WINDOW_FULL = "window_full", "the sender filled the receiver's advertised window"
     RST = "rst", "a reset (reported on the side that sent it)"
-    CAPTURE_LOSS = "capture_loss", "bytes the far end acknowledged that the capture never saw"
+    CAPTURE_LOSS = "capture_loss", "bytes the far end acknowledged that the capture never saw (one event a missing range)"
     REASSEMBLY_SKIP = "reassembly_skip", "a hole given up on: its bytes are skipped, the parsers resynchronise"
     UPSTREAM_LOSS = "upstream_loss", (
         "packets of this direction lost before the capture point that carried no data the capture "

@@ -5,7 +5,7 @@
 -- its sender's IP id (upstream_loss) may be one more it missed, no evidence of a network
 -- loss: request_metrics and request_evidence do not count those (a mirror port or a busy
 -- tcpdump dropping 1 packet in 200 had requests blamed on loss bursts that never were).
--- Columns: capture_id, missed_gaps (capture_loss events), missed_bytes, missed_connections,
+-- Columns: capture_id, missed_gaps (capture_loss events: one a missing range), missed_bytes, missed_connections,
 -- kernel_drops (null when the file does not say); one row per capture that dropped packets.
 -- A connection captured one way (a mirror of one direction) has every byte of the other
 -- acknowledged unseen: that is not counted as dropped (connection_overview says it).

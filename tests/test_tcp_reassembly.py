@@ -206,6 +206,22 @@ def test_bytes_behind_a_hole_the_capture_missed_keep_their_own_times():
     _check_continuity(r.chunks)
 
 
+def test_two_holes_acked_at_once_are_two_capture_losses_at_their_holes():
+    """One ACK past two holes the capture missed: one capture_loss a hole, each at the seq
+    of the lost_segment it showed as (queries/capture_gaps pairs them by seq: one event
+    for both, at the first, left the second looking like network loss)."""
+    f = Flow().handshake()
+    f.s(1, 1, "A", b"a" * 10)
+    f.s(21, 1, "A", b"c" * 10)  # [10, 20) passed unseen
+    f.s(41, 1, "A", b"e" * 10)  # [30, 40) passed unseen
+    f.c(1, 51, "A")  # the client ACKs it all
+    r = analyze(f.batch())
+    assert [(e.seq, e.bytes, e.recovery_ms) for e in r.of("lost_segment")] == [(10, 10, None), (30, 10, None)]
+    assert [(e.seq, e.bytes) for e in r.of("capture_loss")] == [(10, 10), (30, 10)]
+    assert r.summary().capture_loss_bytes == (0, 20)
+    _check_continuity(r.chunks)
+
+
 def test_bytes_behind_a_resent_hole_wait_for_the_resend():
     f = Flow().handshake()
     f.s(1, 1, "A", b"a" * 10)

@@ -35,8 +35,9 @@ Classification rules (``TcpEvent.kind``), all per data direction:
   emitted when the window opens again with ``recovery_ms`` = its duration.
 * ``window_full``: a data segment reaches the far end's advertised (scaled) window;
   only when the window scale is known (handshake seen).
-* ``capture_loss``: the far end ACKed bytes the capture never saw; counted in
-  ``capture_loss_bytes``, never a network loss. The bytes are skipped (``gap_before``).
+* ``capture_loss``: the far end ACKed bytes the capture never saw, one event a missing
+  range (at the seq of the hole it showed as); counted in ``capture_loss_bytes``, never a
+  network loss. The bytes are skipped (``gap_before``).
 * ``reassembly_skip``: a hole given up on (buffer over ``MAX_BUF_BYTES`` or older than
   ``HOLE_TIMEOUT_NS``, or the connection ended with it open); the bytes are skipped.
 * ``rst``: a RST segment (direction = the side that sent it).
@@ -484,25 +485,23 @@ class PacketPath:
     def _advance(self, conn, R, arel, ts, fr, hts, tse, out) -> None:
         """The far end's cumulative ACK for R's data moved forward to ``arel``."""
         data_ack = arel if R.fin is None else min(arel, R.fin)
-        unseen = 0
-        first = -1
+        # the far end has bytes the capture never saw: capture loss, not network loss. One
+        # event a missing range (the hole it showed as first: its lost_segment, same seq),
+        # not one an ACK: an ACK past two holes leaves neither looking like network loss
+        missed: list[tuple[int, int]] = []
         for h in R.holes:
             if h.start >= data_ack:
                 break
             for m0, m1 in h.missing:
                 if m0 < data_ack:
-                    unseen += min(m1, data_ack) - m0
-                    if first < 0:
-                        first = m0
+                    missed.append((m0, min(m1, data_ack) - m0))
         if data_ack > R.hi:
-            if first < 0:
-                first = R.hi
-            unseen += data_ack - R.hi
-        if unseen:
-            # the far end has bytes the capture never saw: capture loss, not network loss
-            R.cap_loss += unseen
+            missed.append((R.hi, data_ack - R.hi))
+        if missed:
+            for first, unseen in missed:
+                R.cap_loss += unseen
+                self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.CAPTURE_LOSS, first, unseen, fr))
             conn.hist.add_side("G", R.idx)
-            self._events.append(TcpEvent(ts, conn.key, R.idx, TcpEventKind.CAPTURE_LOSS, first, unseen, fr))
             self._drop_holes_below(conn, R, data_ack)
             if data_ack > R.hi:
                 R.hi = data_ack
