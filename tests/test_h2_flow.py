@@ -113,15 +113,23 @@ def test_max_concurrent_streams_reached() -> None:
     assert len(ev) == 1 and ev[0].value == 2 and ev[0].stream_id == 3 and ev[0].ts_ns == conv.ts(2)
 
 
-def test_a_sender_s_missed_bytes_leave_its_blocks_seen() -> None:
-    """Past DATA the capture missed, the server's windows are upper bounds: a stream
-    opened after the gap is followed exactly, and its exhausted window is a block."""
+def _stream_1_half_sent() -> tuple[Conv, Hpack, Hpack, bytes]:
+    """The client grants 1000 bytes a stream and asks on stream 1; the server has sent 500
+    of them (at 3 ms). Returns the conversation, both HPACK encoders and a 500-byte DATA
+    payload."""
     conv, ch, sh = Conv(), Hpack(), Hpack()
     _start(conv, ch, sh, {4: 1000}, {})
     conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
     conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
     chunk = grpc_msg(b"x" * 495)  # 500 bytes
     conv.send(1, data(1, chunk), 3)
+    return conv, ch, sh, chunk
+
+
+def test_a_sender_s_missed_bytes_leave_its_blocks_seen() -> None:
+    """Past DATA the capture missed, the server's windows are upper bounds: a stream
+    opened after the gap is followed exactly, and its exhausted window is a block."""
+    conv, ch, sh, chunk = _stream_1_half_sent()
     lost = data(1, grpc_msg(b"z" * 86))  # a 100-byte DATA frame of stream 1 the capture missed
     conv.send(0, headers(3, ch.block(grpc_request_headers())) + data(3, grpc_msg(b"q"), end=True), 4)
     conv.send(1, data(3, chunk), 5, gap=len(lost))
@@ -139,12 +147,7 @@ def test_a_receiver_s_missed_bytes_make_no_block() -> None:
     the connection and of the streams open then have no bound past it, and sending what
     the capture did not see granted is no block (before, it read as one, blamed on the
     client's flow control). A stream opened later is followed from the initial window."""
-    conv, ch, sh = Conv(), Hpack(), Hpack()
-    _start(conv, ch, sh, {4: 1000}, {})
-    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
-    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
-    chunk = grpc_msg(b"x" * 495)  # 500 bytes
-    conv.send(1, data(1, chunk), 3)
+    conv, ch, sh, chunk = _stream_1_half_sent()
     conv.send(0, ping(), 4, gap=len(window_update(1, 1000)))  # the update itself was missed
     conv.send(1, data(1, chunk), 5)  # the 1000 bytes seen granted are sent: 1000 more remain
     conv.send(0, headers(3, ch.block(grpc_request_headers())) + data(3, grpc_msg(b"q"), end=True), 6)
@@ -159,12 +162,7 @@ def test_data_sent_on_a_window_seen_exhausted_makes_no_block() -> None:
     """A sender that goes on sending on a window the capture saw exhausted had more
     window than the capture saw given (bytes missed, or a sender that ignores flow
     control, as the benchmark's generated capture): no block, before or after."""
-    conv, ch, sh = Conv(), Hpack(), Hpack()
-    _start(conv, ch, sh, {4: 1000}, {})
-    conv.send(0, headers(1, ch.block(grpc_request_headers())) + data(1, grpc_msg(b"q"), end=True), 1)
-    conv.send(1, headers(1, sh.block(GRPC_RESPONSE)), 2)
-    chunk = grpc_msg(b"x" * 495)  # 500 bytes
-    conv.send(1, data(1, chunk), 3)
+    conv, ch, sh, chunk = _stream_1_half_sent()
     conv.send(1, data(1, chunk), 4)  # window 0 as seen
     conv.send(1, data(1, chunk), 5)  # yet more: it was not
     conv.send(1, data(1, chunk), 6)
