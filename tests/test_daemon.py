@@ -144,6 +144,34 @@ def _openmetrics(metrics: DaemonMetrics) -> str:
     return encoder(metrics.registry).decode()
 
 
+def test_capture_drops_are_no_lost_segments_in_the_counters(tmp_path):
+    """samples/baseline (no impairment) with 1 packet in 200 taken out of the file, as a
+    mirror port drops them: tailtap_tcp_events counts the capture's drops as capture_loss
+    and no lost segment, as the dashboards' conn_timeline does (queries/network_events);
+    tcp_events itself holds the holes the capture showed."""
+    import random
+
+    from fuzz import damaged
+
+    order, header, packets = damaged.read_pcap((REPO / "samples" / "baseline" / "capture.pcap").read_bytes())
+    capture = tmp_path / "dropped.pcap"
+    capture.write_bytes(damaged.write_pcap(order, header, damaged.drop_one_in(200)(packets, random.Random(3))))
+    store = Store(tmp_path / "store")
+    result = ingest_file(capture, store)
+    metrics = DaemonMetrics()
+    metrics.observe_capture(store, result.capture_id)
+    con = connect(store)
+    holes, acked_unseen = con.execute(
+        "SELECT count(*) FILTER (WHERE kind = 'lost_segment'), count(*) FILTER (WHERE kind = 'capture_loss') FROM tcp_events"
+    ).fetchone()
+    assert holes > 0 and acked_unseen > 0
+    def counted(kind: str) -> float:
+        return sum(metrics.value("tailtap_tcp_events_total", kind=kind, direction=d) for d in ("to_client", "to_server"))
+
+    assert counted("lost_segment") == 0
+    assert counted("capture_loss") == acked_unseen
+
+
 @needs_prometheus
 def test_capture_metrics_carry_exemplars_of_stored_requests(tmp_path):
     """A stored lab capture folded into the histograms: every request observed once, each

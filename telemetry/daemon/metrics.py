@@ -152,10 +152,10 @@ class DaemonMetrics:
             "tailtap_request_max_gap_seconds", "Largest gap between consecutive response messages of a request (request_metrics.gap_eff_ms), by method and model." + exemplar_note,
             by_request, buckets=GAP_BUCKETS, registry=r,
         )
-        # network, per ingested capture (tcp_events): one count per event, whatever files a connection spans
+        # network, per ingested capture: one count per event, whatever files a connection spans
         self.tcp_events = Counter(
             "tailtap_tcp_events",
-            "TCP events of ingested captures (tcp_events.kind: retransmission, fast_retransmission, rto_retransmission, lost_segment, out_of_order, zero_window, capture_loss, ...) by direction of the data.",
+            "TCP events of ingested captures by kind (tcp_events.kind: retransmission, fast_retransmission, rto_retransmission, lost_segment, out_of_order, zero_window, capture_loss, ...) and direction of the data: the network's (queries/network_events: not the holes and IP-id gaps the capture itself missed, as the dashboards and reports count them) and the capture's own drops (capture_loss).",
             ["kind", "direction"], registry=r,
         )
         for kind in TcpEventKind:
@@ -230,12 +230,8 @@ class DaemonMetrics:
                     for histogram, value in zip((self.latency, self.ttft, self.max_gap), values, strict=True):
                         if value is not None and value == value:  # NaN != NaN
                             histogram.labels(*labels).observe(value, exemplar)
-            event_files = _capture_files(store, "tcp_events", capture_id)
-            if event_files:
-                for kind, direction, n in con.execute(
-                    f"SELECT kind, direction, count(*) FROM read_parquet({_list(event_files)}, hive_partitioning = false) GROUP BY ALL"
-                ).fetchall():
-                    self.tcp_events.labels(kind, direction).inc(n)
+            for kind, direction, n in _tcp_event_counts(store, capture_id):
+                self.tcp_events.labels(kind, direction).inc(n)
             cap_files = _capture_files(store, "captures", capture_id)
             if not cap_files:
                 return None, None
@@ -340,6 +336,26 @@ def _request_metrics_of(store: Store, capture_id: str, con) -> str | None:
 
 def _capture_files(store: Store, table: str, capture_id: str) -> list[Path]:
     return sorted(store.table_dir(table).glob(f"**/{capture_id}-*.parquet"))
+
+
+def _tcp_event_counts(store: Store, capture_id: str) -> list[tuple[str, str, int]]:
+    """(kind, direction, events) of one capture: its network_events (the models over the
+    capture's own files) and its capture_loss."""
+    from telemetry.models.db import connect
+    from telemetry.models.stored import FileStore
+    from telemetry.store.schema import TABLES
+
+    files = {table: _capture_files(store, table, capture_id) for table in TABLES}
+    if not files["tcp_events"]:
+        return []
+    con = connect(FileStore(store.root, files), {"capture_ids": [capture_id]}, use_stored=False)
+    try:
+        return con.execute(
+            "SELECT kind, direction, count(*) FROM network_events GROUP BY ALL "
+            "UNION ALL SELECT kind, direction, count(*) FROM tcp_events WHERE kind = 'capture_loss' GROUP BY ALL"
+        ).fetchall()
+    finally:
+        con.close()
 
 
 # Tables read whole by the recent view: one row per connection/capture, and connections
