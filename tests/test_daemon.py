@@ -144,6 +144,16 @@ def _openmetrics(metrics: DaemonMetrics) -> str:
     return encoder(metrics.registry).decode()
 
 
+def _observed(capture: Path, tmp_path: Path):
+    """``capture`` ingested into a fresh store and folded into fresh daemon metrics: the
+    metrics, and a connection to the store to check them against."""
+    store = Store(tmp_path / "store")
+    result = ingest_file(capture, store)
+    metrics = DaemonMetrics()
+    metrics.observe_capture(store, result.capture_id)
+    return metrics, connect(store)
+
+
 def test_capture_drops_are_no_lost_segments_in_the_counters(tmp_path):
     """samples/baseline (no impairment) with 1 packet in 200 taken out of the file, as a
     mirror port drops them: tailtap_tcp_events counts the capture's drops as capture_loss
@@ -156,15 +166,12 @@ def test_capture_drops_are_no_lost_segments_in_the_counters(tmp_path):
     order, header, packets = damaged.read_pcap((REPO / "samples" / "baseline" / "capture.pcap").read_bytes())
     capture = tmp_path / "dropped.pcap"
     capture.write_bytes(damaged.write_pcap(order, header, damaged.drop_one_in(200)(packets, random.Random(3))))
-    store = Store(tmp_path / "store")
-    result = ingest_file(capture, store)
-    metrics = DaemonMetrics()
-    metrics.observe_capture(store, result.capture_id)
-    con = connect(store)
+    metrics, con = _observed(capture, tmp_path)
     holes, acked_unseen = con.execute(
         "SELECT count(*) FILTER (WHERE kind = 'lost_segment'), count(*) FILTER (WHERE kind = 'capture_loss') FROM tcp_events"
     ).fetchone()
     assert holes > 0 and acked_unseen > 0
+
     def counted(kind: str) -> float:
         return sum(metrics.value("tailtap_tcp_events_total", kind=kind, direction=d) for d in ("to_client", "to_server"))
 
@@ -176,11 +183,7 @@ def test_capture_drops_are_no_lost_segments_in_the_counters(tmp_path):
 def test_capture_metrics_carry_exemplars_of_stored_requests(tmp_path):
     """A stored lab capture folded into the histograms: every request observed once, each
     histogram bucket's exemplar a request the store holds; both expositions lint."""
-    store = Store(tmp_path / "store")
-    result = ingest_file(REPO / "samples" / "loss_burst" / "capture.pcap", store)
-    metrics = DaemonMetrics()
-    metrics.observe_capture(store, result.capture_id)
-    con = connect(store)
+    metrics, con = _observed(REPO / "samples" / "loss_burst" / "capture.pcap", tmp_path)
     n, keys = con.execute(
         "SELECT count(*) FILTER (WHERE latency_eff_ms IS NOT NULL), list(conn_id || ':' || stream_id) FROM request_metrics"
     ).fetchone()
