@@ -64,10 +64,12 @@ class RecordCipher:
                                "after lost bytes (a key update lost with them?)")
         raise DecryptError(f"record {first} does not decrypt (wrong key, or a record was lost)")
 
+    def _xor_nonce(self, seq: int) -> bytes:
+        return (self._iv_number ^ seq).to_bytes(12, "big")
+
     def _open(self, seq: int, content_type: int, version: int, payload: bytes) -> tuple[int, bytes]:
         if self.tls13:
-            nonce = (self._iv_number ^ seq).to_bytes(12, "big")
-            inner = self.aead.decrypt(nonce, payload, _HEADER.pack(content_type, version, len(payload)))
+            inner = self.aead.decrypt(self._xor_nonce(seq), payload, _HEADER.pack(content_type, version, len(payload)))
             end = len(inner)
             while end and inner[end - 1] == 0:  # zero padding after the inner type
                 end -= 1
@@ -79,7 +81,7 @@ class RecordCipher:
                 raise DecryptError(f"record of {len(payload)} bytes is too short for AES-GCM")
             nonce, body = self.iv + payload[:8], payload[8:]
         else:
-            nonce, body = (self._iv_number ^ seq).to_bytes(12, "big"), payload
+            nonce, body = self._xor_nonce(seq), payload
         if len(body) < TAG_LEN:
             raise DecryptError(f"record of {len(payload)} bytes is too short for its tag")
         aad = (seq.to_bytes(8, "big") + bytes([content_type]) + version.to_bytes(2, "big")
