@@ -4,10 +4,11 @@
 -- receiver acknowledged with no resend seen is a packet the capture dropped, not one the
 -- network lost (tcp_events has it as a lost_segment too); on a capture that dropped
 -- packets, a packet missing by its sender's IP id (upstream_loss) may be one more it
--- dropped. The timelines and comparisons that count losses read these (conn_timeline, so
--- network_timeline, and compare_network): a capture's drops count once, as capture drops
--- (network_timeline), never as network losses too. request_evidence reads the same gaps as
--- a request's capture_gap events, not loss.
+-- dropped. What counts losses reads these: the timelines and comparisons (conn_timeline, so
+-- network_timeline, and compare_network), so that a capture's drops count once, as capture
+-- drops (network_timeline), never as network losses too; request_metrics and
+-- request_evidence for the client packets lost upstream and the server's dark stretches
+-- (request_evidence shows the capture's own gaps as a request's capture_gap events).
 -- Columns: those of tcp_events.
 -- depends_on: tcp_events, capture_gaps
 SELECT e.*

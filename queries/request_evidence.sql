@@ -27,17 +27,14 @@
 -- missed (capture_gaps: a hole the receiver acknowledged without a resend; on a capture that
 -- dropped packets, a packet missing by its sender's IP id) is no loss: capture_gap, counted
 -- nowhere.
--- depends_on: request_metrics, requests_in_range, tcp_events, path_rtt, h2_events, connections, flow_rates, capture_gaps
+-- depends_on: request_metrics, requests_in_range, tcp_events, network_events, path_rtt, h2_events, connections, flow_rates, capture_gaps
 -- materialize: capture
 WITH missed AS (  -- packets the capture missed, the network did not lose (capture_gaps)
     SELECT conn_id, direction, shown_by AS kind, frame_no, seq FROM capture_gaps
     WHERE shown_by IN ('lost_segment', 'upstream_loss')
 ),
 upstream_gaps AS (  -- client packets lost before the capture point (not those it missed)
-    SELECT e.conn_id, epoch_ns(e.ts) AS gap_ns
-    FROM tcp_events AS e
-    ANTI JOIN missed AS m ON m.conn_id = e.conn_id AND m.kind = e.kind AND m.frame_no = e.frame_no
-    WHERE e.kind = 'upstream_loss' AND e.direction = 'to_server'
+    SELECT conn_id, epoch_ns(ts) AS gap_ns FROM network_events WHERE kind = 'upstream_loss' AND direction = 'to_server'
 ),
 dup_runs AS (  -- the receiver's duplicate ACKs for each hole (its next expected byte)
     SELECT conn_id, direction, seq, min(frame_no) AS first_frame,
@@ -136,8 +133,7 @@ dark AS (  -- silences in which the server's data toward the client was being lo
                  CASE WHEN kind = 'lost_segment' THEN epoch_ns(ts)
                       ELSE epoch_ns(ts) - CAST(round(coalesce(recovery_ms, 0) * 1e6) AS BIGINT) END AS lost_ns,
                  CASE WHEN kind = 'upstream_loss' THEN bytes ELSE 1 END AS n
-          FROM tcp_events
-          ANTI JOIN missed AS m USING (conn_id, direction, kind, frame_no, seq)
+          FROM network_events
           WHERE direction = 'to_client' AND (kind = 'upstream_loss' OR loss_kind(kind))) AS e
       ON e.conn_id = s.conn_id AND e.t_ns > s.from_ns AND e.t_ns < s.to_ns + 100000000
     GROUP BY s.conn_id, s.from_ns, s.to_ns

@@ -44,7 +44,7 @@
 -- TTFT and latency run at least to the connection's last packet (finished_at); unless the
 -- capture missed bytes toward the client on that connection after it was sent (capture_loss:
 -- the client acknowledged them), among which its answer may have been: its times unknown.
--- depends_on: requests_in_range, messages, tcp_events, rtt_samples, client_read, path_rtt, connections, capture_gaps
+-- depends_on: requests_in_range, messages, tcp_events, network_events, rtt_samples, client_read, path_rtt, connections, capture_gaps
 -- materialize: capture
 WITH read_times AS (  -- the token messages, keyed by a number for the window below (text
     -- keys: several times slower, and millions of rows wider than memory)
@@ -174,12 +174,10 @@ ack_held AS (  -- how long the client held each ACK beyond the path delay (0 whe
     ) AS k
     GROUP BY ALL
 ),
-upstream_gaps AS (  -- (not those the capture may have missed itself: capture_gaps)
-    SELECT e.conn_id, epoch_ns(e.ts) AS gap_ns, e.recovery_ms, e.bytes AS lost_packets
-    FROM tcp_events AS e
-    ANTI JOIN (SELECT conn_id, frame_no FROM capture_gaps WHERE shown_by = 'upstream_loss') AS m
-      ON m.conn_id = e.conn_id AND m.frame_no = e.frame_no
-    WHERE e.kind = 'upstream_loss' AND e.direction = 'to_server'
+upstream_gaps AS (  -- (the network's: not those the capture may have missed itself)
+    SELECT conn_id, epoch_ns(ts) AS gap_ns, recovery_ms, bytes AS lost_packets
+    FROM network_events
+    WHERE kind = 'upstream_loss' AND direction = 'to_server'
 ),
 client_acks AS (  -- when the client's ACKs passed (those that gave an RTT sample), on the
     -- connections whose client bytes had holes
