@@ -21,7 +21,15 @@
  * the same for the bytes of one feed (a packet's payload, or a TLS record's plaintext):
  * their events, or None. The caller (Http1Conn) does with them what its Python path does
  * with such chunks; tests/test_sse_speedups.py compares the two. Without this module the
- * Python path reads every row.
+ * Python path reads every row. *
+ * shaped_events(raw, first, before, after, flags, out) reads what LlmStream.event
+ * (parsers/llm/semantics.py) reads of a chat stream's content events once it knows their
+ * shape: from raw[first] on, each framed event (type, data, ts_ns, size, end_offset) whose
+ * data is `before` + plain text (no '"', '\\' or control character; not empty) + `after`
+ * is a content event saying no tokens, and (ts_ns, size, flags, end_offset) is appended to
+ * out. It stops at the first event that is anything else, for the Python reader, and
+ * returns its index. (`before` begins with '{' and `after` ends with '}', so an event that
+ * matches has nothing for str.strip to take and is not "[DONE]".)
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -143,6 +151,43 @@ fail:
     return NULL;
 }
 
+/* data is before + plain text + after (see shaped_events) */
+static int is_shaped(PyObject *data, PyObject *before, PyObject *after) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(data), nb = PyUnicode_GET_LENGTH(before), na = PyUnicode_GET_LENGTH(after);
+    Py_ssize_t end = n - na;
+    if (end <= nb) return 0;
+    if (PyUnicode_Tailmatch(data, before, 0, nb, -1) != 1) return 0;
+    if (PyUnicode_Tailmatch(data, after, end, n, 1) != 1) return 0;
+    int kind = PyUnicode_KIND(data);
+    const void *chars = PyUnicode_DATA(data);
+    for (Py_ssize_t i = nb; i < end; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, chars, i);
+        if (c < 0x20 || c == '"' || c == '\\') return 0;
+    }
+    return 1;
+}
+
+static PyObject *shaped_events(PyObject *self, PyObject *args) {
+    PyObject *raw, *before, *after, *flags, *out;
+    Py_ssize_t first;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "O!nUUOO!", &PyList_Type, &raw, &first, &before, &after, &flags, &PyList_Type, &out))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(raw), i = first < 0 ? 0 : first;
+    for (; i < n; i++) {
+        PyObject *ev = PyList_GET_ITEM(raw, i);
+        if (!PyTuple_Check(ev) || PyTuple_GET_SIZE(ev) != 5) break;
+        PyObject *data = PyTuple_GET_ITEM(ev, 1);
+        if (!PyUnicode_Check(data) || !is_shaped(data, before, after)) break;
+        PyObject *row = PyTuple_Pack(4, PyTuple_GET_ITEM(ev, 2), PyTuple_GET_ITEM(ev, 3), flags, PyTuple_GET_ITEM(ev, 4));
+        if (row == NULL) return NULL;
+        int failed = PyList_Append(out, row);
+        Py_DECREF(row);
+        if (failed) return NULL;
+    }
+    return PyLong_FromSsize_t(i);
+}
+
 static PyMethodDef methods[] = {
     {"sse_chunks", sse_chunks, METH_VARARGS,
      "sse_chunks(data, ts_ns, offset): [(ts_ns, data, size, end_offset)] of the chunks when data is whole "
@@ -150,6 +195,9 @@ static PyMethodDef methods[] = {
     {"sse_chunk_run", sse_chunk_run, METH_VARARGS,
      "sse_chunk_run(rows, buf, first, direction): (stop, [(ts_ns, data, size, end_offset)]) of the "
      "rows from first that are whole chunks of one whole simple event each."},
+    {"shaped_events", shaped_events, METH_VARARGS,
+     "shaped_events(raw, first, before, after, flags, out): appends (ts_ns, size, flags, end_offset) of the "
+     "framed events from raw[first] whose data is before + plain text + after; returns the index it stopped at."},
     {NULL, NULL, 0, NULL},
 };
 

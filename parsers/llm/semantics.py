@@ -158,6 +158,12 @@ class LlmStream:
         self._shape: tuple[str, str] | None = None
 
     # -- events ------------------------------------------------------------------------
+    def content_shape(self) -> tuple[str, str] | None:
+        """(text before, text after) the content of the content events :meth:`event` reads
+        as (CONTENT, None) without parsing them and without a change to the stream (see
+        _content_shape); None when there is none, or the stream is over."""
+        return None if self.done else self._shape
+
     def event(self, etype: str, data: str) -> tuple[int, int | None] | None:
         """(kind, tokens or None) of one event; None when it is not a message ([DONE],
         or anything after it)."""

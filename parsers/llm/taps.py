@@ -19,10 +19,12 @@ frames; the plaintext of a decrypted TLS connection, which reaches the same deco
 
 from __future__ import annotations
 
+from parsers._native import speedups
 from parsers.grpc import GrpcSplitter, ModelNameTap
 from parsers.llm.framing import NdjsonFramer, RawEvent, SseFramer
 from parsers.llm.jsonscan import TopLevelJson
 from parsers.llm.semantics import (
+    CONTENT,
     REQUEST_KEYS,
     RESPONSE_KEYS,
     TOKEN_KINDS,
@@ -32,6 +34,10 @@ from parsers.llm.semantics import (
     read_response_json,
 )
 from parsers.records import message_flags
+
+_speedups = speedups("parsers.llm")
+# what a content event of a stream's known shape says: content, tokens not said
+_SHAPED_FLAGS = message_flags(False, CONTENT, None)
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl",
                 "application/x-jsonlines", "application/jsonlines", "application/json-lines")  # fmt: skip
@@ -87,16 +93,38 @@ class EventSplitter(_BodyReader):
         self._messages(raw, out)
 
     def _messages(self, raw: list[RawEvent], out: list) -> None:
+        if _speedups is not None:
+            self._messages_c(raw, out)
+            return
         stream = self.stream
         for etype, text, t, size, end in raw:
-            said = stream.event(etype, text)
-            if said is None:  # [DONE], or after it
-                continue
-            kind, tokens = said
-            if self.first_ts is None and kind in TOKEN_KINDS:
-                self.first_ts, self.first_off = t, end
-            out.append((t, size, message_flags(False, kind, tokens), end))
+            self._message(stream.event(etype, text), t, size, end, out)
         raw.clear()
+
+    def _messages_c(self, raw: list[RawEvent], out: list) -> None:
+        """:meth:`_messages`, with the content events of a stream's known shape read in C
+        (a chat stream's events but for a handful: ~1 us an event in Python)."""
+        assert _speedups is not None
+        stream, i, n = self.stream, 0, len(raw)
+        while i < n:
+            shape = stream.content_shape()
+            if shape is not None and self.first_ts is not None:
+                i = _speedups.shaped_events(raw, i, shape[0], shape[1], _SHAPED_FLAGS, out)
+                if i == n:
+                    break
+            etype, text, t, size, end = raw[i]
+            self._message(stream.event(etype, text), t, size, end, out)
+            i += 1
+        raw.clear()
+
+    def _message(self, said: tuple[int, int | None] | None, t: int, size: int, end: int, out: list) -> None:
+        """The message row of one event as LlmStream.event read it (None: no message)."""
+        if said is None:  # [DONE], or after it
+            return
+        kind, tokens = said
+        if self.first_ts is None and kind in TOKEN_KINDS:
+            self.first_ts, self.first_off = t, end
+        out.append((t, size, message_flags(False, kind, tokens), end))
 
     def lost(self) -> None:
         self.framer.lost()
