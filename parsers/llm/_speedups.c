@@ -29,7 +29,13 @@
  * is a content event saying no tokens, and (ts_ns, size, flags, end_offset) is appended to
  * out. It stops at the first event that is anything else, for the Python reader, and
  * returns its index. (`before` begins with '{' and `after` ends with '}', so an event that
- * matches has nothing for str.strip to take and is not "[DONE]".)
+ * matches has nothing for str.strip to take and is not "[DONE]".) *
+ * skip_nested(data, i, depth, in_str, esc) passes over the strings of a JSON body and what
+ * it holds below its top level, as TopLevelJson.feed (parsers/llm/jsonscan.py) does (a
+ * request's prompt or messages, an embedding's numbers: most of its bytes): from data[i],
+ * with the scanner's depth and string state, it follows strings (and their escapes) and
+ * brackets until it is at depth 1 outside a string, or the data ends; returns
+ * (i, depth, in_str, esc).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -188,6 +194,41 @@ static PyObject *shaped_events(PyObject *self, PyObject *args) {
     return PyLong_FromSsize_t(i);
 }
 
+static PyObject *skip_nested(PyObject *self, PyObject *args) {
+    Py_buffer bv;
+    Py_ssize_t i, depth;
+    int in_str, esc;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*nnpp", &bv, &i, &depth, &in_str, &esc)) return NULL;
+    const unsigned char *b = (const unsigned char *)bv.buf;
+    Py_ssize_t n = bv.len;
+    if (i < 0) i = 0;
+    while (i < n) {
+        if (in_str) {
+            if (esc) {
+                esc = 0;
+                i++;
+                continue;
+            }
+            while (i < n && b[i] != '"' && b[i] != '\\') i++;
+            if (i == n) break;
+            if (b[i] == '\\') esc = 1;
+            else in_str = 0;
+            i++;
+            continue;
+        }
+        if (depth <= 1) break;
+        while (i < n && b[i] != '"' && b[i] != '{' && b[i] != '}' && b[i] != '[' && b[i] != ']') i++;
+        if (i == n) break;
+        unsigned char c = b[i++];
+        if (c == '"') in_str = 1;
+        else if (c == '{' || c == '[') depth++;
+        else depth--;
+    }
+    PyBuffer_Release(&bv);
+    return Py_BuildValue("(nnOO)", i, depth, in_str ? Py_True : Py_False, esc ? Py_True : Py_False);
+}
+
 static PyMethodDef methods[] = {
     {"sse_chunks", sse_chunks, METH_VARARGS,
      "sse_chunks(data, ts_ns, offset): [(ts_ns, data, size, end_offset)] of the chunks when data is whole "
@@ -198,6 +239,9 @@ static PyMethodDef methods[] = {
     {"shaped_events", shaped_events, METH_VARARGS,
      "shaped_events(raw, first, before, after, flags, out): appends (ts_ns, size, flags, end_offset) of the "
      "framed events from raw[first] whose data is before + plain text + after; returns the index it stopped at."},
+    {"skip_nested", skip_nested, METH_VARARGS,
+     "skip_nested(data, i, depth, in_str, esc): (i, depth, in_str, esc) after passing over the JSON below "
+     "the top level from data[i], up to depth 1 outside a string or the end of data."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,85 @@
+"""The C pass over a JSON body's strings and nested values (parsers/llm/_speedups.c,
+skip_nested) leaves TopLevelJson (parsers/llm/jsonscan.py) reading what its Python loop
+reads: the same top-level values and the same end, on random bodies (strings with escapes,
+quotes and brackets, keys with escapes, wanted values nested or not, bodies cut short,
+garbage, tiny bounds), fed in pieces cut anywhere (after a backslash, inside a key)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from parsers.llm import jsonscan
+from parsers.llm.jsonscan import TopLevelJson
+
+pytestmark = pytest.mark.skipif(jsonscan._speedups is None, reason="C extension not built (pip install -e .)")
+
+# (a key as its JSON text: the raw bytes between its quotes, escapes as written)
+_KEYS = frozenset((b"model", b"usage", b"choices", rb'mo\\\"del'))
+_TEXT = ["plain", 'a "quoted" word', "back\\slash\\", "{[}]", "naïve 日本", "line\nbreak", "", "\\\"", "x" * 300]
+
+
+def _value(rng: random.Random, depth: int):
+    roll = rng.random()
+    if depth > 3 or roll < 0.4:
+        return rng.choice([rng.choice(_TEXT), rng.randint(-9, 10**6), 1.5, True, None])
+    if roll < 0.7:
+        return [_value(rng, depth + 1) for _ in range(rng.randint(0, 4))]
+    return {rng.choice(["model", "content", "role", "{", '"']): _value(rng, depth + 1) for _ in range(rng.randint(0, 4))}
+
+
+def _body(rng: random.Random) -> bytes:
+    keys = ["model", "usage", "choices", "messages", "input", 'mo\\"del', "{", "stream"]
+    obj = {rng.choice(keys): _value(rng, 1) for _ in range(rng.randint(0, 8))}
+    text = json.dumps(obj, ensure_ascii=rng.random() < 0.5, indent=rng.choice([None, None, 1])).encode()
+    roll = rng.random()
+    if roll < 0.1:
+        text = text[: rng.randint(0, len(text))]  # cut short
+    elif roll < 0.15:
+        text = rng.choice([b"[1, 2]", b"  \n{", b"not json", b'{"model": "m"} trailing'])
+    return text
+
+
+def _scan(pieces: list[bytes], c_path: bool, monkeypatch, **bounds) -> tuple:
+    monkeypatch.setattr(jsonscan, "_speedups", jsonscan._speedups if c_path else None)
+    scan = TopLevelJson(_KEYS, **bounds)
+    for piece in pieces:
+        scan.feed(piece)
+    return scan.values, scan.done
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_random_bodies_read_the_same(seed: int, monkeypatch):
+    rng = random.Random(seed)
+    body = _body(rng)
+    cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randint(0, 12)))) if len(body) > 1 else []
+    pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    bounds = rng.choice([{}, {}, {"limit": rng.randint(1, len(body) + 1)}, {"value_cap": rng.randint(0, 40)}])
+    assert _scan(pieces, True, monkeypatch, **bounds) == _scan(pieces, False, monkeypatch, **bounds)
+
+
+def test_every_cut_of_a_body_reads_the_same(monkeypatch):
+    body = json.dumps({"messages": [{"content": 'say "hi" \\ {now}'}], 'mo\\"del': "k", "model": "lab",
+                       "usage": {"total": [1, {"x": "]"}]}}).encode()  # fmt: skip
+    want = _scan([body], False, monkeypatch)
+    assert want == ({b"model": b'"lab"', rb'mo\\\"del': b'"k"', b"usage": b'{"total": [1, {"x": "]"}]}'}, True)
+    for cut in range(1, len(body)):
+        assert _scan([body[:cut], body[cut:]], True, monkeypatch) == want, cut
+
+
+@pytest.mark.parametrize(
+    ("data", "state", "after"),
+    [
+        (b'abc"rest', (0, 1, True, False), (4, 1, False, False)),  # a top-level string ends
+        (b'ab\\"c"x', (0, 1, True, False), (6, 1, False, False)),  # an escaped quote does not end it
+        (b'\\', (0, 2, True, False), (1, 2, True, True)),  # a backslash at the end: escape pending
+        (b'"x', (0, 2, True, True), (2, 2, True, False)),  # the pending escape takes the quote
+        (b'[1, "]", {"a": [2]}]], 3', (0, 2, False, False), (21, 1, False, False)),
+        (b'{"a": [', (0, 2, False, False), (7, 4, False, False)),  # the data ends deeper
+        (b', "b": 1', (0, 1, False, False), (0, 1, False, False)),  # at the top level: nothing
+    ],
+)
+def test_what_the_c_pass_takes(data: bytes, state: tuple, after: tuple):
+    assert jsonscan._speedups.skip_nested(data, *state) == after
