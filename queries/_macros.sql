@@ -1,5 +1,9 @@
 -- Macros the models share: one definition of each predicate and constant.
 
+-- A capture in the analysis' scope: one of the variable capture_ids (null: every capture).
+CREATE OR REPLACE MACRO in_scope(capture_id) AS
+    getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id);
+
 -- The report window a time falls in (variable window_s seconds, aligned on the epoch).
 CREATE OR REPLACE MACRO window_of(ts) AS
     CAST(floor(epoch_ns(ts) / (getvariable('window_s') * 1e9)) AS BIGINT);

@@ -12,5 +12,5 @@ SELECT
     round(epoch_ns(last_ts) / 1e9 - epoch_ns(first_ts) / 1e9, 3) AS seconds,
     issues
 FROM captures
-WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)
+WHERE in_scope(capture_id)
 ORDER BY first_ts, path

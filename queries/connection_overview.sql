@@ -21,6 +21,6 @@ SELECT
     count(*) FILTER (WHERE packets_to_client = 0 AND packets_to_server > 0) AS only_client_seen,
     count(*) FILTER (WHERE history SIMILAR TO '.*[Cc].*') AS payload_cut
 FROM connections
-WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)
+WHERE in_scope(capture_id)
 GROUP BY protocol
 ORDER BY connections DESC, protocol

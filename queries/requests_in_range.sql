@@ -25,4 +25,4 @@ WHERE (getvariable('since_ns') IS NULL
        OR epoch_ns(coalesce(r.request_start, r.response_headers, r.first_message, r."end")) >= getvariable('since_ns'))
   AND (getvariable('until_ns') IS NULL
        OR epoch_ns(coalesce(r.request_start, r.response_headers, r.first_message, r."end")) < getvariable('until_ns'))
-  AND (getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), r.capture_id))
+  AND in_scope(r.capture_id)

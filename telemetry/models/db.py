@@ -187,6 +187,12 @@ class Analysis:
             raise ModelError(model, exc) from exc
         self._defined.add(model.name)
 
+    def window_s(self) -> float:
+        """The window length the analysis uses: given, or chosen from the scope by the
+        ``settings`` model (read once)."""
+        self._resolve_settings()
+        return float(self.params["window_s"])  # type: ignore[arg-type]
+
     def _resolve_settings(self) -> None:
         """Settings left to the analysis (window_s null: chosen from the scope) are read
         from the ``settings`` model once and set as variables, so every model, and every
@@ -230,7 +236,7 @@ class Analysis:
 
 def _stored_view_sql(files: list[str] | str) -> str:
     scope = (
-        "(getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id))"
+        "in_scope(capture_id)"  # (queries/_macros.sql)
         " AND (getvariable('since_ns') IS NULL OR epoch_ns(started_at) >= getvariable('since_ns'))"
         " AND (getvariable('until_ns') IS NULL OR epoch_ns(started_at) < getvariable('until_ns'))"
     )
