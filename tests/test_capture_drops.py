@@ -73,6 +73,17 @@ def test_a_complete_capture_says_nothing_of_drops(tmp_path):
     assert report["report_verdict"] == QUIET
 
 
+def test_another_capture_s_drops_are_not_said_of_this_one(tmp_path):
+    """The same traffic captured twice into one store, once with drops: the report of the
+    complete capture says nothing of what the other dropped, and the other's missed packets
+    (its rows overlap this one's) are no network loss here either."""
+    assert _analyze("baseline", damaged.drop_one_in(200), tmp_path)["report_caveats"]
+    complete = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "store")
+    assert complete["report_caveats"] == [] and complete["report_verdict"] == QUIET
+    assert _one_row(tmp_path / "store", "SELECT count(*), count(DISTINCT capture_id) FROM captures") == [2, 2]
+    assert _one_row(tmp_path / "store", "SELECT count(*) FROM capture_drops") == [1]  # (`sql`: every capture)
+
+
 def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):
     # samples/baseline (a nanosecond pcap) as pcapng, its capturing kernel's count in an ISB
     header, recs = cb.records((SAMPLES / "baseline" / "capture.pcap").read_bytes())

@@ -32,9 +32,9 @@ def write_report_html(store, params: dict, sections: dict, out: Path, con) -> No
     """The report (``sections``, from report_sections on ``con``) as one HTML file at
     ``out``: its plots read the same connection's models."""
     from telemetry.report.html import report_html
-    from telemetry.report.sections import plot_sections, settings_window_s
+    from telemetry.report.sections import plot_sections
 
-    page = report_html({**sections, **plot_sections(store, params, con)}, settings_window_s(con))
+    page = report_html({**sections, **plot_sections(store, params, con)}, con.window_s())
     out.write_text(page, encoding="utf-8")
     error_line(f"wrote {out}", label=None)
 

@@ -284,10 +284,10 @@ def judge(truth: list[dict[str, Any]], side: dict[tuple[int, int], dict[str, Any
 def _report_verdicts(con: Any, store: Any, windows: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """What the report itself says about each impairment window: the causes of the spikes
     overlapping it (weighted by their slow requests), and its window length."""
-    from telemetry.report.sections import report_sections, settings_window_s
+    from telemetry.report.sections import report_sections
 
     sections = report_sections(store, con=con)
-    window_s = settings_window_s(con)
+    window_s = con.window_s()
     spikes = {sp["window_id"]: sp for sp in sections["spikes"]}
     out: dict[str, Any] = {"window_s": window_s, "spikes": len(spikes), "windows": {}}
     for name, w in windows.items():

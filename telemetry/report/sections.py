@@ -30,8 +30,8 @@ def analyze_report(
     window is the analysis' own (queries/settings.sql) unless ``window_s`` is given."""
     con = connect(store, {"capture_ids": capture_ids or None, "window_s": window_s})
     sections = analyze_sections(store, con=con)
-    report = report_sections(store, con=con)
-    window_s = settings_window_s(con)
+    report = report_sections(store, con=con, connections=sections["connections"])  # type: ignore[arg-type]
+    window_s = con.window_s()
     if fmt == "table":
         print_analyze(console, sections)
         console.print(f"\n[bold]why p99 went bad[/bold] ({window_s:g} s windows; `tailtap report --window` to change)")
@@ -41,14 +41,13 @@ def analyze_report(
                     title="tailtap analyze")
 
 
-def settings_window_s(con: Analysis) -> float:
-    """The window length the analysis used (given, or chosen from the scope)."""
-    return float(con.execute("SELECT window_s FROM settings").fetchone()[0])
-
-
-def report_sections(store: StoreLayout, params: dict | None = None, con: Analysis | None = None) -> dict[str, render.Rows | str]:
-    """The `tailtap report`: timeline, spikes, their attribution, slowest requests with cause."""
+def report_sections(
+    store: StoreLayout, params: dict | None = None, con: Analysis | None = None, connections: render.Rows | None = None
+) -> dict[str, render.Rows | str]:
+    """The `tailtap report`: timeline, spikes, their attribution, slowest requests with cause
+    (``connections``: connection_overview's rows, when they were read already)."""
     con = con or connect(store, params)
+    conns = connections if connections is not None else render.rows_of(con, "SELECT * FROM connection_overview")
     spikes = render.rows_of(con, "SELECT * FROM spikes")
     return {
         "timeline": render.rows_of(
@@ -60,7 +59,7 @@ def report_sections(store: StoreLayout, params: dict | None = None, con: Analysi
         "spikes": spikes,
         "spike_attribution": render.rows_of(con, "SELECT * FROM spike_attribution"),
         "slowest_requests": render.rows_of(con, "SELECT * FROM slowest_with_cause"),
-        "caveats": _caveats(con, conns := render.rows_of(con, "SELECT * FROM connection_overview")),
+        "caveats": _caveats(con, conns),
         "verdict": _verdict(con, spikes, sum(c["payload_cut"] for c in conns)),
     }
 
@@ -71,8 +70,9 @@ def _caveats(con, conns: render.Rows) -> list[str]:
     connection_overview's rows)."""
     out = []
     for missed, nbytes, missed_conns, kernel in con.execute(
-        "SELECT missed_gaps, missed_bytes, missed_connections, kernel_drops FROM capture_drops "
-        "WHERE getvariable('capture_ids') IS NULL OR list_contains(getvariable('capture_ids'), capture_id)"
+        # (capture_drops holds every capture whose rows the models read: capture_gaps needs
+        # the drops of a capture overlapping this one too)
+        "SELECT missed_gaps, missed_bytes, missed_connections, kernel_drops FROM capture_drops WHERE in_scope(capture_id)"
     ).fetchall():
         said = f"{nbytes:,} bytes in {missed:,} gaps on {missed_conns} connection(s) were acknowledged by their receiver but never captured"
         if kernel:
@@ -96,7 +96,7 @@ def plot_sections(store: StoreLayout, params: dict | None = None, con: Analysis 
     """What the HTML report draws beside the report's sections: the network signals and
     the TTFT bands per window (the windows the report uses)."""
     con = con or connect(store, params)
-    con.execute(f"SET VARIABLE bucket_s = {settings_window_s(con)!r}")  # conn_timeline's buckets = the windows
+    con.execute(f"SET VARIABLE bucket_s = {con.window_s()!r}")  # conn_timeline's buckets = the windows
     return {
         "network": render.rows_of(con, "SELECT * FROM network_timeline"),
         "ttft_heatmap": render.rows_of(con, "SELECT * FROM ttft_heatmap"),
