@@ -73,14 +73,25 @@ def test_a_complete_capture_says_nothing_of_drops(tmp_path):
     assert report["report_verdict"] == QUIET
 
 
-def test_another_capture_s_drops_are_not_said_of_this_one(tmp_path):
-    """The same traffic captured twice into one store, once with drops: the report of the
-    complete capture says nothing of what the other dropped, and the other's missed packets
-    (its rows overlap this one's) are no network loss here either."""
+def test_the_same_traffic_captured_twice_is_two_captures(tmp_path):
+    """The same traffic captured twice into one store (a copy with drops, then the complete
+    capture: a user re-analyzing a cut or filtered copy into the default store): the
+    complete capture's report counts its requests once and says nothing of what the other
+    dropped, as in a store of its own. Before, the two captures' rows joined as one
+    connection's (one conn_id): every request twice in the timeline, baselines taken over
+    four times the requests, the slow requests' causes said eight times over."""
     assert _analyze("baseline", damaged.drop_one_in(200), tmp_path)["report_caveats"]
-    complete = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "store")
-    assert complete["report_caveats"] == [] and complete["report_verdict"] == QUIET
+    shared = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "store")
+    alone = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "alone")
+    assert shared["report_caveats"] == [] and shared["report_verdict"] == QUIET
+    for section, column in (("methods", "requests"), ("report_timeline", "requests"),
+                            ("report_baselines", "baseline_requests"), ("connections", "connections")):  # fmt: skip
+        assert [row[column] for row in shared[section]] == [row[column] for row in alone[section]], section
+    assert shared["report_slowest_requests"] == alone["report_slowest_requests"] == []
     assert _one_row(tmp_path / "store", "SELECT count(*), count(DISTINCT capture_id) FROM captures") == [2, 2]
+    # every connection is one capture's: the two captures' ids are apart
+    assert _one_row(tmp_path / "store", "SELECT count(DISTINCT conn_id), count(DISTINCT (capture_id, conn_id)) "
+                                        "FROM connections") == [6, 6]
     assert _one_row(tmp_path / "store", "SELECT count(*) FROM capture_drops") == [1]  # (`sql`: every capture)
 
 

@@ -147,6 +147,7 @@ class PacketPath:
     _late: list
     _next_key: int
     _now: int
+    run: bytes
     stats: dict
     _run_may_start: Callable[[Conn, int], bool]  # BulkPath's: may a bulk run start here?
     _bulk_ready: Callable[[Conn], bool]  # BulkPath's: may a bulk run start on this connection?
@@ -162,7 +163,7 @@ class PacketPath:
             client_is_lo, known = not server_is_lo(key6[2], key6[5]), False
         key = self._next_key
         self._next_key += 1
-        conn = Conn(key, make_conn_id(key6, ts), key6, client_is_lo, known, ipv, ts)
+        conn = Conn(key, make_conn_id(key6, ts, self.run), key6, client_is_lo, known, ipv, ts)
         if not known:
             conn.hist.add("^")
         if not fl & SYN:

@@ -45,8 +45,9 @@ class TcpAnalyzer(PacketPath, LossPath, BulkPath):
     out evenly. Call :meth:`advance_clock` with each batch's last time.
     """
 
-    def __init__(self, share: tuple[int, int] | None = None) -> None:
+    def __init__(self, share: tuple[int, int] | None = None, run: bytes = b"") -> None:
         self._share = share
+        self.run = run  # names the capture run in conn ids (make_conn_id)
         self._owner: dict[tuple, int] = {}  # 4-tuple -> analyzer of the split
         self._table: dict[tuple, Conn] = {}
         self._by_key: dict[int, Conn] = {}

@@ -138,7 +138,9 @@ def addr_str(hi: int, lo: int) -> str:
     return str(ipaddress.IPv6Address(raw))
 
 
-def make_conn_id(key: tuple[int, int, int, int, int, int], first_ts_ns: int) -> str:
-    """Stable id: the canonical 4-tuple and the first packet time (reruns agree)."""
-    h = hashlib.blake2b(struct.pack("<6Qq", *key, first_ts_ns), digest_size=8)
+def make_conn_id(key: tuple[int, int, int, int, int, int], first_ts_ns: int, run: bytes = b"") -> str:
+    """Stable id: the canonical 4-tuple, the first packet time and the capture run that saw
+    it (``run``: reruns agree; the same traffic in another capture is another connection
+    of the store's, not the same rows twice)."""
+    h = hashlib.blake2b(struct.pack("<6Qq", *key, first_ts_ns) + run, digest_size=8)
     return "C" + h.hexdigest()

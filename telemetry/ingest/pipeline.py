@@ -110,7 +110,9 @@ class CapturePipeline:
         self.decoder = CaptureDecoder()
         self.stats = DecodeStats()
         self.issues: list[DecodeIssue] = []
-        self.tcp = TcpAnalyzer(share=(peer.index, 2) if peer is not None else None)
+        # conn ids name the run (its first file): the same traffic captured twice is two
+        # captures' connections in the store, never one connection's rows twice
+        self.tcp = TcpAnalyzer(share=(peer.index, 2) if peer is not None else None, run=capture_id.encode())
         self.conns: dict[int, Conn] = {}
         self.stream_times = StreamTimes()  # last message time of every open stream
         self.sessions: dict[int, AppSession] = {}  # conn key -> session, for the chunk loop

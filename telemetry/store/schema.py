@@ -50,7 +50,7 @@ def _table(*cols: Column) -> tuple[Column, ...]:
 
 C = Column
 _CAPTURE_ID = C("capture_id", STRING, "Content hash (SHA-256, first 128 bits, hex) of the capture file the row came from.")
-_CONN_ID = C("conn_id", STRING, "Stable connection id: 'C' + hash of the 4-tuple and first packet time.")
+_CONN_ID = C("conn_id", STRING, "Stable connection id: 'C' + hash of the 4-tuple, the first packet time and the capture (the first file of a rotated run): the same traffic in two captures is two connections.")
 
 CAPTURES = _table(
     _CAPTURE_ID,
