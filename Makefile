@@ -95,7 +95,7 @@ sweep-report: venv
 # 2 cores), in processes of 20,000 inputs at most (fuzz/__main__.py says why); a crash's
 # input lands in fuzz/regressions/<target>/, which the tests replay.
 # The results of the last run: bench/results/fuzz.md.
-FUZZ_RUNS ?= hpack:400000 tls:300000 session:200000 capture:100000 sse_rows:100000 h2_events:100000 llm_shapes:200000
+FUZZ_RUNS ?= hpack:400000 tls:300000 session:200000 capture:100000 sse_rows:100000 h2_events:100000 llm_shapes:200000 json_top:200000
 fuzz: venv
 	@for tr in $(FUZZ_RUNS); do echo "fuzz $${tr%%:*}: $${tr#*:} inputs"; log=$${TMPDIR:-/tmp}/tailtap-fuzz-$${tr%%:*}.log; \
 	  $(BIN)/python -m fuzz $${tr%%:*} -runs=$${tr#*:} -print_final_stats=1 > $$log 2>&1; code=$$?; \

@@ -5,6 +5,7 @@ whole) for ``capture``; each connection's first chunks of both directions for ``
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def write_seeds(folder: Path) -> None:
         put("llm_shapes", seed)
     for seed in h2_event_seeds():
         put("h2_events", seed)
+    for seed in json_top_seeds():
+        put("json_top", seed)
 
 
 def llm_shape_seeds() -> list[bytes]:
@@ -88,6 +91,24 @@ def llm_shape_seeds() -> list[bytes]:
     tools = [chunk('{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}],"content":"a"}'), chunk('{"content":"b"}')]
     streams = (usual, spaced, logprobs, running, two, twice, tools, usual + running + usual)
     return ["\n\n".join(events).encode() for events in streams]
+
+
+def json_top_seeds() -> list[bytes]:
+    """JSON bodies (``json_top``: a byte that says where to cut, then the body): a chat
+    request whose prompt has escapes and brackets in its strings, an embedding response
+    (nested numbers), a chat response with its usage, a completion whose model comes after a
+    long prompt, and a body that is no object."""
+    bodies = [
+        json.dumps({"messages": [{"role": "system", "content": 'be "brief" \\ {ok} [no]'},
+                                 {"role": "user", "content": "caf\u00e9\n" * 20}], "model": "m", "stream": True}),
+        json.dumps({"object": "list", "model": "e", "data": [{"object": "embedding", "embedding": [0.5, -1e-3] * 50}],
+                    "usage": {"prompt_tokens": 4, "total_tokens": 4}}),
+        json.dumps({"id": "x", "object": "chat.completion", "model": "m", "choices": [{"message": {"content": "}]"},
+                    "finish_reason": "stop"}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}, indent=1),
+        json.dumps({"prompt": "long " * 200, "model": "m2", "max_tokens": 5}),
+        "[1, 2, 3]",
+    ]  # fmt: skip
+    return [bytes([cut]) + body.encode() for body in bodies for cut in (0, 100, 201)]
 
 
 def _chunk(body: bytes) -> bytes:

@@ -18,7 +18,12 @@
   frames of one whole event) and without it: the same again;
 * ``llm_shapes``: an LLM stream's events (the input's texts between blank lines), read by
   parsers.llm.semantics.LlmStream with the shortcut for events of the last content
-  event's shape and without it: the same kinds, tokens and facts.
+  event's shape and without it: the same kinds, tokens and facts; and their message rows
+  read by an EventSplitter with the C reader of that shape (parsers/llm/_speedups.c) and
+  without it: the same rows, TTFT point and facts;
+* ``json_top``: a JSON body (cut in two where the input's first byte says) read by
+  parsers.llm.jsonscan.TopLevelJson with the C pass over its strings and nested values
+  (parsers/llm/_speedups.c) and without it: the same top-level values and end.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from parsers import http1
 from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
 from parsers.h2 import _conn as h2_conn
 from parsers.h2._hpack import TolerantDecoder
-from parsers.llm import semantics
+from parsers.llm import jsonscan, semantics, taps
 from parsers.records import ChunkRun, DecodeStats, PayloadChunk
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
@@ -257,13 +262,63 @@ def read_llm_events(texts: list[str], shapes: bool) -> tuple:
     return said, tuple(getattr(stream, name) for name in STREAM_FACTS)
 
 
+def read_llm_messages(texts: list[str], c_reader: bool) -> tuple:
+    """The message rows, TTFT point and facts an EventSplitter gives of the events (whole
+    ``data:`` events), with the C reader of a stream's known shape or without it."""
+    saved = taps._speedups
+    try:
+        if not c_reader:
+            taps._speedups = None
+        splitter, out = taps.EventSplitter(), []
+        splitter.feed_whole_events([(i, text, len(text) + 8, 100 * (i + 1)) for i, text in enumerate(texts)], out)
+    finally:
+        taps._speedups = saved
+    return out, splitter.first_ts, splitter.first_off, tuple(getattr(splitter.stream, name) for name in STREAM_FACTS)
+
+
 def target_llm_shapes(data: bytes) -> None:
     texts = llm_events(data)
     if read_llm_events(texts, True) != read_llm_events(texts, False):
         raise AssertionError("an event read by the shape of the last content event was read otherwise")
+    if read_llm_messages(texts, True) != read_llm_messages(texts, False):
+        raise AssertionError("an event read by the C reader of a stream's shape was read otherwise")
+
+
+JSON_KEYS = semantics.REQUEST_KEYS | semantics.RESPONSE_KEYS
+
+
+def json_pieces(data: bytes) -> list[bytes]:
+    """The ``json_top`` input: one byte that says where to cut (in 256ths), then the body."""
+    if not data:
+        return []
+    body = data[1:]
+    cut = data[0] * len(body) // 256
+    return [body[:cut], body[cut:]]
+
+
+def read_json_top(pieces: list[bytes], c_pass: bool) -> tuple:
+    """The top-level values TopLevelJson keeps of the pieces, and whether it is done, with
+    the C pass over strings and nested values or without it."""
+    saved = jsonscan._speedups
+    try:
+        if not c_pass:
+            jsonscan._speedups = None
+        scan = jsonscan.TopLevelJson(JSON_KEYS, value_cap=4096)
+        for piece in pieces:
+            scan.feed(piece)
+    finally:
+        jsonscan._speedups = saved
+    return scan.values, scan.done
+
+
+def target_json_top(data: bytes) -> None:
+    pieces = json_pieces(data)
+    if read_json_top(pieces, True) != read_json_top(pieces, False):
+        raise AssertionError("a JSON body's top-level values were read otherwise by the C pass")
 
 
 TARGETS: dict[str, Callable[[bytes], None]] = {
     "capture": target_capture, "session": target_session, "hpack": target_hpack, "tls": target_tls,
     "sse_rows": target_sse_rows, "h2_events": target_h2_events, "llm_shapes": target_llm_shapes,
+    "json_top": target_json_top,
 }  # fmt: skip

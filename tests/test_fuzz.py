@@ -17,7 +17,7 @@ from fuzz.targets import TARGETS
 ROOT = Path(__file__).resolve().parents[1]
 REGRESSIONS = ROOT / "fuzz" / "regressions"
 SHORT_RUNS = {"hpack": 3000, "tls": 1500, "session": 600, "capture": 150, "sse_rows": 1500, "h2_events": 1500,
-              "llm_shapes": 5000}
+              "llm_shapes": 5000, "json_top": 5000}
 
 
 @pytest.mark.parametrize("target", sorted(TARGETS))
