@@ -9,6 +9,7 @@ request look resent for 1.3 s, and tokens held behind a hole took the time of th
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import struct
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import capture_builders as cb
 import pytest
-from cli_runs import analyze_json, sql_rows
+from cli_runs import analyze_json, sql_rows, tailtap
 
 from fuzz import damaged
 
@@ -83,7 +84,10 @@ def test_the_same_traffic_captured_twice_is_two_captures(tmp_path):
     assert _analyze("baseline", damaged.drop_one_in(200), tmp_path)["report_caveats"]
     shared = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "store")
     alone = analyze_json(SAMPLES / "baseline" / "capture.pcap", tmp_path / "alone")
-    assert shared["report_caveats"] == [] and shared["report_verdict"] == QUIET
+    (caveat,) = shared["report_caveats"]  # not the other's drops: that it holds the same traffic
+    assert caveat == (f"3 connection(s) of {SAMPLES / 'baseline' / 'capture.pcap'} were captured in {tmp_path / 'dropped.pcap'} "
+                      "too (already in the store): this report counts them once; a report over the whole store counts them twice")
+    assert alone["report_caveats"] == [] and shared["report_verdict"] == alone["report_verdict"] == QUIET
     for section, column in (("methods", "requests"), ("report_timeline", "requests"),
                             ("report_baselines", "baseline_requests"), ("connections", "connections")):  # fmt: skip
         assert [row[column] for row in shared[section]] == [row[column] for row in alone[section]], section
@@ -93,6 +97,13 @@ def test_the_same_traffic_captured_twice_is_two_captures(tmp_path):
     assert _one_row(tmp_path / "store", "SELECT count(DISTINCT conn_id), count(DISTINCT (capture_id, conn_id)) "
                                         "FROM connections") == [6, 6]
     assert _one_row(tmp_path / "store", "SELECT count(*) FROM capture_drops") == [1]  # (`sql`: every capture)
+    # a report over the whole store says it counts that traffic twice
+    report = json.loads(tailtap("report", "--store", str(tmp_path / "store"), "--format", "json").stdout)
+    paths = {str(tmp_path / "dropped.pcap"), str(SAMPLES / "baseline" / "capture.pcap")}
+    (twice,) = [c for c in report["caveats"] if "hold the same traffic" in c]
+    assert re.fullmatch(r"(\S+) and (\S+) hold the same traffic \(3 connection\(s\)\): this report counts it twice; "
+                        r"report on one of them \(tailtap analyze FILE --out NEW_STORE\)", twice)
+    assert set(twice.split(" hold")[0].split(" and ")) == paths
 
 
 def test_a_pcapng_whose_kernel_counted_drops_says_so(tmp_path):

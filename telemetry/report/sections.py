@@ -67,8 +67,15 @@ def report_sections(
 def _caveats(con, conns: render.Rows) -> list[str]:
     """What the capture did not hold, said before the verdict (terminal, HTML, JSON alike):
     packets it dropped, connections it saw one way, payloads its snap length cut (``conns``:
-    connection_overview's rows)."""
+    connection_overview's rows); and the same traffic in another capture of the store."""
     out = []
+    for capture_id, path, other_id, other_path, n, other_in_scope in con.execute("SELECT * FROM same_traffic").fetchall():
+        if not other_in_scope:
+            out.append(f"{n} connection(s) of {path} were captured in {other_path} too (already in the store): "
+                       "this report counts them once; a report over the whole store counts them twice")
+        elif capture_id < other_id:  # (each pair is two rows)
+            out.append(f"{path} and {other_path} hold the same traffic ({n} connection(s)): this report counts it "
+                       "twice; report on one of them (tailtap analyze FILE --out NEW_STORE)")
     for missed, nbytes, missed_conns, kernel in con.execute(
         # (capture_drops holds every capture whose rows the models read: capture_gaps needs
         # the drops of a capture overlapping this one too)
