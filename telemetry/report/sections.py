@@ -69,7 +69,9 @@ def _caveats(con, conns: render.Rows) -> list[str]:
     packets it dropped, connections it saw one way, payloads its snap length cut (``conns``:
     connection_overview's rows); and the same traffic in another capture of the store."""
     out = []
-    for capture_id, path, other_id, other_path, n, other_in_scope in con.execute("SELECT * FROM same_traffic").fetchall():
+    # (a store of one capture has no other: the query is left out)
+    twins = con.execute("SELECT * FROM same_traffic").fetchall() if len(con.store.capture_ids()) > 1 else []
+    for capture_id, path, other_id, other_path, n, other_in_scope in twins:
         if not other_in_scope:
             out.append(f"{n} connection(s) of {path} were captured in {other_path} too (already in the store): "
                        "this report counts them once; a report over the whole store counts them twice")
