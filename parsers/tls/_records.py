@@ -8,10 +8,12 @@ when its bytes are there)."""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
 
 CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
 MAX_RECORD = (1 << 14) + 2048  # the largest protected record (RFC 5246 section 6.2.3)
+_HEADER = struct.Struct(">BHH")  # content type, version, length
 
 
 @dataclass(slots=True)
@@ -101,13 +103,16 @@ class RecordStream:
         out: list[Record] = []
         pos, n = 0, len(data)
         while pos < n:
-            if pos + 5 > n or not _plausible(data, pos):
+            if pos + 5 > n:
                 return None
-            end = pos + 5 + int.from_bytes(data[pos + 3 : pos + 5], "big")
+            ctype, version, length = _HEADER.unpack_from(data, pos)  # (what _plausible reads)
+            if not (CHANGE_CIPHER_SPEC <= ctype <= APPLICATION_DATA and version >> 8 == 3 and version & 0xFF <= 4
+                    and length <= MAX_RECORD):  # fmt: skip
+                return None
+            end = pos + 5 + length
             if end > n:
                 return None
-            out.append(Record(data[pos], int.from_bytes(data[pos + 1 : pos + 3], "big"), data[pos + 5 : end],
-                              ts_ns, frame_no, offset + end))  # fmt: skip
+            out.append(Record(ctype, version, data[pos + 5 : end], ts_ns, frame_no, offset + end))
             pos = end
         if not out:
             return None
