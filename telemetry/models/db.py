@@ -307,9 +307,11 @@ def connect(
                         materialize=materialize and not inline_params, use_stored=use_stored)
     macros = macros_sql()
     if inline_params:  # literals: the settings are resolved first, and written in everywhere
+        if macros.strip():  # (the settings model's scope reads in_scope)
+            con.execute(_inline(macros, merged))
         analysis._resolve_settings()
         analysis.forget("settings")
-        if macros.strip():
+        if macros.strip():  # again, the window length resolved written in
             con.execute(_inline(macros, merged))
         analysis.define_all()
     elif macros.strip():
