@@ -21,7 +21,8 @@
  * the same for the bytes of one feed (a packet's payload, or a TLS record's plaintext):
  * their events, or None. The caller (Http1Conn) does with them what its Python path does
  * with such chunks; tests/test_sse_speedups.py compares the two. Without this module the
- * Python path reads every row. *
+ * Python path reads every row.
+ *
  * shaped_events(raw, first, before, after, flags, out) reads what LlmStream.event
  * (parsers/llm/semantics.py) reads of a chat stream's content events once it knows their
  * shape: from raw[first] on, each framed event (type, data, ts_ns, size, end_offset) whose
@@ -29,7 +30,8 @@
  * is a content event saying no tokens, and (ts_ns, size, flags, end_offset) is appended to
  * out. It stops at the first event that is anything else, for the Python reader, and
  * returns its index. (`before` begins with '{' and `after` ends with '}', so an event that
- * matches has nothing for str.strip to take and is not "[DONE]".) *
+ * matches has nothing for str.strip to take and is not "[DONE]".)
+ *
  * skip_nested(data, i, depth, in_str, esc) passes over the strings of a JSON body and what
  * it holds below its top level, as TopLevelJson.feed (parsers/llm/jsonscan.py) does (a
  * request's prompt or messages, an embedding's numbers: most of its bytes): from data[i],

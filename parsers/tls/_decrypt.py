@@ -5,12 +5,10 @@ nonce and inner content type (RFC 8446 section 5.2-5.3)."""
 
 from __future__ import annotations
 
-import struct
-
 from ._keys import DirectionKeys, Suite
+from ._records import RECORD_HEADER
 
 TAG_LEN = 16
-_HEADER = struct.Struct(">BHH")  # a record header: content type, version, length
 # the fewest bytes a protected record takes in the stream (its header and tag): lost bytes
 # held at most this many fewer records
 MIN_RECORD = 5 + TAG_LEN
@@ -69,7 +67,7 @@ class RecordCipher:
 
     def _open(self, seq: int, content_type: int, version: int, payload: bytes) -> tuple[int, bytes]:
         if self.tls13:
-            inner = self.aead.decrypt(self._xor_nonce(seq), payload, _HEADER.pack(content_type, version, len(payload)))
+            inner = self.aead.decrypt(self._xor_nonce(seq), payload, RECORD_HEADER.pack(content_type, version, len(payload)))
             end = len(inner)
             while end and inner[end - 1] == 0:  # zero padding after the inner type
                 end -= 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 CHANGE_CIPHER_SPEC, ALERT, HANDSHAKE, APPLICATION_DATA = 20, 21, 22, 23
 MAX_RECORD = (1 << 14) + 2048  # the largest protected record (RFC 5246 section 6.2.3)
-_HEADER = struct.Struct(">BHH")  # content type, version, length
+RECORD_HEADER = struct.Struct(">BHH")  # content type, version, length
 
 
 @dataclass(slots=True)
@@ -26,13 +26,17 @@ class Record:
     end_offset: int  # direction byte offset just after the record
 
 
+def _header(buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
+    """(content type, version, length) of the record header at ``pos`` (5 bytes there), or
+    None when it is not a plausible one."""
+    ctype, version, length = RECORD_HEADER.unpack_from(buf, pos)
+    if CHANGE_CIPHER_SPEC <= ctype <= APPLICATION_DATA and version >> 8 == 3 and version & 0xFF <= 4 and length <= MAX_RECORD:
+        return ctype, version, length
+    return None
+
+
 def _plausible(buf: bytes | bytearray, pos: int) -> bool:
-    return (
-        CHANGE_CIPHER_SPEC <= buf[pos] <= APPLICATION_DATA
-        and buf[pos + 1] == 3
-        and buf[pos + 2] <= 4
-        and int.from_bytes(buf[pos + 3 : pos + 5], "big") <= MAX_RECORD
-    )
+    return _header(buf, pos) is not None
 
 
 class RecordStream:
@@ -103,12 +107,10 @@ class RecordStream:
         out: list[Record] = []
         pos, n = 0, len(data)
         while pos < n:
-            if pos + 5 > n:
+            header = _header(data, pos) if pos + 5 <= n else None
+            if header is None:
                 return None
-            ctype, version, length = _HEADER.unpack_from(data, pos)  # (what _plausible reads)
-            if not (CHANGE_CIPHER_SPEC <= ctype <= APPLICATION_DATA and version >> 8 == 3 and version & 0xFF <= 4
-                    and length <= MAX_RECORD):  # fmt: skip
-                return None
+            ctype, version, length = header
             end = pos + 5 + length
             if end > n:
                 return None
