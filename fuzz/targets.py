@@ -262,15 +262,18 @@ def read_llm_events(texts: list[str], shapes: bool) -> tuple:
     return said, tuple(getattr(stream, name) for name in STREAM_FACTS)
 
 
-def read_llm_messages(texts: list[str], c_reader: bool) -> tuple:
+def read_llm_messages(batches: list[list[str]], c_reader: bool) -> tuple:
     """The message rows, TTFT point and facts an EventSplitter gives of the events (whole
-    ``data:`` events), with the C reader of a stream's known shape or without it."""
+    ``data:`` events, fed a batch at a time), with the C reader of a stream's known shape or
+    without it."""
     saved = taps._speedups
     try:
         if not c_reader:
             taps._speedups = None
-        splitter, out = taps.EventSplitter(), []
-        splitter.feed_whole_events([(i, text, len(text) + 8, 100 * (i + 1)) for i, text in enumerate(texts)], out)
+        splitter, out, i = taps.EventSplitter(), [], 0
+        for texts in batches:
+            splitter.feed_whole_events([(i + k, text, len(text) + 8, 100 * (i + k + 1)) for k, text in enumerate(texts)], out)
+            i += len(texts)
     finally:
         taps._speedups = saved
     return out, splitter.first_ts, splitter.first_off, tuple(getattr(splitter.stream, name) for name in STREAM_FACTS)
@@ -280,7 +283,7 @@ def target_llm_shapes(data: bytes) -> None:
     texts = llm_events(data)
     if read_llm_events(texts, True) != read_llm_events(texts, False):
         raise AssertionError("an event read by the shape of the last content event was read otherwise")
-    if read_llm_messages(texts, True) != read_llm_messages(texts, False):
+    if read_llm_messages([texts], True) != read_llm_messages([texts], False):
         raise AssertionError("an event read by the C reader of a stream's shape was read otherwise")
 
 
@@ -296,14 +299,15 @@ def json_pieces(data: bytes) -> list[bytes]:
     return [body[:cut], body[cut:]]
 
 
-def read_json_top(pieces: list[bytes], c_pass: bool) -> tuple:
-    """The top-level values TopLevelJson keeps of the pieces, and whether it is done, with
-    the C pass over strings and nested values or without it."""
+def read_json_top(pieces: list[bytes], c_pass: bool, keys: frozenset[bytes] = JSON_KEYS, **bounds: int) -> tuple:
+    """The top-level values TopLevelJson (``keys``, ``bounds``: its limit and value_cap)
+    keeps of the pieces, and whether it is done, with the C pass over strings and nested
+    values or without it."""
     saved = jsonscan._speedups
     try:
         if not c_pass:
             jsonscan._speedups = None
-        scan = jsonscan.TopLevelJson(JSON_KEYS, value_cap=4096)
+        scan = jsonscan.TopLevelJson(keys, **bounds)
         for piece in pieces:
             scan.feed(piece)
     finally:
@@ -313,7 +317,7 @@ def read_json_top(pieces: list[bytes], c_pass: bool) -> tuple:
 
 def target_json_top(data: bytes) -> None:
     pieces = json_pieces(data)
-    if read_json_top(pieces, True) != read_json_top(pieces, False):
+    if read_json_top(pieces, True, value_cap=4096) != read_json_top(pieces, False, value_cap=4096):
         raise AssertionError("a JSON body's top-level values were read otherwise by the C pass")
 
 

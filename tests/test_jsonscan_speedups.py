@@ -11,8 +11,8 @@ import random
 
 import pytest
 
+from fuzz.targets import read_json_top
 from parsers.llm import jsonscan
-from parsers.llm.jsonscan import TopLevelJson
 
 pytestmark = pytest.mark.skipif(jsonscan._speedups is None, reason="C extension not built (pip install -e .)")
 
@@ -42,31 +42,23 @@ def _body(rng: random.Random) -> bytes:
     return text
 
 
-def _scan(pieces: list[bytes], c_path: bool, monkeypatch, **bounds) -> tuple:
-    monkeypatch.setattr(jsonscan, "_speedups", jsonscan._speedups if c_path else None)
-    scan = TopLevelJson(_KEYS, **bounds)
-    for piece in pieces:
-        scan.feed(piece)
-    return scan.values, scan.done
-
-
 @pytest.mark.parametrize("seed", range(60))
-def test_random_bodies_read_the_same(seed: int, monkeypatch):
+def test_random_bodies_read_the_same(seed: int):
     rng = random.Random(seed)
     body = _body(rng)
     cuts = sorted(rng.sample(range(1, len(body)), min(len(body) - 1, rng.randint(0, 12)))) if len(body) > 1 else []
     pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     bounds = rng.choice([{}, {}, {"limit": rng.randint(1, len(body) + 1)}, {"value_cap": rng.randint(0, 40)}])
-    assert _scan(pieces, True, monkeypatch, **bounds) == _scan(pieces, False, monkeypatch, **bounds)
+    assert read_json_top(pieces, True, _KEYS, **bounds) == read_json_top(pieces, False, _KEYS, **bounds)
 
 
-def test_every_cut_of_a_body_reads_the_same(monkeypatch):
+def test_every_cut_of_a_body_reads_the_same():
     body = json.dumps({"messages": [{"content": 'say "hi" \\ {now}'}], 'mo\\"del': "k", "model": "lab",
                        "usage": {"total": [1, {"x": "]"}]}}).encode()  # fmt: skip
-    want = _scan([body], False, monkeypatch)
+    want = read_json_top([body], False, _KEYS)
     assert want == ({b"model": b'"lab"', rb'mo\\\"del': b'"k"', b"usage": b'{"total": [1, {"x": "]"}]}'}, True)
     for cut in range(1, len(body)):
-        assert _scan([body[:cut], body[cut:]], True, monkeypatch) == want, cut
+        assert read_json_top([body[:cut], body[cut:]], True, _KEYS) == want, cut
 
 
 @pytest.mark.parametrize(

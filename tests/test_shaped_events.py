@@ -11,6 +11,7 @@ import random
 
 import pytest
 
+from fuzz.targets import read_llm_messages
 from parsers.llm import taps
 from parsers.llm.taps import EventSplitter
 
@@ -44,23 +45,14 @@ def _chat_event(rng: random.Random, i: int, separators: tuple[str, str]) -> str:
     return text
 
 
-def _read(raw_batches: list[list[tuple]], c_path: bool, monkeypatch) -> tuple:
-    monkeypatch.setattr(taps, "_speedups", taps._speedups if c_path else None)
-    splitter, out = EventSplitter(), []
-    for batch in raw_batches:
-        splitter._messages(list(batch), out)
-    return out, splitter.first_ts, splitter.first_off, splitter.stream.summary(), splitter.stream.api
-
-
 @pytest.mark.parametrize("seed", range(40))
-def test_random_chat_streams_read_the_same(seed: int, monkeypatch):
+def test_random_chat_streams_read_the_same(seed: int):
     rng = random.Random(seed)
     separators = rng.choice([(",", ":"), (", ", ": ")])
-    raw = [("message", _chat_event(rng, i, separators), 1_000 + i, 90 + i % 7, 100 * (i + 1))
-           for i in range(rng.randint(1, 300))]  # fmt: skip
-    cuts = sorted(rng.sample(range(1, len(raw)), min(len(raw) - 1, rng.randint(0, 20)))) if len(raw) > 1 else []
-    batches = [raw[a:b] for a, b in zip([0, *cuts], [*cuts, len(raw)], strict=True)]
-    assert _read(batches, True, monkeypatch) == _read(batches, False, monkeypatch)
+    texts = [_chat_event(rng, i, separators) for i in range(rng.randint(1, 300))]
+    cuts = sorted(rng.sample(range(1, len(texts)), min(len(texts) - 1, rng.randint(0, 20)))) if len(texts) > 1 else []
+    batches = [texts[a:b] for a, b in zip([0, *cuts], [*cuts, len(texts)], strict=True)]
+    assert read_llm_messages(batches, True) == read_llm_messages(batches, False)
 
 
 def test_a_plain_stream_is_read_in_c_after_its_first_content_event(monkeypatch):
@@ -85,7 +77,8 @@ def test_a_plain_stream_is_read_in_c_after_its_first_content_event(monkeypatch):
     splitter._messages(raw, out)
     assert sum(taken) == 99  # all but the first, which gave the shape; [DONE] in Python
     assert len(out) == 100 and splitter.first_ts == 0 and splitter.stream.done
-    assert _read([raw], True, monkeypatch) == _read([raw], False, monkeypatch)
+    texts = [text for _type, text, *_rest in raw]
+    assert read_llm_messages([texts], True) == read_llm_messages([texts], False)
 
 
 @pytest.mark.parametrize(
