@@ -68,6 +68,29 @@ class SessionResult:
     tls: dict | None = None  # a TLS connection's facts (TlsConnection.facts)
 
 
+class _PlainRun:
+    """Decrypted records gathered as the rows of a :class:`ChunkRun` over one buffer."""
+
+    __slots__ = ("rows", "buf")
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[int, int, int, int, int, int]] = []  # in RunColumn order
+        self.buf = bytearray()
+
+    def add(self, d: int, data: bytes, ts: int, frame_no: int, offset: int) -> None:
+        start = len(self.buf)
+        self.buf += data
+        self.rows.append((d, ts, frame_no, offset, start, start + len(data)))
+
+    def take(self, conn_key: int) -> ChunkRun | None:
+        """The gathered records as a run (None when there are none), and a fresh start."""
+        if not self.rows:
+            return None
+        run = ChunkRun(conn_key, np.array(self.rows, dtype=np.int64), np.frombuffer(self.buf, dtype=np.uint8))
+        self.rows, self.buf = [], bytearray()
+        return run
+
+
 def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
     return [
         (m.stream_id, m.direction, m.index, m.ts_ns, m.size,
@@ -205,6 +228,9 @@ class AppSession:
         self._finished: SessionResult | None = None
         self._broken_tls: dict | None = None  # a broken TLS connection's facts (see broke)
         self._broken_rows: tuple | None = None  # what its decoders had ready (take_columns)
+        # TLS: the plaintext of the rows being fed (_feed_rows), handed to the inner
+        # session as one run when they are done, not record by record
+        self._plain_run: _PlainRun | None = None
 
     # -- public ----------------------------------------------------------------------
 
@@ -349,28 +375,35 @@ class AppSession:
     def _feed_rows(self, run: ChunkRun, first: int) -> int:
         """HTTP/1.1 and TLS read chunk by chunk: the rows from ``first`` go straight to
         them, with no PayloadChunk made and dispatched each (what feed does with one),
-        until an Upgrade or CONNECT hands the connection on. Returns the first row not
-        fed."""
+        until an Upgrade or CONNECT hands the connection on; TLS takes them all, and its
+        plaintext goes on as one run. Returns the first row not fed."""
         mode, mv = self._mode, memoryview(run.buf)
         rows = run.rows[first:].tolist()
         i, n = first, first + len(rows)
+        if mode == "tls":
+            tls = self._tls
+            assert tls is not None
+            self._plain_run = _PlainRun()
+            try:
+                tls.feed_rows(rows, mv)
+            finally:  # (what was decrypted before a failure is decoded, as it was fed)
+                self._flush_plain()
+                self._plain_run = None
+            return n
         while i < n:
             if self._mode != mode:
                 break
             d, ts, fno, off, a, z = rows[i - first]
-            if mode == "http1":
-                h1 = self._h1
-                assert h1 is not None
-                server = 0 if self._flipped else 1  # the TCP direction of role 1
-                if d == server and self._h1_hold[1] is None:
-                    # an event stream's usual chunks, the rows from here at once
-                    taken = h1.feed_event_rows(run, i, server)
-                    if taken > i:
-                        i = taken
-                        continue
-                self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
-            else:
-                self._tls.feed(d, bytes(mv[a:z]), ts, fno, off, 0)  # type: ignore[union-attr]
+            h1 = self._h1
+            assert h1 is not None
+            server = 0 if self._flipped else 1  # the TCP direction of role 1
+            if d == server and self._h1_hold[1] is None:
+                # an event stream's usual chunks, the rows from here at once
+                taken = h1.feed_event_rows(run, i, server)
+                if taken > i:
+                    i = taken
+                    continue
+            self._feed_h1((d, bytes(mv[a:z]), ts, fno, off, 0))
             i += 1
         return i
 
@@ -606,17 +639,39 @@ class AppSession:
     # -- TLS -------------------------------------------------------------------------
 
     def _tls_plaintext(self, d: int, data: bytes, ts: int, frame_no: int, offset: int, gap: int) -> None:
-        """Decrypted application data: decoded as if it had come in clear."""
+        """Decrypted application data: decoded as if it had come in clear (while rows are
+        fed, gathered into one run first: see _flush_plain)."""
+        pending = self._plain_run
+        if pending is not None:
+            if not gap:
+                pending.add(d, data, ts, frame_no, offset)
+                return
+            self._flush_plain()  # (a run has no gaps: what came before it goes first)
+        inner = self._inner_session()
+        if inner._mode == "http1" and inner.fast_feed is None:
+            inner._feed_h1((d, data, ts, frame_no, offset, gap))  # what feed() does with it then
+            return
+        inner.feed(PayloadChunk(self.conn_key, d, data, ts, frame_no, offset, gap))
+
+    def _inner_session(self) -> AppSession:
+        """The session of the decrypted plaintext (made at its first bytes: the hello's
+        ALPN is known then)."""
         inner = self._inner
         if inner is None:
             alpn = (self._tls.hello.alpn or "") if self._tls else ""
             inner = self._inner = AppSession(self.conn_key, self.client_port, self.server_port,
                                              force_h2=alpn.startswith("h2"))  # fmt: skip
             inner._flipped, inner._orient_locked = self._flipped, True  # the ClientHello said
-        if inner._mode == "http1" and inner.fast_feed is None:
-            inner._feed_h1((d, data, ts, frame_no, offset, gap))  # what feed() does with it then
-            return
-        inner.feed(PayloadChunk(self.conn_key, d, data, ts, frame_no, offset, gap))
+        return inner
+
+    def _flush_plain(self) -> None:
+        """The plaintext gathered while rows were fed, to the inner session as one run:
+        HTTP/1.1 event streams and the HTTP/2 steady state take it as columns, as they
+        take cleartext (one call a run, not a chain of calls a record)."""
+        pending = self._plain_run
+        run = pending.take(self.conn_key) if pending is not None else None
+        if run is not None:
+            self._inner_session().feed_run(run)
 
     def _map_tls(self, reqs: list[RequestRecord], cols: np.ndarray) -> None:
         """Plaintext offsets -> the TCP offsets of the records that carried them (what

@@ -204,3 +204,150 @@ def test_records_after_lost_bytes_are_read_at_the_sequence_number_their_tag_veri
     cipher.lose(5 + len(records[0]))  # too few bytes for records 0-5: record 6 is not tried at 6
     with pytest.raises(DecryptError, match="no record sequence number from 0 to"):
         cipher.decrypt(23, 0x0303, records[6])
+
+
+def _protect(keys, seq: int, inner: bytes, outer: int = 23) -> bytes:
+    """A TLS 1.3 record (header and all) of ``inner`` (content, inner type, padding)."""
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    header = bytes([outer, 3, 3]) + (len(inner) + 16).to_bytes(2, "big")
+    nonce = bytes(a ^ b for a, b in zip(keys.iv, seq.to_bytes(12, "big"), strict=True))
+    return header + AESGCM(keys.key).encrypt(nonce, inner, header)
+
+
+def _direction_records(rnd, secret: bytes) -> bytes:
+    """One direction's records after the handshake: mostly application data, and now and
+    then what the one-pass reading leaves to the record-by-record one (padding, an empty
+    record, a ticket, a KeyUpdate, an alert, a middlebox ChangeCipherSpec, a bad tag)."""
+    from parsers.tls import tls13_next_secret
+
+    keys, seq, out = tls13_keys(AES128, secret), 0, []
+    for i in range(60):
+        kind, body = rnd.random(), rnd.randbytes(rnd.choice([1, 30, 700, 3000]))
+        if kind < 0.75:
+            out.append(_protect(keys, seq, body + b"\x17"))
+        elif kind < 0.8:
+            out.append(_protect(keys, seq, body + b"\x17" + bytes(rnd.randrange(1, 40))))
+        elif kind < 0.83:
+            out.append(_protect(keys, seq, b"\x17"))
+        elif kind < 0.88:  # a NewSessionTicket: a handshake message read and let go
+            out.append(_protect(keys, seq, bytes([4]) + len(body).to_bytes(3, "big") + body + b"\x16"))
+        elif kind < 0.92:  # KeyUpdate: the records after it under the next keys
+            out.append(_protect(keys, seq, bytes([24, 0, 0, 1, 0, 0x16])))
+            secret = tls13_next_secret(AES128, secret)
+            keys, seq = tls13_keys(AES128, secret), -1
+        elif kind < 0.94:
+            out.append(_protect(keys, seq, bytes([1, 0]) + b"\x15"))
+        elif kind < 0.96:
+            out.append(bytes([20, 3, 3, 0, 1, 1]))
+            seq -= 1
+        elif kind < 0.97 and i >= 50:  # a tag that does not verify: no keys from there
+            rec = bytearray(_protect(keys, seq, body + b"\x17"))
+            rec[-1] ^= 1
+            out.append(bytes(rec))
+        else:
+            out.append(_protect(keys, seq, body + b"\x17"))
+        seq += 1
+    return b"".join(out)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, monkeypatch):
+    """TlsConnection.feed_rows (what the session hands a run of packets to) reads packets
+    of whole application data records in one pass: the same plaintext, offsets, sequence
+    numbers and state as feeding each packet to TlsConnection.feed, whatever the records
+    hold and however the packets cut them."""
+    import random
+
+    from parsers.tls import RecordCipher, TlsConnection
+
+    rnd = random.Random(seed)
+    secrets = (rnd.randbytes(32), rnd.randbytes(32))
+    streams = [_direction_records(rnd, secret) for secret in secrets]
+    pieces = []  # (TCP direction, data, offset) of each packet, each direction in order
+    for d, stream in enumerate(streams):
+        bounds, at = [], 0
+        while at < len(stream):
+            at += 5 + int.from_bytes(stream[at + 3 : at + 5], "big")
+            bounds.append(at)
+        pos, mine = 0, []
+        while pos < len(stream):
+            later = [b for b in bounds if b > pos]
+            n = rnd.choice(later[:3]) - pos if rnd.random() < 0.8 else rnd.randrange(1, 600)
+            mine.append((d, stream[pos : pos + n], pos))
+            pos += n
+        pieces.append(mine)
+    order = [0] * len(pieces[0]) + [1] * len(pieces[1])
+    rnd.shuffle(order)
+    rows, buf, taken = [], bytearray(), [0, 0]
+    for i, d in enumerate(order):
+        _, data, off = pieces[d][taken[d]]
+        taken[d] += 1
+        rows.append((d, 1000 + i, i + 1, off, len(buf), len(buf) + len(data)))
+        buf += data
+
+    def connection() -> tuple[TlsConnection, list]:
+        got: list = []
+        conn = TlsConnection(1, 0, None, lambda *plain: got.append(plain))
+        conn.hello.version, conn.suite, conn.status = 0x0304, AES128, "decrypting"
+        conn.tls13_secrets = list(secrets)
+        conn.ciphers = [RecordCipher(AES128, tls13_keys(AES128, s), tls13=True) for s in secrets]
+        return conn, got
+
+    def state(conn: TlsConnection, got: list) -> tuple:
+        return (got, conn.status, conn.why_keyless, conn.decrypted_records, conn.plain_ends, conn.tcp_ends,
+                conn.plain_offset, [c and c.seq for c in conn.ciphers], [(s.base, s.records, s.skipped) for s in conn.streams],
+                list(conn.issues), conn.facts())  # fmt: skip
+
+    slow, slow_got = connection()
+    for d, ts, fno, off, a, z in rows:
+        slow.feed(d, bytes(buf[a:z]), ts, fno, off, 0)
+    opened = RecordCipher.open_app_data
+    counted: list[int] = []
+    monkeypatch.setattr(RecordCipher, "open_app_data", lambda self, *a: counted.append(1) or opened(self, *a))
+    fast, fast_got = connection()
+    fast.feed_rows(rows, memoryview(buf))
+    assert state(fast, fast_got) == state(slow, slow_got)
+    assert counted and slow.decrypted_records > 20
+
+
+def _sessions(capture, keylog, as_runs: bool) -> list:
+    """Every connection's SessionResult, the TCP layer's runs handed to the sessions as
+    runs (what the pipeline does) or chunk by chunk."""
+    from parsers.capture import CaptureDecoder, decode_segments
+    from parsers.records import ChunkRun, DecodeStats
+    from parsers.session import AppSession
+    from parsers.tcp import TcpAnalyzer
+
+    keys = KeyLog()
+    keys.add_text(keylog.read_text())
+    dec, tcp, sessions = CaptureDecoder(), TcpAnalyzer(), {}
+    for batch in dec.feed(capture.read_bytes()) + dec.close():
+        for item in tcp.feed_runs(decode_segments(batch, DecodeStats(), [])):
+            s = sessions.get(item.conn_key)
+            if s is None:
+                s = sessions[item.conn_key] = AppSession(item.conn_key, *tcp.connection_info(item.conn_key), keylog=keys)
+            if type(item) is ChunkRun and as_runs:
+                s.feed_run(item)
+            else:
+                for c in item.chunks() if type(item) is ChunkRun else [item]:
+                    s.feed(c)
+    return [s.finish(0) for _, s in sorted(sessions.items())]
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"shared captures not found at {CAPTURES}")
+@pytest.mark.parametrize("capture, keylog", [
+    ("http2-google-tls13-dsb.pcapng", "http2-google-tls13-dsb.keylog"),
+    ("firefox-tls13-facebook-dsb.pcapng", "firefox-tls13-facebook-dsb.keylog"),
+    ("grpc_person_search_protobuf_and_json_tls.pcapng", "grpc_person_search_protobuf_and_json_tls.keylog.txt"),
+    ("http2-16-ssl.pcapng", "http2-16-ssl.keylog"),
+])  # fmt: skip
+def test_decrypted_connections_read_from_runs_as_chunk_by_chunk(capture, keylog):
+    """Real HTTP/2 and gRPC over TLS 1.3 and 1.2 with their key logs: a session handed
+    the TCP layer's runs (its TLS records opened in one pass, the plaintext handed on as
+    a run) gives the requests, messages, events, issues and TLS facts it gives when each
+    chunk is fed on its own."""
+    runs = _sessions(CAPTURES / capture, CAPTURES / keylog, as_runs=True)
+    chunks = _sessions(CAPTURES / capture, CAPTURES / keylog, as_runs=False)
+    assert runs == chunks
+    assert any(r.tls and r.tls["tls_decrypted"] and r.requests for r in runs)

@@ -83,6 +83,50 @@ class TlsConnection:
         for rec in records:
             self._record(role, rec)
 
+    def feed_rows(self, rows: list[tuple[int, int, int, int, int, int]], mv: memoryview) -> None:
+        """:meth:`feed` for each row: TCP direction, ts_ns, frame_no, offset and the
+        bytes' place in ``mv`` (a ChunkRun's rows, which have no gaps). The usual packet
+        of a TLS 1.3 connection being decrypted, whole application data records, is cut
+        and opened in one pass (the same records, sequence numbers and plaintext)."""
+        for d, ts, fno, off, a, z in rows:
+            data = bytes(mv[a:z])
+            role = 0 if d == self.client_dir else 1
+            cipher = self.ciphers[role]
+            if self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure:
+                ends = self.streams[role].whole_app_data(data, off)
+                if ends is not None:
+                    self._app_data(role, data, ends, ts, fno, off, cipher)
+                    continue
+            self.feed(d, data, ts, fno, off, 0)
+
+    def _app_data(self, role: int, data: bytes, ends: list[int], ts: int, fno: int, off: int, cipher: RecordCipher) -> None:
+        """Application data records just cut (ending at ``ends`` in ``data``): those that
+        open as plain application data are handed on here, the rest go through
+        :meth:`_record` (padding, handshake messages, alerts, a tag that fails)."""
+        opened = cipher.open_app_data(data, ends)
+        self.encrypted_seen = True
+        self._seen_protected[role] = True
+        self.decrypted_records += len(opened)
+        d = self.client_dir if role == 0 else 1 - self.client_dir
+        for end, plain in zip(ends, opened, strict=False):
+            if plain:
+                self._hand_on(role, d, plain, ts, fno, off + end)
+        start = ends[len(opened) - 1] if opened else 0
+        for end in ends[len(opened):]:
+            version = int.from_bytes(data[start + 1 : start + 3], "big")
+            self._record(role, Record(APPLICATION_DATA, version, data[start + 5 : end], ts, fno, off + end))
+            start = end
+
+    def _hand_on(self, role: int, d: int, plain: bytes, ts: int, fno: int, end_offset: int) -> None:
+        """Decrypted application data of ``role`` (TCP direction ``d``), the record that
+        carried it ending at direction offset ``end_offset``, to the plaintext's reader."""
+        off = self.plain_offset[role]
+        gap, self.plain_gap[role] = self.plain_gap[role], 0
+        self.plain_offset[role] = off + len(plain)
+        self.plain_ends[role].append(off + len(plain))
+        self.tcp_ends[role].append(end_offset)
+        self.plaintext(d, plain, ts, fno, off, gap)
+
     def _record(self, role: int, rec: Record) -> None:
         ctype = rec.content_type
         if ctype == HANDSHAKE and self.ciphers[role] is None and not self._seen_protected[role]:
@@ -170,12 +214,7 @@ class TlsConnection:
                 self._secret_handshake(role, mtype, body)
         elif ctype == APPLICATION_DATA and plain:
             d = self.client_dir if role == 0 else 1 - self.client_dir
-            off = self.plain_offset[role]
-            gap, self.plain_gap[role] = self.plain_gap[role], 0
-            self.plain_offset[role] = off + len(plain)
-            self.plain_ends[role].append(off + len(plain))
-            self.tcp_ends[role].append(rec.end_offset)
-            self.plaintext(d, plain, rec.ts_ns, rec.frame_no, off, gap)
+            self._hand_on(role, d, plain, rec.ts_ns, rec.frame_no, rec.end_offset)
 
     def _secret_handshake(self, role: int, mtype: int, body: bytes) -> None:
         suite = self.suite

@@ -101,6 +101,29 @@ class RecordStream:
         self.records += len(out)
         return out
 
+    def whole_app_data(self, data: bytes, offset: int) -> list[int] | None:
+        """The ends (positions in ``data``) of its records when it is whole application
+        data records from this direction's next byte on and nothing else (the usual packet
+        of a connection being decrypted), cut as :meth:`feed` cuts them; else None with
+        nothing changed."""
+        if self.buf or offset != self.base or self.searching:
+            return None
+        ends: list[int] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            header = _header(data, pos) if pos + 5 <= n else None
+            if header is None or header[0] != APPLICATION_DATA:
+                return None
+            pos += 5 + header[2]
+            if pos > n:
+                return None
+            ends.append(pos)
+        if not ends:
+            return None
+        self.base = offset + n
+        self.records += len(ends)
+        return ends
+
     def _whole(self, data: bytes, ts_ns: int, frame_no: int, offset: int) -> list[Record] | None:
         """The records of ``data`` when it is whole plausible records and nothing else (what
         the loop of :meth:`feed` cuts from it then), else None with nothing changed."""
