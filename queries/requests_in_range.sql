@@ -3,8 +3,10 @@
 -- in the variable capture_ids (null = all), with a label for the
 -- method (gRPC service/method or HTTP path, with the model in brackets when the request
 -- names one: each is judged against its own baseline) and an error flag. Every report model reads
--- requests through this view.
+-- requests through it; kept for the session (request_metrics alone reads it eight times,
+-- and each read of a view binds the Parquet scan beneath it again).
 -- depends_on: requests
+-- materialize: session
 SELECT
     r.*,
     -- the method a request is judged as: gRPC method / HTTP path, and the model when it names

@@ -89,7 +89,7 @@ def _exact_select(con, name: str) -> str:
 def store_capture_models(writer: CaptureWriter, outgrown: list[str] | None = None) -> dict[Path, Path]:
     """Compute the capture-kept models for the capture ``writer`` is about to commit (its
     files written and closed) into its staging folder; returns staging file -> place.
-    ``outgrown`` gets what needed more than DERIVE_MEMORY_MB (see :func:`_define_within`)."""
+    ``outgrown`` gets what needed more than DERIVE_MEMORY_MB (see :func:`_store_within`)."""
     from telemetry.models.catalogue import stored_key
     from telemetry.models.db import DEFAULT_PARAMS, connect
 
@@ -115,13 +115,12 @@ def store_capture_models(writer: CaptureWriter, outgrown: list[str] | None = Non
         for model in analysis.models.values():
             if model.materialize != "capture":
                 continue
-            grown = _define_within(analysis, model.name)
-            if grown and outgrown is not None:
-                outgrown.append(grown)
             key = stored_key(analysis.models, model.name, DEFAULT_PARAMS)
             place = store.model_file(key, model.name, capture_id).relative_to(store.root)
             path = writer.stage_path(place)
-            analysis.con.execute(f"COPY ({_exact_select(analysis.con, model.name)}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+            grown = _store_within(analysis, model.name, path)
+            if grown and outgrown is not None:
+                outgrown.append(grown)
             out[path] = place
     finally:
         analysis.close()
@@ -129,11 +128,12 @@ def store_capture_models(writer: CaptureWriter, outgrown: list[str] | None = Non
     return out
 
 
-def _define_within(analysis: Analysis, name: str) -> str | None:
-    """Define model ``name`` (and what it reads) within DERIVE_MEMORY_MB; where DuckDB runs
-    out of it, again within twice as much, and so on, at last without a bound (left
-    unstored, the model would be computed by every later query, unbounded). Returns, when
-    the bound grew, the model that ran out and the bound it was computed within."""
+def _store_within(analysis: Analysis, name: str, path: Path) -> str | None:
+    """Define model ``name`` (and what it reads) and write its rows to ``path``, within
+    DERIVE_MEMORY_MB; where DuckDB runs out of it, again within twice as much, and so on,
+    at last without a bound (left unstored, the model would be computed by every later
+    query, unbounded). Returns, when the bound grew, the model that ran out (or whose
+    writing did) and the bound it was computed within."""
     from telemetry.models.db import ModelError, duckdb
 
     ran_out = None
@@ -141,12 +141,15 @@ def _define_within(analysis: Analysis, name: str) -> str | None:
     try:
         while True:
             try:
-                analysis.define([name])
+                analysis.define([name])  # (again after a failed write: already defined, nothing done)
+                analysis.con.execute(f"COPY ({_exact_select(analysis.con, name)}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
                 break
-            except ModelError as exc:
-                if limit_mb is None or not isinstance(exc.__cause__, duckdb.OutOfMemoryException):
+            except (ModelError, duckdb.OutOfMemoryException) as exc:
+                model = exc.model if isinstance(exc, ModelError) else name
+                cause = exc.__cause__ if isinstance(exc, ModelError) else exc
+                if limit_mb is None or not isinstance(cause, duckdb.OutOfMemoryException):
                     raise
-                ran_out = ran_out or exc.model
+                ran_out = ran_out or model
                 grown = 2 * limit_mb
                 limit_mb = grown if grown <= DERIVE_MEMORY_MB << GROWN_BOUNDS else None
                 analysis.con.execute(f"SET memory_limit = '{limit_mb}MB'" if limit_mb else "RESET memory_limit")
