@@ -9,16 +9,18 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * ``tailtap report --store S`` and ``tailtap sql --store S "SELECT 1"`` on that store;
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``
   (for the SSE rows, its HTTP/1.1 dissection, ``-d tcp.port==50051,http -Y http``, chunked
-  bodies reassembled; over h2c its HTTP/2 one, ``-Y http2``; over TLS the HTTP/1.1 one
-  inside TLS decrypted with the run's key log, which tailtap gets too: ``--keylog``).
+  bodies reassembled; over h2c its HTTP/2 one, ``-Y http2``; over TLS the same one inside
+  TLS decrypted with the run's key log, which tailtap gets too: ``--keylog``).
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
 at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked)
 and a seed of its own (costs that grow with the connections, not the packets, show there),
 the lab's captures (real kernel TCP), an OpenAI-compatible SSE service (the lab's server at
 40 requests a second for 30 s, one token event a segment, real kernel TCP) over HTTP/1.1
-(uvicorn), over HTTP/2 cleartext (hypercorn) and over TLS 1.3 (uvicorn; key log kept), each
-made once with ``tailtap lab run``, which needs root (``--no-sse`` leaves them out), and
+(uvicorn), over HTTP/2 cleartext (hypercorn), over TLS 1.3 (uvicorn; key log kept) and over
+HTTP/2 over TLS 1.3 (hypercorn), and the lab's gRPC service over TLS 1.3 (grpcio, called by
+httpx, which writes the key log), each made once with ``tailtap lab run``, which needs root
+(``--no-sse`` leaves them out), and
 the ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios
 are tshark CPU / tailtap CPU of the same row.
 tailtap's modules are byte-compiled first, as an install has them.
@@ -92,10 +94,22 @@ def tshark_h2_argv(capture: Path) -> list[str]:
             "-Y", "http2", "-T", "fields", "-e", "frame.time_epoch", "-e", "http2.streamid", "-e", "http2.type"]
 
 
+def _in_tls(argv: list[str], capture: Path) -> list[str]:
+    """A cleartext dissection's arguments, the capture read as TLS with its key log."""
+    at = argv.index("-d")
+    return [*argv[:at], "-o", f"tls.keylog_file:{capture.parent / 'keys.txt'}", "-d", "tcp.port==50051,tls", *argv[at + 2 :]]
+
+
 def tshark_tls_http_argv(capture: Path) -> list[str]:
-    return ["tshark", "-n", "-r", str(capture), "-o", f"tls.keylog_file:{capture.parent / 'keys.txt'}",
-            "-d", "tcp.port==50051,tls", "-o", "tcp.reassemble_out_of_order:TRUE",
-            "-Y", "http", "-T", "fields", "-e", "frame.time_epoch", "-e", "http.response.code", "-e", "http.content_type"]
+    return _in_tls(tshark_http_argv(capture), capture)
+
+
+def tshark_tls_argv(capture: Path) -> list[str]:
+    return _in_tls(tshark_argv(capture), capture)
+
+
+def tshark_tls_h2_argv(capture: Path) -> list[str]:
+    return _in_tls(tshark_h2_argv(capture), capture)
 
 
 def bench_input(label: str, capture: Path, runs: int, tshark: bool,
@@ -174,13 +188,18 @@ def many_connections(cache: Path, connections: int) -> Path:
                      "--packets", "1000000", "--connections", str(connections), "--seed", "7")
 
 
-# the SSE rows: (label, folder in the cache, `tailtap lab run` protocol options, tshark)
+# the rows of the lab's services made here (SSE, and gRPC over TLS): (label, folder in the
+# cache, `tailtap lab run` protocol options, tshark)
 SSE_RUNS = (
     ("lab SSE over HTTP/1.1 (vs tshark's HTTP)", "lab-openai-http1-40rps-seed3", ("--protocol", "openai-http1"),
      tshark_http_argv),
     ("lab SSE over h2c (vs tshark's HTTP/2)", "lab-openai-h2c-40rps-seed3", ("--protocol", "openai-h2c"), tshark_h2_argv),
     ("lab SSE over TLS, key log (vs tshark's HTTP in TLS)", "lab-openai-http1-tls-40rps-seed3",
      ("--protocol", "openai-http1", "--tls"), tshark_tls_http_argv),
+    ("lab SSE over HTTP/2 over TLS, key log (vs tshark's HTTP/2 in TLS)", "lab-openai-h2c-tls-40rps-seed3",
+     ("--protocol", "openai-h2c", "--tls"), tshark_tls_h2_argv),
+    ("lab gRPC over TLS, key log (vs tshark's gRPC in TLS)", "lab-grpc-tls-40rps-seed3",
+     ("--protocol", "grpc", "--tls"), tshark_tls_argv),
 )  # fmt: skip
 
 
@@ -208,7 +227,7 @@ def main() -> None:
     ap.add_argument("--no-lab", action="store_true")
     ap.add_argument("--no-ideal", action="store_true")
     ap.add_argument("--no-many", action="store_true", help="leave out the many-connection capture")
-    ap.add_argument("--no-sse", action="store_true", help="leave out the SSE capture (made with root)")
+    ap.add_argument("--no-sse", action="store_true", help="leave out the lab service rows (SSE, gRPC over TLS: made with root)")
     ap.add_argument("--many-connections", type=int, default=2000, metavar="N",
                     help="connections of the many-connection capture (1M packets)")
     args = ap.parse_args()
