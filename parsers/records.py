@@ -21,6 +21,7 @@ session layer's message end offsets can be joined.
 from __future__ import annotations
 
 import struct
+from array import array
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -184,6 +185,31 @@ class ChunkRun:
             PayloadChunk(key, d, bytes(mv[a:z]), ts, fno, off)
             for d, ts, fno, off, a, z in self.rows[first:stop].tolist()
         ]
+
+
+class RunBuilder:
+    """A :class:`ChunkRun` gathered chunk by chunk (a TLS connection's decrypted records,
+    handed on as one run): the rows in RunColumn order, the bytes in one buffer."""
+
+    __slots__ = ("rows", "buf")
+
+    def __init__(self) -> None:
+        self.rows = array("q")  # int64, len(RunColumn) a chunk
+        self.buf = bytearray()
+
+    def add(self, direction: int, data: bytes, ts_ns: int, frame_no: int, stream_offset: int) -> None:
+        start = len(self.buf)
+        self.buf += data
+        self.rows.extend((direction, ts_ns, frame_no, stream_offset, start, start + len(data)))
+
+    def take(self, conn_key: int) -> ChunkRun | None:
+        """The chunks gathered as a run (None when there are none), and a fresh start."""
+        if not self.rows:
+            return None
+        rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, len(RunColumn))
+        run = ChunkRun(conn_key, rows, np.frombuffer(self.buf, dtype=np.uint8))
+        self.rows, self.buf = array("q"), bytearray()
+        return run
 
 
 def expand_runs(items: list[PayloadChunk | ChunkRun]) -> list[PayloadChunk]:

@@ -42,6 +42,7 @@ from parsers.records import (
     MessageRow,
     PayloadChunk,
     RequestRecord,
+    RunBuilder,
     RunColumn,
     message_flags,
     message_from_row,
@@ -66,29 +67,6 @@ class SessionResult:
     issues: list[DecodeIssue] = field(default_factory=list)
     message_rows: list[MessageRow] = field(default_factory=list)  # ``messages`` as tuples
     tls: dict | None = None  # a TLS connection's facts (TlsConnection.facts)
-
-
-class _PlainRun:
-    """Decrypted records gathered as the rows of a :class:`ChunkRun` over one buffer."""
-
-    __slots__ = ("rows", "buf")
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[int, int, int, int, int, int]] = []  # in RunColumn order
-        self.buf = bytearray()
-
-    def add(self, d: int, data: bytes, ts: int, frame_no: int, offset: int) -> None:
-        start = len(self.buf)
-        self.buf += data
-        self.rows.append((d, ts, frame_no, offset, start, start + len(data)))
-
-    def take(self, conn_key: int) -> ChunkRun | None:
-        """The gathered records as a run (None when there are none), and a fresh start."""
-        if not self.rows:
-            return None
-        run = ChunkRun(conn_key, np.array(self.rows, dtype=np.int64), np.frombuffer(self.buf, dtype=np.uint8))
-        self.rows, self.buf = [], bytearray()
-        return run
 
 
 def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
@@ -230,7 +208,7 @@ class AppSession:
         self._broken_rows: tuple | None = None  # what its decoders had ready (take_columns)
         # TLS: the plaintext of the rows being fed (_feed_rows), handed to the inner
         # session as one run when they are done, not record by record
-        self._plain_run: _PlainRun | None = None
+        self._plain_run: RunBuilder | None = None
 
     # -- public ----------------------------------------------------------------------
 
@@ -383,9 +361,9 @@ class AppSession:
         if mode == "tls":
             tls = self._tls
             assert tls is not None
-            self._plain_run = _PlainRun()
+            self._plain_run = plain = RunBuilder()
             try:
-                tls.feed_rows(rows, mv)
+                tls.feed_rows(rows, mv, plain)
             finally:  # (what was decrypted before a failure is decoded, as it was fed)
                 self._flush_plain()
                 self._plain_run = None

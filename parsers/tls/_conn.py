@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
-from parsers.records import DecodeIssue
+from parsers.records import DecodeIssue, RunBuilder
 
 from ._decrypt import DecryptError, RecordCipher
 from ._handshake import (
@@ -83,34 +83,45 @@ class TlsConnection:
         for rec in records:
             self._record(role, rec)
 
-    def feed_rows(self, rows: list[tuple[int, int, int, int, int, int]], mv: memoryview) -> None:
+    def feed_rows(self, rows: list[tuple[int, int, int, int, int, int]], mv: memoryview, plain: RunBuilder) -> None:
         """:meth:`feed` for each row: TCP direction, ts_ns, frame_no, offset and the
         bytes' place in ``mv`` (a ChunkRun's rows, which have no gaps). The usual packet
         of a TLS 1.3 connection being decrypted, whole application data records, is cut
-        and opened in one pass (the same records, sequence numbers and plaintext)."""
+        and opened in one pass, its plaintext added to ``plain`` here; the rest goes to
+        :attr:`plaintext`, which the caller gathers into the same run, in order (the same
+        records, sequence numbers, plaintext and offsets as :meth:`feed` gives)."""
+        client_dir = self.client_dir
         for d, ts, fno, off, a, z in rows:
             data = bytes(mv[a:z])
-            role = 0 if d == self.client_dir else 1
+            role = 0 if d == client_dir else 1
             cipher = self.ciphers[role]
-            if self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure:
+            if (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
+                    and not self.plain_gap[role]):  # (after lost bytes: the next plaintext says so)
                 ends = self.streams[role].whole_app_data(data, off)
                 if ends is not None:
-                    self._app_data(role, data, ends, ts, fno, off, cipher)
+                    self._app_data(role, d, data, ends, ts, fno, off, cipher, plain)
                     continue
             self.feed(d, data, ts, fno, off, 0)
 
-    def _app_data(self, role: int, data: bytes, ends: list[int], ts: int, fno: int, off: int, cipher: RecordCipher) -> None:
+    def _app_data(self, role: int, d: int, data: bytes, ends: list[int], ts: int, fno: int, off: int,
+                  cipher: RecordCipher, plain: RunBuilder) -> None:  # fmt: skip
         """Application data records just cut (ending at ``ends`` in ``data``): those that
-        open as plain application data are handed on here, the rest go through
-        :meth:`_record` (padding, handshake messages, alerts, a tag that fails)."""
+        open as plain application data go to ``plain`` here, as :meth:`_hand_on` hands
+        them on, the rest through :meth:`_record` (padding, handshake messages, alerts, a
+        tag that fails)."""
         opened = cipher.open_app_data(data, ends)
         self.encrypted_seen = True
         self._seen_protected[role] = True
         self.decrypted_records += len(opened)
-        d = self.client_dir if role == 0 else 1 - self.client_dir
-        for end, plain in zip(ends, opened, strict=False):
-            if plain:
-                self._hand_on(role, d, plain, ts, fno, off + end)
+        if opened:
+            at, plain_ends, tcp_ends = self.plain_offset[role], self.plain_ends[role], self.tcp_ends[role]
+            for end, text in zip(ends, opened, strict=False):
+                if text:  # (as _hand_on hands it on)
+                    plain.add(d, text, ts, fno, at)
+                    at += len(text)
+                    plain_ends.append(at)
+                    tcp_ends.append(off + end)
+            self.plain_offset[role] = at
         start = ends[len(opened) - 1] if opened else 0
         for end in ends[len(opened):]:
             version = int.from_bytes(data[start + 1 : start + 3], "big")
