@@ -553,6 +553,63 @@ static int sse_events(const unsigned char *p, const unsigned char *end, PyObject
  * Python code runs: the caller has written every streak back, and clears ctx afterwards.
  * All checks come before the first change. 1 handled; 0 not the case, nothing changed;
  * -1 error (exception set). */
+/* FrameHandlers._messages of a stream's event rows `tmp` ((ts, size, flags, end offset)
+ * each, as EventSplitter gives them) once the orientation is final: the stream's message
+ * figures and a packed row each onto conn.msg_buf, tmp emptied. 1 done; 0 not this case
+ * (orientation not final, a row not of four ints), nothing changed; -1 error. (Python
+ * code ran just before: the connection's attributes are read afresh, not from ctx.) */
+#define SSE_KEPT_FLAGS (~0xFELL) /* parsers/h2/_state.py _KEPT_FLAGS */
+static int sse_messages(PyObject *conn, PyObject **lists, long long d, long long sid, PyObject *tmp) {
+    Py_ssize_t rows = PyList_GET_SIZE(tmp);
+    long long idx;
+    PyObject *final = PyObject_GetAttr(conn, s_orient_final), *msgs = NULL;
+    int usable = final == Py_True;
+    Py_XDECREF(final);
+    if (!usable) { PyErr_Clear(); return 0; }
+    if ((msgs = PyObject_GetAttr(conn, s_messages)) == NULL) { PyErr_Clear(); return 0; }
+    long long *vals = NULL;
+    int ret = 0;
+    if (!PyByteArray_CheckExact(msgs) || list_ll(lists[S_MSGS], d, &idx) < 0) goto done;
+    if ((vals = PyMem_Malloc((size_t)rows * 4 * sizeof(long long))) == NULL) {
+        PyErr_NoMemory();
+        ret = -1;
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        PyObject *row = PyList_GET_ITEM(tmp, i);
+        if (!PyTuple_CheckExact(row) || PyTuple_GET_SIZE(row) != 4) goto done;
+        for (int k = 0; k < 4; k++) {
+            if (slot_ll_obj(PyTuple_GET_ITEM(row, k), &vals[i * 4 + k]) < 0) goto done;
+        }
+    }
+    /* ---- from here on the rows are ours ---- */
+    ret = -1;
+    PyObject *first = PyList_GET_ITEM(tmp, 0), *last = PyList_GET_ITEM(tmp, rows - 1);
+    int other = PyObject_IsTrue(PyList_GET_ITEM(lists[S_MSGS], 1 - d));
+    if (other < 0 || messages_begin(lists, d, idx == 0, PyTuple_GET_ITEM(first, 0), vals[3], other) < 0) goto done;
+    long long row_vals[MSG_NCOLS];
+    row_vals[MSG_STREAM_ID] = sid;
+    row_vals[MSG_DIRECTION] = d;
+    for (Py_ssize_t i = 0; i < rows; i++) {
+        row_vals[MSG_INDEX] = idx + i;
+        row_vals[MSG_TS_NS] = vals[i * 4];
+        row_vals[MSG_SIZE] = vals[i * 4 + 1];
+        row_vals[MSG_FLAGS] = vals[i * 4 + 2] & SSE_KEPT_FLAGS;
+        row_vals[MSG_END_OFFSET] = vals[i * 4 + 3];
+        if (msg_append(msgs, row_vals) < 0) goto done;
+    }
+    PyObject *last_ts = PyTuple_GET_ITEM(last, 0);
+    Py_INCREF(last_ts);
+    if (list_set(lists[S_LAST_MSG_TS], d, last_ts) < 0) goto done;
+    if (list_set(lists[S_MSGS], d, PyLong_FromLongLong(idx + rows)) < 0) goto done;
+    if (PyList_SetSlice(tmp, 0, rows, NULL) < 0) goto done;
+    ret = 1;
+done:
+    PyMem_Free(vals);
+    Py_DECREF(msgs);
+    return ret;
+}
+
 static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
                          long long offset, PyObject *ts, long long frame_no) {
     long long base, max_len, dframes, nframes;
@@ -618,11 +675,15 @@ static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned
     if (res == NULL) goto out;
     Py_DECREF(res);
     if (PyList_GET_SIZE(tmp)) {
-        PyObject *d_obj = PyLong_FromLongLong(d);
-        res = d_obj == NULL ? NULL : PyObject_CallMethodObjArgs(conn, s_messages_of, st, d_obj, tmp, NULL);
-        Py_XDECREF(d_obj);
-        if (res == NULL) goto out;
-        Py_DECREF(res);
+        int packed = sse_messages(conn, lists, d, (long long)sid, tmp);
+        if (packed < 0) goto out;
+        if (!packed) { /* what sse_messages leaves: FrameHandlers._messages, the same rows */
+            PyObject *d_obj = PyLong_FromLongLong(d);
+            res = d_obj == NULL ? NULL : PyObject_CallMethodObjArgs(conn, s_messages_of, st, d_obj, tmp, NULL);
+            Py_XDECREF(d_obj);
+            if (res == NULL) goto out;
+            Py_DECREF(res);
+        }
     }
     if (data_figures(lists, d, nframes == 0, ts, off_end, length) < 0) goto out;
     if (flow_consume(&flow, sid_obj, length) < 0) goto out;
