@@ -232,6 +232,31 @@ def test_a_small_store_is_queried_on_one_thread(lossy_store, monkeypatch):
 
 
 @needs_samples
+def test_the_report_is_sized_by_its_requests_when_the_kept_models_serve(lossy_store, monkeypatch):
+    """The report reads answers per request and window, which the models kept with the
+    captures give: with the default settings the requests table alone decides one thread
+    (a store whose packets' tables are past the bound, its requests not: one thread);
+    with other settings the models are computed from the packets, and every table counts."""
+    import duckdb
+
+    from telemetry.models import db
+
+    requests = sum(p.stat().st_size for p in lossy_store.table_files("requests"))
+    every = sum(p.stat().st_size for t in db.COLUMNS for p in lossy_store.table_files(t))
+    assert requests < every // 3
+    monkeypatch.setattr(db, "ONE_THREAD_BYTES", requests + 1)
+    default = duckdb.connect().execute("SELECT current_setting('threads')").fetchone()[0]
+
+    def threads(params: dict, **kw) -> int:
+        return connect(lossy_store, params, **kw).execute("SELECT current_setting('threads')").fetchone()[0]
+
+    assert threads({"window_s": None}, sized_by_requests=True) == 1
+    assert threads({"window_s": None}) == default
+    assert threads({"window_s": 2.0}, sized_by_requests=True) == default  # computed afresh
+    assert threads({"window_s": None}, sized_by_requests=True, use_stored=False) == default
+
+
+@needs_samples
 def test_sums_of_durations_do_not_depend_on_row_order(lossy_store):
     """request_evidence sums stalls and waits with sum_ms: as whole ns, so the order in
     which DuckDB's threads hand a group's rows over cannot move the last bits (a plain

@@ -134,7 +134,7 @@ def _write_html(out: Path, window: str | None, html_out: Path) -> int:
     if store is None:  # (it said why)
         return EXIT_STORE
     try:
-        con = connect(store, params)
+        con = connect(store, params, sized_by_requests=True)
         write_report_html(store, params, report_sections(store, params, con), html_out, con)
     except (RuntimeError, OSError) as exc:
         error_line(user_error_text(exc, html_out))

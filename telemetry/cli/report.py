@@ -52,7 +52,7 @@ def run_report(store_dir: Path, params: dict[str, object] | None = None, fmt: st
     if store is None:
         return EXIT_STORE
     try:
-        con = connect(store, params)
+        con = connect(store, params, sized_by_requests=True)
         sections = report_sections(store, params, con)
         if html_out is not None:
             write_report_html(store, params, sections, html_out, con)

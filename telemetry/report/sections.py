@@ -13,7 +13,7 @@ def analyze_sections(
     store: StoreLayout, capture_ids: list[str] | None = None, params: dict | None = None, con: Analysis | None = None
 ) -> dict[str, render.Rows | str]:
     """The `tailtap analyze` report: captures, connections, per-method percentiles, errors, slowest."""
-    con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None})
+    con = con or connect(store, {**(params or {}), "capture_ids": capture_ids or None}, sized_by_requests=True)
     return {
         "captures": render.rows_of(con, "SELECT * FROM capture_overview"),
         "connections": render.rows_of(con, "SELECT * FROM connection_overview"),
@@ -28,7 +28,7 @@ def analyze_report(
 ) -> None:
     """Per-method summary, then the spike report, for the captures just analyzed. The
     window is the analysis' own (queries/settings.sql) unless ``window_s`` is given."""
-    con = connect(store, {"capture_ids": capture_ids or None, "window_s": window_s})
+    con = connect(store, {"capture_ids": capture_ids or None, "window_s": window_s}, sized_by_requests=True)
     sections = analyze_sections(store, con=con)
     report = report_sections(store, con=con, connections=sections["connections"])  # type: ignore[arg-type]
     window_s = con.window_s()
@@ -46,7 +46,7 @@ def report_sections(
 ) -> dict[str, render.Rows | str]:
     """The `tailtap report`: timeline, spikes, their attribution, slowest requests with cause
     (``connections``: connection_overview's rows, when they were read already)."""
-    con = con or connect(store, params)
+    con = con or connect(store, params, sized_by_requests=True)
     conns = connections if connections is not None else render.rows_of(con, "SELECT * FROM connection_overview")
     spikes = render.rows_of(con, "SELECT * FROM spikes")
     return {
