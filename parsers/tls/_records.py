@@ -35,6 +35,23 @@ def _header(buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
     return None
 
 
+def _whole_records(data: bytes) -> list[tuple[int, int, int]] | None:
+    """(content type, version, end in ``data``) of each record when ``data`` is whole
+    plausible records and nothing else; else None."""
+    cut: list[tuple[int, int, int]] = []
+    pos, n = 0, len(data)
+    while pos < n:
+        header = _header(data, pos) if pos + 5 <= n else None
+        if header is None:
+            return None
+        ctype, version, length = header
+        pos += 5 + length
+        if pos > n:
+            return None
+        cut.append((ctype, version, pos))
+    return cut or None
+
+
 def _plausible(buf: bytes | bytearray, pos: int) -> bool:
     return _header(buf, pos) is not None
 
@@ -108,39 +125,23 @@ class RecordStream:
         nothing changed."""
         if self.buf or offset != self.base or self.searching:
             return None
-        ends: list[int] = []
-        pos, n = 0, len(data)
-        while pos < n:
-            header = _header(data, pos) if pos + 5 <= n else None
-            if header is None or header[0] != APPLICATION_DATA:
-                return None
-            pos += 5 + header[2]
-            if pos > n:
-                return None
-            ends.append(pos)
-        if not ends:
+        cut = _whole_records(data)
+        if cut is None or any(ctype != APPLICATION_DATA for ctype, _version, _end in cut):
             return None
-        self.base = offset + n
-        self.records += len(ends)
-        return ends
+        self.base = offset + len(data)
+        self.records += len(cut)
+        return [end for _ctype, _version, end in cut]
 
     def _whole(self, data: bytes, ts_ns: int, frame_no: int, offset: int) -> list[Record] | None:
         """The records of ``data`` when it is whole plausible records and nothing else (what
         the loop of :meth:`feed` cuts from it then), else None with nothing changed."""
-        out: list[Record] = []
-        pos, n = 0, len(data)
-        while pos < n:
-            header = _header(data, pos) if pos + 5 <= n else None
-            if header is None:
-                return None
-            ctype, version, length = header
-            end = pos + 5 + length
-            if end > n:
-                return None
-            out.append(Record(ctype, version, data[pos + 5 : end], ts_ns, frame_no, offset + end))
-            pos = end
-        if not out:
+        cut = _whole_records(data)
+        if cut is None:
             return None
-        self.base = offset + n
+        out, start = [], 0
+        for ctype, version, end in cut:
+            out.append(Record(ctype, version, data[start + 5 : end], ts_ns, frame_no, offset + end))
+            start = end
+        self.base = offset + len(data)
         self.records += len(out)
         return out
