@@ -9,8 +9,8 @@
  * direction's HPACK decoder already holds decoded (what H2Connection._block does with
  * them in the common cases: open a request stream, response headers, trailers, END_STREAM
  * and the stream's end). Both also take the DATA frames of an LLM's event stream that carry
- * whole simple events (try_sse_frame): the frame's bookkeeping here, the events' meaning
- * and message rows by the Python code the pure path calls for them. Everything else
+ * whole simple events (try_sse_frame): the frame's bookkeeping and the events' message rows
+ * here, the events' meaning by the Python code the pure path calls for them. Everything else
  * (and any surprise in the objects' types) goes to the pure-Python code, so results are
  * identical with or without this module. All checks for a frame happen before the first
  * change: a frame is either handled completely here or not touched.
@@ -543,16 +543,6 @@ static int sse_events(const unsigned char *p, const unsigned char *end, PyObject
     return 1;
 }
 
-/* Server-sent events over HTTP/2: the DATA frame b[0:n] (direction d, at direction offset
- * `offset`) when it carries whole simple events (sse_events: one, or several a server wrote
- * at once), unpadded and without END_STREAM, on a known stream whose body an EventSplitter
- * reads as an event stream ("sse" mode), its framer between events: what
- * H2Connection._parse and _whole_data do with it. The events' meaning and message rows
- * stay with the Python code those call
- * (EventSplitter.feed_whole_events, FrameHandlers._messages), given the events read here.
- * Python code runs: the caller has written every streak back, and clears ctx afterwards.
- * All checks come before the first change. 1 handled; 0 not the case, nothing changed;
- * -1 error (exception set). */
 /* FrameHandlers._messages of a stream's event rows `tmp` ((ts, size, flags, end offset)
  * each, as EventSplitter gives them) once the orientation is final: the stream's message
  * figures and a packed row each onto conn.msg_buf, tmp emptied. 1 done; 0 not this case
@@ -610,6 +600,17 @@ done:
     return ret;
 }
 
+/* Server-sent events over HTTP/2: the DATA frame b[0:n] (direction d, at direction offset
+ * `offset`) when it carries whole simple events (sse_events: one, or several a server wrote
+ * at once), unpadded and without END_STREAM, on a known stream whose body an EventSplitter
+ * reads as an event stream ("sse" mode), its framer between events: what
+ * H2Connection._parse and _whole_data do with it. The events' meaning stays with the Python
+ * code those call (EventSplitter.feed_whole_events), given the events read here; their
+ * message rows are packed here once the orientation is final (sse_messages), else by
+ * FrameHandlers._messages.
+ * Python code runs: the caller has written every streak back, and clears ctx afterwards.
+ * All checks come before the first change. 1 handled; 0 not the case, nothing changed;
+ * -1 error (exception set). */
 static int try_sse_frame(PyObject *conn, ctx_t *ctx, long long d, const unsigned char *b, Py_ssize_t n,
                          long long offset, PyObject *ts, long long frame_no) {
     long long base, max_len, dframes, nframes;
