@@ -38,7 +38,7 @@ from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
 from parsers.h2 import _conn as h2_conn
 from parsers.h2._hpack import TolerantDecoder
 from parsers.llm import jsonscan, semantics, taps
-from parsers.records import ChunkRun, DecodeStats, PayloadChunk
+from parsers.records import ChunkRun, DecodeStats, PayloadChunk, RunBuilder
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from parsers.tls import KeyLog, TlsConnection
@@ -121,16 +121,49 @@ def target_tls(data: bytes) -> None:
     keylog.add_text(f"CLIENT_RANDOM {random.hex()} {'ab' * 48}\n"
                     f"CLIENT_HANDSHAKE_TRAFFIC_SECRET {random.hex()} {'cd' * 32}\n"
                     f"SERVER_HANDSHAKE_TRAFFIC_SECRET {random.hex()} {'ef' * 32}\n")  # fmt: skip
-    got: list[int] = []
-    conn = TlsConnection(1, 0, keylog, lambda d, b, ts, fno, off, gap: got.append(len(b)))
-    off = [0, 0]
+    pieces, off = [], [0, 0]
     for i, (d, part, gap) in enumerate(chunks_of(data)):
         lost = 50 if gap else 0
         off[d] += lost
-        conn.feed(d, part, TS0 + i, i + 1, off[d], lost)
+        pieces.append((d, part, TS0 + i, i + 1, off[d], lost))
         off[d] += len(part)
-    conn.keyless.take()
-    conn.facts()
+    got: list[tuple] = []
+    conn = TlsConnection(1, 0, keylog, lambda *plain: got.append(plain))
+    for piece in pieces:
+        conn.feed(*piece)
+    keyless = conn.keyless.take()
+    # the same packets as a session hands them over: those after lost bytes one by one,
+    # the others as runs (TlsConnection.feed_rows), the plaintext gathered in order
+    plain, in_runs = RunBuilder(), []
+
+    def handed(d: int, b: bytes, ts: int, fno: int, off: int, gap: int) -> None:
+        if gap:
+            gathered()
+            in_runs.append((d, b, ts, fno, off, gap))
+        else:
+            plain.add(d, b, ts, fno, off)
+
+    def gathered() -> None:
+        run = plain.take(1)
+        in_runs.extend([] if run is None else [(c.direction, c.data, c.ts_ns, c.frame_no, c.stream_offset, 0)
+                                                for c in run.chunks()])  # fmt: skip
+
+    runs = TlsConnection(1, 0, keylog, handed)
+    buf = b"".join(piece[1] for piece in pieces)
+    rows, at = [], 0
+    for d, part, ts, fno, offset, lost in pieces:
+        if lost:
+            runs.feed_rows(rows, memoryview(buf), plain)
+            rows = []
+            runs.feed(d, part, ts, fno, offset, lost)
+        else:
+            rows.append((d, ts, fno, offset, at, at + len(part)))
+        at += len(part)
+    runs.feed_rows(rows, memoryview(buf), plain)
+    gathered()
+    if (in_runs, runs.keyless.take(), runs.facts(), runs.issues, runs.plain_ends, runs.tcp_ends) != (
+            got, keyless, conn.facts(), conn.issues, conn.plain_ends, conn.tcp_ends):
+        raise AssertionError("a TLS connection fed runs of packets read them otherwise")  # fmt: skip
 
 
 SSE_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Length: 2\r\n\r\n{}"
