@@ -132,38 +132,49 @@ def target_tls(data: bytes) -> None:
     for piece in pieces:
         conn.feed(*piece)
     keyless = conn.keyless.take()
-    # the same packets as a session hands them over: those after lost bytes one by one,
-    # the others as runs (TlsConnection.feed_rows), the plaintext gathered in order
-    plain, in_runs = RunBuilder(), []
+    runs, in_runs = tls_fed_in_runs(lambda handed: TlsConnection(1, 0, keylog, handed), pieces)
+    if (in_runs, runs.keyless.take(), runs.facts(), runs.issues, runs.plain_ends, runs.tcp_ends) != (
+            got, keyless, conn.facts(), conn.issues, conn.plain_ends, conn.tcp_ends):
+        raise AssertionError("a TLS connection fed runs of packets read them otherwise")  # fmt: skip
+
+
+def tls_fed_in_runs(make: Callable[[Callable], TlsConnection], pieces: list[tuple[int, bytes, int, int, int, int]]
+                    ) -> tuple[TlsConnection, list[tuple]]:  # fmt: skip
+    """A TLS connection (``make(plaintext callback)``) fed ``pieces`` (direction, bytes,
+    ts_ns, frame_no, offset, bytes lost before) as a session hands them over: a piece after
+    lost bytes on its own (TlsConnection.feed), the others as runs (feed_rows), the
+    plaintext gathered into a run each time (what the connection hands on too, but after
+    lost bytes). Returns it and the plaintext it gave, in order, as its callback's
+    arguments (what feeding the pieces one by one hands on)."""
+    plain, got = RunBuilder(), []
+
+    def gathered() -> None:
+        run = plain.take(1)
+        got.extend([] if run is None else [(c.direction, c.data, c.ts_ns, c.frame_no, c.stream_offset, 0)
+                                             for c in run.chunks()])  # fmt: skip
 
     def handed(d: int, b: bytes, ts: int, fno: int, off: int, gap: int) -> None:
         if gap:
             gathered()
-            in_runs.append((d, b, ts, fno, off, gap))
+            got.append((d, b, ts, fno, off, gap))
         else:
             plain.add(d, b, ts, fno, off)
 
-    def gathered() -> None:
-        run = plain.take(1)
-        in_runs.extend([] if run is None else [(c.direction, c.data, c.ts_ns, c.frame_no, c.stream_offset, 0)
-                                                for c in run.chunks()])  # fmt: skip
-
-    runs = TlsConnection(1, 0, keylog, handed)
+    conn = make(handed)
     buf = b"".join(piece[1] for piece in pieces)
     rows, at = [], 0
     for d, part, ts, fno, offset, lost in pieces:
         if lost:
-            runs.feed_rows(rows, memoryview(buf), plain)
+            conn.feed_rows(rows, memoryview(buf), plain)
+            gathered()
             rows = []
-            runs.feed(d, part, ts, fno, offset, lost)
+            conn.feed(d, part, ts, fno, offset, lost)
         else:
             rows.append((d, ts, fno, offset, at, at + len(part)))
         at += len(part)
-    runs.feed_rows(rows, memoryview(buf), plain)
+    conn.feed_rows(rows, memoryview(buf), plain)
     gathered()
-    if (in_runs, runs.keyless.take(), runs.facts(), runs.issues, runs.plain_ends, runs.tcp_ends) != (
-            got, keyless, conn.facts(), conn.issues, conn.plain_ends, conn.tcp_ends):
-        raise AssertionError("a TLS connection fed runs of packets read them otherwise")  # fmt: skip
+    return conn, got
 
 
 SSE_REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: llm\r\nContent-Length: 2\r\n\r\n{}"

@@ -260,7 +260,7 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
     them and whatever bytes were lost."""
     import random
 
-    from parsers.records import RunBuilder
+    from fuzz.targets import tls_fed_in_runs
     from parsers.tls import RecordCipher, TlsConnection
 
     rnd = random.Random(seed)
@@ -311,37 +311,9 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
     opened = RecordCipher.open_app_data
     counted: list[int] = []
     monkeypatch.setattr(RecordCipher, "open_app_data", lambda self, *a: counted.append(1) or opened(self, *a))
-    # as the session feeds it: rows without a gap as runs, their plaintext gathered into one
-    # run a call (what the connection hands on too, but after lost bytes); a packet after
-    # lost bytes on its own, its plaintext handed on at once
-    plain, fast_got, gathering = RunBuilder(), [], [False]
-
-    def gathered() -> None:
-        run = plain.take(1)
-        fast_got.extend([] if run is None else [(c.direction, c.data, c.ts_ns, c.frame_no, c.stream_offset, 0)
-                                                  for c in run.chunks()])  # fmt: skip
-
-    def handed(d: int, data: bytes, ts: int, fno: int, off: int, gap: int) -> None:
-        if gathering[0] and not gap:
-            plain.add(d, data, ts, fno, off)
-            return
-        gathered()
-        fast_got.append((d, data, ts, fno, off, gap))
-
-    fast, _ = connection(handed)
-    i = 0
-    while i < len(rows):
-        d, ts, fno, off, a, z, gap = rows[i]
-        if gap:
-            fast.feed(d, bytes(buf[a:z]), ts, fno, off, gap)
-            i += 1
-            continue
-        j = next((k for k in range(i, len(rows)) if rows[k][6]), len(rows))
-        gathering[0] = True
-        fast.feed_rows([row[:6] for row in rows[i:j]], memoryview(buf), plain)
-        gathered()
-        gathering[0] = False
-        i = j
+    # as the session feeds it: the packets after lost bytes one by one, the others as runs
+    pieces = [(d, bytes(buf[a:z]), ts, fno, off, gap) for d, ts, fno, off, a, z, gap in rows]
+    fast, fast_got = tls_fed_in_runs(lambda handed: connection(handed)[0], pieces)
     assert state(fast, fast_got) == state(slow, slow_got)
     assert counted and slow.decrypted_records >= 10
 
