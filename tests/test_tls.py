@@ -75,6 +75,15 @@ def test_records_cut_from_any_chunking_and_refound_after_a_loss():
     assert rs.skipped > 0
 
 
+def _record_ends(stream: bytes) -> list[int]:
+    """Where each record of a stream of whole records ends (as its headers say)."""
+    ends, at = [], 0
+    while at < len(stream):
+        at += 5 + int.from_bytes(stream[at + 3 : at + 5], "big")
+        ends.append(at)
+    return ends
+
+
 def _fed(pieces: list[tuple[bytes, int, int]], as_bytes: bool) -> tuple:
     """Every record and the framing state after each piece (data, offset, gap): pieces
     as bytes take the shortcut for whole records, as bytearrays the general loop."""
@@ -96,10 +105,7 @@ def test_whole_record_packets_cut_as_the_general_loop_cuts_them(seed, monkeypatc
     rnd = random.Random(seed)
     stream = b"".join(bytes([rnd.choice([22, 23, 23, 23, 21]), 3, rnd.choice([1, 3])]) + n.to_bytes(2, "big")
                       + rnd.randbytes(n) for n in (rnd.choice([0, 1, 5, 60, 900, 17000]) for _ in range(40)))  # fmt: skip
-    bounds, at = [], 0
-    while at < len(stream):
-        at += 5 + int.from_bytes(stream[at + 3 : at + 5], "big")
-        bounds.append(at)
+    bounds = _record_ends(stream)
     pieces, pos, off = [], 0, 0
     while pos < len(stream):
         kind = rnd.random()
@@ -268,10 +274,7 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
     streams = [_direction_records(rnd, secret) for secret in secrets]
     pieces = []  # (TCP direction, data, offset, bytes lost before) of each packet, in order
     for d, stream in enumerate(streams):
-        bounds, at = [], 0
-        while at < len(stream):
-            at += 5 + int.from_bytes(stream[at + 3 : at + 5], "big")
-            bounds.append(at)
+        bounds = _record_ends(stream)
         pos, mine, lost = 0, [], 0
         while pos < len(stream):
             later = [b for b in bounds if b > pos]
@@ -285,12 +288,11 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
         pieces.append(mine)
     order = [0] * len(pieces[0]) + [1] * len(pieces[1])
     rnd.shuffle(order)
-    rows, buf, taken = [], bytearray(), [0, 0]
+    packets, taken = [], [0, 0]  # (direction, data, ts_ns, frame_no, offset, bytes lost before)
     for i, d in enumerate(order):
         _, data, off, gap = pieces[d][taken[d]]
         taken[d] += 1
-        rows.append((d, 1000 + i, i + 1, off, len(buf), len(buf) + len(data), gap))
-        buf += data
+        packets.append((d, data, 1000 + i, i + 1, off, gap))
 
     def connection(plaintext=None) -> tuple[TlsConnection, list]:
         got: list = []
@@ -306,14 +308,13 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
                 list(conn.issues), conn.facts())  # fmt: skip
 
     slow, slow_got = connection()
-    for d, ts, fno, off, a, z, gap in rows:
-        slow.feed(d, bytes(buf[a:z]), ts, fno, off, gap)
+    for packet in packets:
+        slow.feed(*packet)
     opened = RecordCipher.open_app_data
     counted: list[int] = []
     monkeypatch.setattr(RecordCipher, "open_app_data", lambda self, *a: counted.append(1) or opened(self, *a))
     # as the session feeds it: the packets after lost bytes one by one, the others as runs
-    pieces = [(d, bytes(buf[a:z]), ts, fno, off, gap) for d, ts, fno, off, a, z, gap in rows]
-    fast, fast_got = tls_fed_in_runs(lambda handed: connection(handed)[0], pieces)
+    fast, fast_got = tls_fed_in_runs(lambda handed: connection(handed)[0], packets)
     assert state(fast, fast_got) == state(slow, slow_got)
     assert counted and slow.decrypted_records >= 10
 
