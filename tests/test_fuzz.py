@@ -38,7 +38,10 @@ def test_long_runs_go_in_slices():
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "TAILTAP_FUZZ_SLICE": "1000"})  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert [int(n) for n in re.findall(r"^Done (\d+) runs", proc.stderr, re.M)] == [1000, 1000, 500], proc.stderr[-2000:]
+    done = [int(n) for n in re.findall(r"^Done (\d+) runs", proc.stderr, re.M)]
+    # (a slice runs its corpus first: after long fuzzing, fuzz/seeds/hpack holds more than
+    # the last slice's 500 inputs, and it runs those)
+    assert done[:2] == [1000, 1000] and len(done) == 3 and done[2] >= 500, proc.stderr[-2000:]
     assert "inputs 2,001-2,500 of 2,500" in proc.stderr
 
 
