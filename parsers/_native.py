@@ -1,7 +1,7 @@
 """The optional C fast paths, loaded in one place.
 
-Each of parsers/capture, parsers/tcp, parsers/h2 and parsers/llm has a ``_speedups`` extension (built
-by ``pip install -e .``) that computes what its Python code computes, faster. One switch
+Each of parsers/capture, parsers/tcp, parsers/h2, parsers/llm and parsers/tls has a ``_speedups``
+extension (built by ``pip install -e .``) that computes what its Python code computes, faster. One switch
 turns them all off: ``TAILTAP_PURE_PYTHON=1`` (set before the first import); a missing
 extension (no compiler at install time) is the same as the switch. The test suites run
 both ways and compare.

@@ -21,7 +21,6 @@ session layer's message end offsets can be joined.
 from __future__ import annotations
 
 import struct
-from array import array
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -187,6 +186,20 @@ class ChunkRun:
         ]
 
 
+# a ChunkRun row as bytes: int64s in RunColumn order, native byte order (as numpy and the
+# C fast paths read them)
+_RUN_ROW = struct.Struct(f"={len(RunColumn)}q")
+
+
+def add_run_row(rows: bytearray, buf: bytearray, direction: int, data: bytes, ts_ns: int, frame_no: int,
+                stream_offset: int) -> None:  # fmt: skip
+    """Append a chunk to a run being gathered: its bytes to ``buf``, its row to ``rows``
+    (parsers/tls/_speedups.c appends the same rows)."""
+    start = len(buf)
+    buf += data
+    rows += _RUN_ROW.pack(direction, ts_ns, frame_no, stream_offset, start, start + len(data))
+
+
 class RunBuilder:
     """A :class:`ChunkRun` gathered chunk by chunk (a TLS connection's decrypted records,
     handed on as one run): the rows in RunColumn order, the bytes in one buffer."""
@@ -194,13 +207,11 @@ class RunBuilder:
     __slots__ = ("rows", "buf")
 
     def __init__(self) -> None:
-        self.rows = array("q")  # int64, len(RunColumn) a chunk
+        self.rows = bytearray()  # int64s, len(RunColumn) a chunk (add_run_row)
         self.buf = bytearray()
 
     def add(self, direction: int, data: bytes, ts_ns: int, frame_no: int, stream_offset: int) -> None:
-        start = len(self.buf)
-        self.buf += data
-        self.rows.extend((direction, ts_ns, frame_no, stream_offset, start, start + len(data)))
+        add_run_row(self.rows, self.buf, direction, data, ts_ns, frame_no, stream_offset)
 
     def take(self, conn_key: int) -> ChunkRun | None:
         """The chunks gathered as a run (None when there are none), and a fresh start."""
@@ -208,7 +219,7 @@ class RunBuilder:
             return None
         rows = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, len(RunColumn))
         run = ChunkRun(conn_key, rows, np.frombuffer(self.buf, dtype=np.uint8))
-        self.rows, self.buf = array("q"), bytearray()
+        self.rows, self.buf = bytearray(), bytearray()
         return run
 
 

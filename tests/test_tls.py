@@ -257,17 +257,25 @@ def _direction_records(rnd, secret: bytes) -> bytes:
     return b"".join(out)
 
 
+@pytest.mark.parametrize("one_pass", ["c", "python"])
 @pytest.mark.parametrize("seed", range(40))
-def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, monkeypatch):
+def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, one_pass, monkeypatch):
     """TlsConnection.feed_rows (what the session hands a run of packets to) reads packets
     of whole application data records in one pass, their plaintext gathered into a run:
     the same plaintext, in the same order, offsets, sequence numbers and state as feeding
     each packet to TlsConnection.feed, whatever the records hold, however the packets cut
-    them and whatever bytes were lost."""
+    them and whatever bytes were lost; with the C one pass (parsers/tls/_speedups.c) and
+    the Python one alike."""
     import random
 
     from fuzz.targets import tls_fed_in_runs
-    from parsers.tls import RecordCipher, TlsConnection
+    from parsers.tls import RecordCipher, TlsConnection, _onepass
+
+    if one_pass == "c":  # (loaded whatever TAILTAP_PURE_PYTHON says: both are compared here)
+        c_one_pass = pytest.importorskip("parsers.tls._speedups", reason="parsers/tls/_speedups.c not built")
+        chosen = c_one_pass.open_whole
+    else:
+        chosen = _onepass.open_whole_records
 
     rnd = random.Random(seed)
     secrets = (rnd.randbytes(32), rnd.randbytes(32))
@@ -310,13 +318,82 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, m
     slow, slow_got = connection()
     for packet in packets:
         slow.feed(*packet)
-    opened = RecordCipher.open_app_data
     counted: list[int] = []
-    monkeypatch.setattr(RecordCipher, "open_app_data", lambda self, *a: counted.append(1) or opened(self, *a))
+    monkeypatch.setattr(_onepass, "open_whole", lambda *a: counted.append(1) or chosen(*a))
     # as the session feeds it: the packets after lost bytes one by one, the others as runs
     fast, fast_got = tls_fed_in_runs(lambda handed: connection(handed)[0], packets)
     assert state(fast, fast_got) == state(slow, slow_got)
     assert counted and slow.decrypted_records >= 10
+
+
+def test_one_pass_in_c_opens_and_refuses_what_the_python_one_does():
+    """parsers/tls/_speedups.c's open_whole against open_whole_records, called directly
+    on packets at the edges of the cut (a header cut short, a record longer than the
+    packet, another content type, an implausible version or length, nothing at all) and
+    of the opening (a tag that fails, padding, an empty record, the records after those):
+    the same result, the same rows, bytes and end offsets appended, nothing appended when
+    refused; and an error the AEAD raises (other than its tag failing) is raised with
+    nothing appended."""
+    import random
+
+    from cryptography.exceptions import InvalidTag
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    from parsers.tls import _onepass
+
+    c_one_pass = pytest.importorskip("parsers.tls._speedups", reason="parsers/tls/_speedups.c not built")
+    keys = tls13_keys(AES128, bytes(range(32)))
+    decrypt = AESGCM(keys.key).decrypt
+    rnd = random.Random(7)
+
+    def app(seq: int, body: bytes) -> bytes:
+        return _protect(keys, seq, body + b"\x17")
+
+    def bad_tag(seq: int) -> bytes:
+        rec = bytearray(app(seq, b"x" * 40))
+        rec[-1] ^= 1
+        return bytes(rec)
+
+    packets = [
+        app(5, b"one") + app(6, b"two" * 300) + app(7, b"three"),
+        app(5, b"a") + _protect(keys, 6, b"padded\x17" + bytes(9)) + app(7, b"after padding"),
+        app(5, b"a") + _protect(keys, 6, b"\x17") + app(7, b"after an empty record"),
+        app(5, b"a") + bad_tag(6) + app(7, b"after a bad tag"),
+        app(5, b"a") + _protect(keys, 6, bytes([1, 0]) + b"\x15"),  # an alert
+        app(4, b"at the wrong sequence number"),
+        app(5, b"whole") + app(6, b"cut short")[:-3],
+        app(5, b"whole") + b"\x17\x03",  # a header cut short
+        app(5, b"a") + bytes([22, 3, 3, 0, 4, 1, 2, 3, 4]),  # another content type
+        bytes([23, 2, 3, 0, 1, 0]),  # SSL 2 version byte
+        bytes([23, 3, 5, 0, 1, 0]),  # version 3.5
+        bytes([23, 3, 3, 0x48, 1]) + bytes(0x4801),  # longer than a record may be
+        b"",
+    ] + [app(5, rnd.randbytes(rnd.randrange(0, 2000))) + app(6, rnd.randbytes(3)) for _ in range(20)]
+    outcomes = []
+    for packet in packets:
+        buf = memoryview(b"pre" + packet + b"post")
+        results = []
+        for one_pass in (c_one_pass.open_whole, _onepass.open_whole_records):
+            rows, out, plain_ends, tcp_ends = bytearray(b"r" * 48), bytearray(b"held"), [4], [100]
+            got = one_pass(decrypt, InvalidTag, keys.iv, 5, buf, 3, 3 + len(packet), 1, 1000, 7, 500, 40,
+                           rows, out, plain_ends, tcp_ends)  # fmt: skip
+            results.append((got, bytes(rows), bytes(out), plain_ends, tcp_ends))
+        assert results[0] == results[1], packet[:40]
+        outcomes.append(results[0][0])
+    # refused; every record opened; some, then one that does not; none
+    assert None in outcomes
+    assert {(o[1] == o[0], 0 < o[1] < o[0], o[1] == 0) for o in outcomes if o} == {
+        (True, False, False), (False, True, False), (False, False, True)}
+
+    def refusing(nonce: bytes, data: bytes, aad: bytes) -> bytes:
+        raise ValueError("not a tag failure")
+
+    for one_pass in (c_one_pass.open_whole, _onepass.open_whole_records):
+        rows, out, plain_ends = bytearray(), bytearray(), []
+        with pytest.raises(ValueError, match="not a tag failure"):
+            one_pass(refusing, InvalidTag, keys.iv, 0, memoryview(app(0, b"x")), 0, len(app(0, b"x")), 0, 0, 0, 0, 0,
+                     rows, out, plain_ends, [])  # fmt: skip
+        assert (rows, out, plain_ends) == (bytearray(), bytearray(), [])
 
 
 def _sessions(capture, keylog, as_runs: bool) -> list:

@@ -13,6 +13,7 @@ from typing import Any
 
 from parsers.records import DecodeIssue, RunBuilder
 
+from . import _onepass
 from ._decrypt import DecryptError, RecordCipher
 from ._handshake import (
     CLIENT_HELLO,
@@ -28,7 +29,15 @@ from ._handshake import (
 from ._keyless import KeylessEstimator
 from ._keylog import KeyLog
 from ._keys import SUITES, Suite, tls12_keys, tls13_keys, tls13_next_secret
-from ._records import ALERT, APPLICATION_DATA, CHANGE_CIPHER_SPEC, HANDSHAKE, Record, RecordStream
+from ._records import (
+    ALERT,
+    APPLICATION_DATA,
+    CHANGE_CIPHER_SPEC,
+    HANDSHAKE,
+    Record,
+    RecordStream,
+    _whole_records,
+)
 
 ENCRYPTED_EXTENSIONS = 8
 _SECRETS = (("CLIENT_HANDSHAKE_TRAFFIC_SECRET", "CLIENT_TRAFFIC_SECRET_0"),
@@ -87,44 +96,40 @@ class TlsConnection:
         """:meth:`feed` for each row: TCP direction, ts_ns, frame_no, offset and the
         bytes' place in ``mv`` (a ChunkRun's rows, which have no gaps). The usual packet
         of a TLS 1.3 connection being decrypted, whole application data records, is cut
-        and opened in one pass, its plaintext added to ``plain`` here; the rest goes to
-        :attr:`plaintext`, which the caller gathers into the same run, in order (the same
-        records, sequence numbers, plaintext and offsets as :meth:`feed` gives)."""
+        and opened in one pass (parsers/tls/_onepass.py), its plaintext added to ``plain``
+        here; the rest goes to :attr:`plaintext`, which the caller gathers into the same
+        run, in order (the same records, sequence numbers, plaintext and offsets as
+        :meth:`feed` gives)."""
         client_dir = self.client_dir
         for d, ts, fno, off, a, z in rows:
-            data = bytes(mv[a:z])
             role = 0 if d == client_dir else 1
             cipher = self.ciphers[role]
+            stream = self.streams[role]
             if (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
-                    and not self.plain_gap[role]):  # (after lost bytes: the next plaintext says so)
-                ends = self.streams[role].whole_app_data(data, off)
-                if ends is not None:
-                    self._app_data(role, d, data, ends, ts, fno, off, cipher, plain)
+                    and not self.plain_gap[role] and stream.at_record_start(off)):
+                # (after lost bytes, plain_gap: the next plaintext says so, record by record)
+                got = _onepass.open_whole(cipher.aead.decrypt, cipher.invalid_tag, cipher.iv, cipher.seq, mv, a, z,
+                                          d, ts, fno, off, self.plain_offset[role], plain.rows, plain.buf,
+                                          self.plain_ends[role], self.tcp_ends[role])  # fmt: skip
+                if got is not None:
+                    records, opened, cipher.seq, self.plain_offset[role] = got
+                    stream.cut_outside(off + z - a, records)
+                    self.encrypted_seen = True
+                    self._seen_protected[role] = True
+                    self.decrypted_records += opened
+                    if opened < records:
+                        self._records_left(role, bytes(mv[a:z]), opened, ts, fno, off)
                     continue
-            self.feed(d, data, ts, fno, off, 0)
+            self.feed(d, bytes(mv[a:z]), ts, fno, off, 0)
 
-    def _app_data(self, role: int, d: int, data: bytes, ends: list[int], ts: int, fno: int, off: int,
-                  cipher: RecordCipher, plain: RunBuilder) -> None:  # fmt: skip
-        """Application data records just cut (ending at ``ends`` in ``data``): those that
-        open as plain application data go to ``plain`` here, as :meth:`_hand_on` hands
-        them on, the rest through :meth:`_record` (padding, handshake messages, alerts, a
-        tag that fails)."""
-        opened = cipher.open_app_data(data, ends)
-        self.encrypted_seen = True
-        self._seen_protected[role] = True
-        self.decrypted_records += len(opened)
-        if opened:
-            at, plain_ends, tcp_ends = self.plain_offset[role], self.plain_ends[role], self.tcp_ends[role]
-            for end, text in zip(ends, opened, strict=False):
-                if text:  # (as _hand_on hands it on)
-                    plain.add(d, text, ts, fno, at)
-                    at += len(text)
-                    plain_ends.append(at)
-                    tcp_ends.append(off + end)
-            self.plain_offset[role] = at
-        start = ends[len(opened) - 1] if opened else 0
-        for end in ends[len(opened):]:
-            version = int.from_bytes(data[start + 1 : start + 3], "big")
+    def _records_left(self, role: int, data: bytes, opened: int, ts: int, fno: int, off: int) -> None:
+        """The records of a packet of whole application data records after the ``opened``
+        leading ones the one pass opened (padding, handshake messages, alerts, a tag that
+        fails, and those after), read as any record is."""
+        cut = _whole_records(data)
+        assert cut is not None  # (the one pass cut it)
+        start = cut[opened - 1][2] if opened else 0
+        for _ctype, version, end in cut[opened:]:
             self._record(role, Record(APPLICATION_DATA, version, data[start + 5 : end], ts, fno, off + end))
             start = end
 

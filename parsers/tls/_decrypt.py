@@ -6,7 +6,7 @@ nonce and inner content type (RFC 8446 section 5.2-5.3)."""
 from __future__ import annotations
 
 from ._keys import DirectionKeys, Suite
-from ._records import APPLICATION_DATA, RECORD_HEADER
+from ._records import RECORD_HEADER
 
 TAG_LEN = 16
 # the fewest bytes a protected record takes in the stream (its header and tag): lost bytes
@@ -37,7 +37,7 @@ class RecordCipher:
         from cryptography.exceptions import InvalidTag
         from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
 
-        self._invalid_tag = InvalidTag
+        self.invalid_tag = InvalidTag  # (what decrypt raises when the tag fails)
         self.aead = AESGCM(keys.key) if suite.cipher == "aes-gcm" else ChaCha20Poly1305(keys.key)
 
     def lose(self, nbytes: int) -> bool:
@@ -53,7 +53,7 @@ class RecordCipher:
         for seq in range(first, first + self.unsure + 1):
             try:
                 out = self._open(seq, content_type, version, payload)
-            except self._invalid_tag:
+            except self.invalid_tag:
                 continue
             self.seq, self.unsure = seq + 1, 0
             return out
@@ -61,28 +61,6 @@ class RecordCipher:
             raise DecryptError(f"no record sequence number from {first} to {first + self.unsure} decrypts the record "
                                "after lost bytes (a key update lost with them?)")
         raise DecryptError(f"record {first} does not decrypt (wrong key, or a record was lost)")
-
-    def open_app_data(self, data: bytes, ends: list[int]) -> list[bytes]:
-        """The plaintexts of the leading TLS 1.3 records of ``data`` (whole records
-        ending at ``ends``) that open at the next sequence numbers as unpadded
-        application data: the usual records, with nothing but the AEAD call each. Stops
-        at the first that does not (left to :meth:`decrypt`, whatever it holds)."""
-        out: list[bytes] = []
-        if not self.tls13 or self.unsure:
-            return out
-        aead, iv_number, seq, start = self.aead, self._iv_number, self.seq, 0
-        for end in ends:
-            try:  # (the additional data is the record's header as sent)
-                inner = aead.decrypt((iv_number ^ seq).to_bytes(12, "big"), data[start + 5 : end], data[start : start + 5])
-            except self._invalid_tag:
-                break
-            if not inner or inner[-1] != APPLICATION_DATA:
-                break
-            out.append(inner[:-1])
-            seq += 1
-            start = end
-        self.seq = seq
-        return out
 
     def _xor_nonce(self, seq: int) -> bytes:
         return (self._iv_number ^ seq).to_bytes(12, "big")

@@ -118,19 +118,16 @@ class RecordStream:
         self.records += len(out)
         return out
 
-    def whole_app_data(self, data: bytes, offset: int) -> list[int] | None:
-        """The ends (positions in ``data``) of its records when it is whole application
-        data records from this direction's next byte on and nothing else (the usual packet
-        of a connection being decrypted), cut as :meth:`feed` cuts them; else None with
-        nothing changed."""
-        if self.buf or offset != self.base or self.searching:
-            return None
-        cut = _whole_records(data)
-        if cut is None or any(ctype != APPLICATION_DATA for ctype, _version, _end in cut):
-            return None
-        self.base = offset + len(data)
-        self.records += len(cut)
-        return [end for _ctype, _version, end in cut]
+    def at_record_start(self, offset: int) -> bool:
+        """Whether bytes at direction offset ``offset`` begin a record: nothing held, none
+        missing before them, the framing not being looked for after lost bytes."""
+        return not self.buf and offset == self.base and not self.searching
+
+    def cut_outside(self, end: int, records: int) -> None:
+        """``records`` whole records, up to direction offset ``end``, were cut from bytes
+        that began at a record start (:meth:`at_record_start`) without this stream."""
+        self.base = end
+        self.records += records
 
     def _whole(self, data: bytes, ts_ns: int, frame_no: int, offset: int) -> list[Record] | None:
         """The records of ``data`` when it is whole plausible records and nothing else (what
