@@ -38,7 +38,7 @@ from parsers.capture import CaptureDecoder, CaptureFormatError, decode_segments
 from parsers.h2 import _conn as h2_conn
 from parsers.h2._hpack import TolerantDecoder
 from parsers.llm import jsonscan, semantics, taps
-from parsers.records import ChunkRun, DecodeStats, PayloadChunk, RunBuilder
+from parsers.records import ChunkRun, DecodeStats, PayloadChunk, RunBuilder, RunColumn
 from parsers.session import AppSession
 from parsers.tcp import TcpAnalyzer
 from parsers.tls import KeyLog, TlsConnection
@@ -162,18 +162,22 @@ def tls_fed_in_runs(make: Callable[[Callable], TlsConnection], pieces: list[tupl
 
     conn = make(handed)
     buf = b"".join(piece[1] for piece in pieces)
-    rows, at = [], 0
+    rows: list[tuple[int, int, int, int, int, int]] = []
+    at = 0
+
+    def fed_as_run() -> None:
+        conn.feed_rows(np.array(rows, dtype=np.int64).reshape(-1, len(RunColumn)), memoryview(buf), plain)
+        gathered()
+        rows.clear()
+
     for d, part, ts, fno, offset, lost in pieces:
         if lost:
-            conn.feed_rows(rows, memoryview(buf), plain)
-            gathered()
-            rows = []
+            fed_as_run()
             conn.feed(d, part, ts, fno, offset, lost)
         else:
-            rows.append((d, ts, fno, offset, at, at + len(part)))
+            rows.append((d, ts, fno, offset, at, at + len(part)))  # (RunColumn order)
         at += len(part)
-    conn.feed_rows(rows, memoryview(buf), plain)
-    gathered()
+    fed_as_run()
     return conn, got
 
 

@@ -356,18 +356,18 @@ class AppSession:
         until an Upgrade or CONNECT hands the connection on; TLS takes them all, and its
         plaintext goes on as one run. Returns the first row not fed."""
         mode, mv = self._mode, memoryview(run.buf)
-        rows = run.rows[first:].tolist()
-        i, n = first, first + len(rows)
         if mode == "tls":
             tls = self._tls
             assert tls is not None
             self._plain_run = plain = RunBuilder()
             try:
-                tls.feed_rows(rows, mv, plain)
+                tls.feed_rows(run.rows[first:], mv, plain)
             finally:  # (what was decrypted before a failure is decoded, as it was fed)
                 self._flush_plain()
                 self._plain_run = None
-            return n
+            return len(run)
+        rows = run.rows[first:].tolist()
+        i, n = first, first + len(rows)
         while i < n:
             if self._mode != mode:
                 break

@@ -273,9 +273,9 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, o
 
     if one_pass == "c":  # (loaded whatever TAILTAP_PURE_PYTHON says: both are compared here)
         c_one_pass = pytest.importorskip("parsers.tls._speedups", reason="parsers/tls/_speedups.c not built")
-        chosen = c_one_pass.open_whole
+        chosen = c_one_pass.open_run
     else:
-        chosen = _onepass.open_whole_records
+        chosen = _onepass.open_run_rows
 
     rnd = random.Random(seed)
     secrets = (rnd.randbytes(32), rnd.randbytes(32))
@@ -319,7 +319,7 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, o
     for packet in packets:
         slow.feed(*packet)
     counted: list[int] = []
-    monkeypatch.setattr(_onepass, "open_whole", lambda *a: counted.append(1) or chosen(*a))
+    monkeypatch.setattr(_onepass, "open_run", lambda *a: counted.append(1) or chosen(*a))
     # as the session feeds it: the packets after lost bytes one by one, the others as runs
     fast, fast_got = tls_fed_in_runs(lambda handed: connection(handed)[0], packets)
     assert state(fast, fast_got) == state(slow, slow_got)
@@ -327,27 +327,29 @@ def test_packets_of_whole_records_opened_in_one_pass_as_record_by_record(seed, o
 
 
 def test_one_pass_in_c_opens_and_refuses_what_the_python_one_does():
-    """parsers/tls/_speedups.c's open_whole against open_whole_records, called directly
-    on packets at the edges of the cut (a header cut short, a record longer than the
-    packet, another content type, an implausible version or length, nothing at all) and
-    of the opening (a tag that fails, padding, an empty record, the records after those):
-    the same result, the same rows, bytes and end offsets appended, nothing appended when
-    refused; and an error the AEAD raises (other than its tag failing) is raised with
-    nothing appended."""
+    """parsers/tls/_speedups.c's open_run against open_run_rows, called directly on
+    packets at the edges of the cut (a header cut short, a record longer than the packet,
+    another content type, an implausible version or length, nothing at all) and of the
+    opening (a tag that fails, padding, an empty record, the records after those), alone
+    and in runs with the other role's packets, a role not being read, a packet at another
+    offset: the same results, the same rows, bytes and end offsets appended, nothing of a
+    refused packet taken; and an error the AEAD raises (other than its tag failing) is
+    raised with nothing of that packet appended."""
     import random
 
+    import numpy as np
     from cryptography.exceptions import InvalidTag
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
     from parsers.tls import _onepass
 
     c_one_pass = pytest.importorskip("parsers.tls._speedups", reason="parsers/tls/_speedups.c not built")
-    keys = tls13_keys(AES128, bytes(range(32)))
-    decrypt = AESGCM(keys.key).decrypt
+    keys = [tls13_keys(AES128, bytes([role]) * 32) for role in (0, 1)]
+    decrypts = tuple(AESGCM(k.key).decrypt for k in keys)
     rnd = random.Random(7)
 
-    def app(seq: int, body: bytes) -> bytes:
-        return _protect(keys, seq, body + b"\x17")
+    def app(seq: int, body: bytes, role: int = 0) -> bytes:
+        return _protect(keys[role], seq, body + b"\x17")
 
     def bad_tag(seq: int) -> bytes:
         rec = bytearray(app(seq, b"x" * 40))
@@ -356,10 +358,10 @@ def test_one_pass_in_c_opens_and_refuses_what_the_python_one_does():
 
     packets = [
         app(5, b"one") + app(6, b"two" * 300) + app(7, b"three"),
-        app(5, b"a") + _protect(keys, 6, b"padded\x17" + bytes(9)) + app(7, b"after padding"),
-        app(5, b"a") + _protect(keys, 6, b"\x17") + app(7, b"after an empty record"),
+        app(5, b"a") + _protect(keys[0], 6, b"padded\x17" + bytes(9)) + app(7, b"after padding"),
+        app(5, b"a") + _protect(keys[0], 6, b"\x17") + app(7, b"after an empty record"),
         app(5, b"a") + bad_tag(6) + app(7, b"after a bad tag"),
-        app(5, b"a") + _protect(keys, 6, bytes([1, 0]) + b"\x15"),  # an alert
+        app(5, b"a") + _protect(keys[0], 6, bytes([1, 0]) + b"\x15"),  # an alert
         app(4, b"at the wrong sequence number"),
         app(5, b"whole") + app(6, b"cut short")[:-3],
         app(5, b"whole") + b"\x17\x03",  # a header cut short
@@ -369,31 +371,49 @@ def test_one_pass_in_c_opens_and_refuses_what_the_python_one_does():
         bytes([23, 3, 3, 0x48, 1]) + bytes(0x4801),  # longer than a record may be
         b"",
     ] + [app(5, rnd.randbytes(rnd.randrange(0, 2000))) + app(6, rnd.randbytes(3)) for _ in range(20)]
+    runs = [[(0, p, 500)] for p in packets] + [
+        # (role, bytes, direction offset): the server's packets between, in order, then
+        # a refused one; a packet at another offset; a role not read
+        [(0, app(5, b"c1"), 500), (1, app(0, b"s1", 1) + app(1, b"s2", 1), 900), (0, app(6, b"c2"), 500 + len(app(5, b"c1"))),
+         (1, app(2, b"s3", 1), 900 + len(app(0, b"s1", 1) + app(1, b"s2", 1))),
+         (0, b"\x16\x03\x03\x00\x01\x00", 500 + len(app(5, b"c1") + app(6, b"c2")))],
+        [(0, app(5, b"c1"), 500), (0, app(6, b"c2"), 12345)],
+        [(1, app(0, b"s1", 1), 900), (0, app(5, b"c1"), 500)],
+    ]  # fmt: skip
     outcomes = []
-    for packet in packets:
-        buf = memoryview(b"pre" + packet + b"post")
+    for k, run in enumerate(runs):
+        buf = b"pre" + b"".join(p for _role, p, _off in run) + b"post"
+        rows, at = [], 3
+        for role, p, off in run:
+            rows.append((role, 1000 + at, 7 + at, off, at, at + len(p)))  # (client_dir 0: direction = role)
+            at += len(p)
+        rows = np.array(rows, dtype=np.int64).reshape(-1, 6)
+        read = (decrypts[0], None) if k == len(runs) - 1 else decrypts
         results = []
-        for one_pass in (c_one_pass.open_whole, _onepass.open_whole_records):
-            rows, out, plain_ends, tcp_ends = bytearray(b"r" * 48), bytearray(b"held"), [4], [100]
-            got = one_pass(decrypt, InvalidTag, keys.iv, 5, buf, 3, 3 + len(packet), 1, 1000, 7, 500, 40,
-                           rows, out, plain_ends, tcp_ends)  # fmt: skip
-            results.append((got, bytes(rows), bytes(out), plain_ends, tcp_ends))
-        assert results[0] == results[1], packet[:40]
+        for one_pass in (c_one_pass.open_run, _onepass.open_run_rows):
+            out_rows, out, ends = bytearray(b"r" * 48), bytearray(b"held"), ([4], [9], [100], [200])
+            got = one_pass(rows, 0, memoryview(buf), 0, read, (keys[0].iv, keys[1].iv), (5, 0), (500, 900), (40, 70),
+                           InvalidTag, out_rows, out, ends[:2], ends[2:])  # fmt: skip
+            results.append((got, bytes(out_rows), bytes(out), ends))
+        assert results[0] == results[1], run[0][1][:40]
         outcomes.append(results[0][0])
-    # refused; every record opened; some, then one that does not; none
-    assert None in outcomes
-    assert {(o[1] == o[0], 0 < o[1] < o[0], o[1] == 0) for o in outcomes if o} == {
-        (True, False, False), (False, True, False), (False, False, True)}
+    # refused at once; every record opened; some, then one that does not; none; runs read on
+    assert any(o[0] == 0 and o[1] == -1 for o in outcomes) and any(o[0] == 1 and o[1] == -1 for o in outcomes)
+    assert {(o[1] == o[2], 0 < o[2] < o[1], o[2] == 0) for o in outcomes if o[1] >= 0} == {
+        (False, True, False), (False, False, True)}
+    assert [o[0] for o in outcomes[-3:]] == [4, 1, 0] and outcomes[-3][7] == (2, 3)
 
     def refusing(nonce: bytes, data: bytes, aad: bytes) -> bytes:
         raise ValueError("not a tag failure")
 
-    for one_pass in (c_one_pass.open_whole, _onepass.open_whole_records):
-        rows, out, plain_ends = bytearray(), bytearray(), []
+    for one_pass in (c_one_pass.open_run, _onepass.open_run_rows):
+        record = app(0, b"x")
+        out_rows, out, plain_ends = bytearray(), bytearray(), []
         with pytest.raises(ValueError, match="not a tag failure"):
-            one_pass(refusing, InvalidTag, keys.iv, 0, memoryview(app(0, b"x")), 0, len(app(0, b"x")), 0, 0, 0, 0, 0,
-                     rows, out, plain_ends, [])  # fmt: skip
-        assert (rows, out, plain_ends) == (bytearray(), bytearray(), [])
+            one_pass(np.array([[0, 0, 0, 0, 0, len(record)]], dtype=np.int64), 0, memoryview(record), 0,
+                     (refusing, None), (keys[0].iv, keys[1].iv), (0, 0), (0, 0), (0, 0), InvalidTag, out_rows, out,
+                     (plain_ends, []), ([], []))  # fmt: skip
+        assert (out_rows, out, plain_ends) == (bytearray(), bytearray(), [])
 
 
 def _sessions(capture, keylog, as_runs: bool) -> list:

@@ -11,6 +11,8 @@ from bisect import bisect_left
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from parsers.records import DecodeIssue, RunBuilder
 
 from . import _onepass
@@ -92,35 +94,53 @@ class TlsConnection:
         for rec in records:
             self._record(role, rec)
 
-    def feed_rows(self, rows: list[tuple[int, int, int, int, int, int]], mv: memoryview, plain: RunBuilder) -> None:
-        """:meth:`feed` for each row: TCP direction, ts_ns, frame_no, offset and the
-        bytes' place in ``mv`` (a ChunkRun's rows, which have no gaps). The usual packet
-        of a TLS 1.3 connection being decrypted, whole application data records, is cut
-        and opened in one pass (parsers/tls/_onepass.py), its plaintext added to ``plain``
-        here; the rest goes to :attr:`plaintext`, which the caller gathers into the same
-        run, in order (the same records, sequence numbers, plaintext and offsets as
-        :meth:`feed` gives)."""
-        client_dir = self.client_dir
-        for d, ts, fno, off, a, z in rows:
-            role = 0 if d == client_dir else 1
-            cipher = self.ciphers[role]
-            stream = self.streams[role]
-            if (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
-                    and not self.plain_gap[role] and stream.at_record_start(off)):
-                # (after lost bytes, plain_gap: the next plaintext says so, record by record)
-                got = _onepass.open_whole(cipher.aead.decrypt, cipher.invalid_tag, cipher.iv, cipher.seq, mv, a, z,
-                                          d, ts, fno, off, self.plain_offset[role], plain.rows, plain.buf,
-                                          self.plain_ends[role], self.tcp_ends[role])  # fmt: skip
-                if got is not None:
-                    records, opened, cipher.seq, self.plain_offset[role] = got
-                    stream.cut_outside(off + z - a, records)
-                    self.encrypted_seen = True
-                    self._seen_protected[role] = True
-                    self.decrypted_records += opened
-                    if opened < records:
-                        self._records_left(role, bytes(mv[a:z]), opened, ts, fno, off)
+    def feed_rows(self, rows: np.ndarray, mv: memoryview, plain: RunBuilder) -> None:
+        """:meth:`feed` for each row of a ChunkRun (``rows``: int64, RunColumn order; the
+        bytes in ``mv``; runs have no gaps). The usual packets of a TLS 1.3 connection being
+        decrypted, whole application data records, are cut and opened in one pass
+        (parsers/tls/_onepass.py), their plaintext added to ``plain`` there; the rest goes
+        to :attr:`plaintext`, which the caller gathers into the same run, in order (the same
+        records, sequence numbers, plaintext and offsets as :meth:`feed` gives)."""
+        i, n = 0, len(rows)
+        while i < n:
+            if self.status == "decrypting":
+                read = self._one_pass(rows, i, mv, plain)
+                if read > i:
+                    i = read
                     continue
+            d, ts, fno, off, a, z = rows[i].tolist()
             self.feed(d, bytes(mv[a:z]), ts, fno, off, 0)
+            i += 1
+
+    def _one_pass(self, rows: np.ndarray, first: int, mv: memoryview, plain: RunBuilder) -> int:
+        """The rows from ``first`` on that the one pass reads; returns the first it left."""
+        ciphers: list[RecordCipher | None] = [
+            c if c is not None and c.tls13 and not c.unsure and not self.plain_gap[role]
+            and self.streams[role].between_records() else None
+            for role, c in enumerate(self.ciphers)
+        ]  # fmt: skip
+        if ciphers == [None, None]:
+            return first
+        live = next(c for c in ciphers if c is not None)
+        streams = self.streams
+        stop, records, opened, seqs, bases, ats, cut, opened_by = _onepass.open_run(
+            rows, first, mv, self.client_dir, tuple(c and c.aead.decrypt for c in ciphers),
+            tuple(c and c.iv for c in ciphers), tuple(c.seq if c else 0 for c in ciphers),
+            (streams[0].base, streams[1].base), tuple(self.plain_offset), live.invalid_tag, plain.rows, plain.buf,
+            self.plain_ends, self.tcp_ends)  # fmt: skip
+        for role, cipher in enumerate(ciphers):
+            if cipher is not None and cut[role]:
+                cipher.seq = seqs[role]
+                streams[role].cut_outside(bases[role], cut[role])
+                self.plain_offset[role] = ats[role]
+                self.decrypted_records += opened_by[role]
+                self.encrypted_seen = True
+                self._seen_protected[role] = True
+        if records < 0:
+            return stop
+        d, ts, fno, off, a, z = rows[stop].tolist()  # (cut, and its leading records opened)
+        self._records_left(0 if d == self.client_dir else 1, bytes(mv[a:z]), opened, ts, fno, off)
+        return stop + 1
 
     def _records_left(self, role: int, data: bytes, opened: int, ts: int, fno: int, off: int) -> None:
         """The records of a packet of whole application data records after the ``opened``

@@ -1,14 +1,16 @@
-"""The usual packet of a TLS 1.3 connection being decrypted, opened in one pass: whole
+"""The usual packets of a TLS 1.3 connection being decrypted, opened in one pass: whole
 application data records and nothing else, each opened with the AEAD call alone and its
-plaintext added to a run being gathered. TlsConnection.feed_rows decides when a packet may
-be (the direction's framing and sequence followed, nothing held); what this leaves (a
-record that does not open as plain application data, and those after it) goes record by
-record. :func:`open_whole` is parsers/tls/_speedups.c's where it was built, else
-:func:`open_whole_records`: the same arguments, results and appended bytes."""
+plaintext added to a run being gathered. TlsConnection.feed_rows says which directions'
+packets may be (their framing and sequence followed, nothing held); what this leaves (a
+packet of anything else, a record that does not open as plain application data and those
+after it) goes record by record. :func:`open_run` is parsers/tls/_speedups.c's where it was
+built, else :func:`open_run_rows`: the same arguments, results and appended bytes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
+import numpy as np
 
 from parsers._native import speedups
 from parsers.records import add_run_row
@@ -58,4 +60,41 @@ def open_whole_records(
     return len(cut), len(texts), seq + len(texts), at
 
 
-open_whole = _speedups.open_whole if _speedups is not None else open_whole_records
+Pair = tuple  # (the client's, the server's)
+
+
+def open_run_rows(
+    rows: np.ndarray, first: int, buf: memoryview, client_dir: int, decrypts: Pair, ivs: Pair, seqs: Pair,
+    bases: Pair, ats: Pair, invalid_tag: type[Exception], out_rows: bytearray, out: bytearray, plain_ends: Pair,
+    tcp_ends: Pair,
+) -> tuple[int, int, int, Pair, Pair, Pair, Pair, Pair]:  # fmt: skip
+    """The rows of a ChunkRun (``rows``, int64 in RunColumn order; their bytes in ``buf``)
+    from ``first`` on, each packet read by :func:`open_whole_records` while it is of a role
+    being read in one pass (``decrypts``: the role's AEAD decrypt, or None), starts at its
+    next record (``bases``) and is whole application data records, with the role's IV,
+    sequence number, plaintext offset and end lists. Stops at the first row it does not
+    read (nothing of it taken), or after a row some record of which did not open. Returns
+    (stop, that row's records and opened or -1, -1, and by role: sequence numbers, next
+    record offsets, plaintext offsets, records cut, records opened)."""
+    seq, base, at, cut, opened_by = list(seqs), list(bases), list(ats), [0, 0], [0, 0]
+    i, n = first, len(rows)
+    while i < n:
+        d, ts, fno, off, a, z = rows[i].tolist()
+        role = 0 if d == client_dir else 1
+        if decrypts[role] is None or off != base[role]:
+            break
+        got = open_whole_records(decrypts[role], invalid_tag, ivs[role], seq[role], buf, a, z, d, ts, fno, off,
+                                 at[role], out_rows, out, plain_ends[role], tcp_ends[role])  # fmt: skip
+        if got is None:
+            break
+        records, opened, seq[role], at[role] = got
+        base[role] = off + z - a
+        cut[role] += records
+        opened_by[role] += opened
+        if opened < records:
+            return i, records, opened, tuple(seq), tuple(base), tuple(at), tuple(cut), tuple(opened_by)
+        i += 1
+    return i, -1, -1, tuple(seq), tuple(base), tuple(at), tuple(cut), tuple(opened_by)
+
+
+open_run = _speedups.open_run if _speedups is not None else open_run_rows

@@ -118,14 +118,14 @@ class RecordStream:
         self.records += len(out)
         return out
 
-    def at_record_start(self, offset: int) -> bool:
-        """Whether bytes at direction offset ``offset`` begin a record: nothing held, none
-        missing before them, the framing not being looked for after lost bytes."""
-        return not self.buf and offset == self.base and not self.searching
+    def between_records(self) -> bool:
+        """Whether the next bytes (at direction offset :attr:`base`) begin a record: bytes
+        came, nothing is held, the framing is not being looked for after lost bytes."""
+        return not self.buf and not self.searching and self.base >= 0
 
     def cut_outside(self, end: int, records: int) -> None:
         """``records`` whole records, up to direction offset ``end``, were cut from bytes
-        that began at a record start (:meth:`at_record_start`) without this stream."""
+        that began at :attr:`base` (:meth:`between_records`) without this stream."""
         self.base = end
         self.records += records
 

@@ -1,25 +1,32 @@
-/* Optional C reader of the usual packet of a TLS 1.3 connection being decrypted: whole
+/* Optional C reader of the usual packets of a TLS 1.3 connection being decrypted: whole
  * application data records and nothing else, each opened with the AEAD call alone.
  *
- * open_whole(decrypt, invalid_tag, iv, seq, buf, a, z, direction, ts_ns, frame_no, offset,
- *            at, rows, out, plain_ends, tcp_ends)
+ * open_run(rows, first, buf, client_dir, decrypts, ivs, seqs, bases, ats, invalid_tag,
+ *          out_rows, out, plain_ends, tcp_ends)
  *
- * does what open_whole_records (parsers/tls/_decrypt.py) does, without a Python call a
- * record around the AEAD's: buf[a:z] (one packet's bytes, at direction offset `offset`)
- * is cut into records as _whole_records (parsers/tls/_records.py) cuts them; unless every
- * one is a plausible application data record and they fill it exactly, it returns None with
- * nothing changed. Else the leading records are opened in order, record i at sequence
- * number seq + i: decrypt(nonce, ciphertext, header) with nonce = iv XOR the sequence number
- * (RFC 8446 section 5.3; `decrypt` is the cryptography AEAD's bound method) until one does not
- * open as plain application data (its tag fails, `invalid_tag` raised; or its inner content
- * type, the last byte, is not 23: padding or another type). Each opened record's plaintext
- * but the empty ones is appended to `out` and its ChunkRun row (the RunColumn layout of
- * parsers/records.h: direction, ts_ns, frame_no, plaintext offset `at`, its place in out) to
- * `rows`, both bytearrays (a RunBuilder's); its plaintext end offset to plain_ends and its
- * direction end offset to tcp_ends. Returns (records cut, records opened, the next sequence
- * number, the next plaintext offset). Another exception from decrypt propagates, nothing
- * appended. tests/test_tls.py runs the connection's tests through this and the Python
- * function and compares them.
+ * does what open_run_rows (parsers/tls/_onepass.py) does, without a Python call a packet or
+ * a record around the AEAD's. `rows` are a ChunkRun's (int64 rows in the layout
+ * parsers/records.h declares; a row's bytes are buf[START:END]); the pairs are by role (0 the
+ * client, whose TCP direction is client_dir; 1 the server): `decrypts` the AEAD's bound
+ * decrypt (cryptography's), or None while this role's packets are not read in one pass; the
+ * 12-byte IVs, the next record sequence numbers, the direction offsets the next record
+ * starts at, the next plaintext offsets, and the lists of plaintext and direction end
+ * offsets. From row `first` on, each packet of a role being read, starting at its next
+ * record, is cut into records as _whole_records (parsers/tls/_records.py) cuts; while every
+ * record is a plausible application data record and they fill it exactly, its leading
+ * records are opened in order (nonce: the IV XOR the sequence number, RFC 8446 section 5.3;
+ * the header as additional data) until one does not open as plain application data (its tag
+ * fails, `invalid_tag` raised; or its inner content type, its last byte, is not 23: padding
+ * or another type). Each opened record's plaintext but the empty ones is appended to `out`
+ * and its ChunkRun row (ts_ns and frame_no the packet's, the plaintext offset, its place in
+ * out) to `out_rows` (a RunBuilder's bytearrays), its ends to the lists. It stops at the
+ * first row it does not read (another role, another offset, anything but whole application
+ * data records: nothing of that row taken), or after a row some record of which did not
+ * open. Returns (stop, records, opened, seqs, bases, ats, cut, opened by role): `records`
+ * and `opened` are that last row's (its other records are the caller's), else -1; the pairs
+ * are the roles' values now, and the records cut and opened. Another exception from decrypt
+ * propagates: the rows before it were read, and their plaintext appended. tests/test_tls.py
+ * runs the connection's tests through this and the Python function and compares them.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -88,95 +95,79 @@ static PyObject *open_one(PyObject *decrypt, PyObject *invalid_tag, const unsign
     return inner;
 }
 
-static PyObject *open_whole(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 16) {
-        PyErr_SetString(PyExc_TypeError, "open_whole takes 16 arguments");
-        return NULL;
-    }
-    PyObject *decrypt = args[0], *invalid_tag = args[1], *iv = args[2];
-    PyObject *rows = args[12], *out = args[13], *plain_ends = args[14], *tcp_ends = args[15];
-    int64_t seq, a, z, direction, ts, frame_no, offset, at;
-    if (as_i64(args[3], &seq) || as_i64(args[5], &a) || as_i64(args[6], &z) || as_i64(args[7], &direction) ||
-        as_i64(args[8], &ts) || as_i64(args[9], &frame_no) || as_i64(args[10], &offset) || as_i64(args[11], &at))
-        return NULL;
-    if (!PyBytes_Check(iv) || PyBytes_GET_SIZE(iv) != IV_LEN || !PyByteArray_Check(rows) || !PyByteArray_Check(out) ||
-        !PyList_Check(plain_ends) || !PyList_Check(tcp_ends)) {
-        PyErr_SetString(PyExc_TypeError, "open_whole: iv must be 12 bytes, rows and out bytearrays, the ends lists");
-        return NULL;
-    }
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[4], &view, PyBUF_SIMPLE) < 0)
-        return NULL;
-    PyObject *result = NULL;
-    PyObject **texts = NULL;
-    Py_ssize_t *ends = NULL;
-    Py_ssize_t nrec = 0, opened = 0;
-    if (a < 0 || z < a || z > view.len) {
-        PyErr_SetString(PyExc_ValueError, "open_whole: [a, z) is not within the buffer");
-        goto done;
-    }
-    const unsigned char *data = (const unsigned char *)view.buf + a;
-    Py_ssize_t n = (Py_ssize_t)(z - a);
-    /* the cut: every record a plausible application data record, the last ending at n */
-    Py_ssize_t pos = 0;
+/* the number of records when data[0:n] is whole plausible application data records and
+ * nothing else (as _whole_records cuts, then every record of type 23); else 0 */
+static Py_ssize_t cut_records(const unsigned char *data, Py_ssize_t n) {
+    Py_ssize_t pos = 0, nrec = 0;
     while (pos < n) {
         if (pos + HEADER > n)
-            break;
+            return 0;
         const unsigned char *h = data + pos;
         unsigned length = ((unsigned)h[3] << 8) | h[4];
         if (h[0] != APPLICATION_DATA || h[1] != 3 || h[2] > 4 || length > MAX_RECORD)
-            break;
+            return 0;
         pos += HEADER + (Py_ssize_t)length;
         nrec++;
     }
-    if (pos != n || nrec == 0) {
-        result = Py_NewRef(Py_None);
-        goto done;
-    }
-    ends = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)nrec);
-    texts = PyMem_Calloc((size_t)nrec, sizeof(PyObject *));
-    if (ends == NULL || texts == NULL) {
+    return pos == n ? nrec : 0;
+}
+
+/* one role's part in a run: what open_run reads and advances */
+typedef struct {
+    PyObject *decrypt; /* NULL: the one pass does not read this role's packets now */
+    const unsigned char *iv;
+    int64_t seq, base, at, cut, opened;
+    PyObject *plain_ends, *tcp_ends;
+} role_t;
+
+/* open the nrec records of data[0:n] (cut by cut_records), the leading ones that open as
+ * plain application data, and append their plaintext: the number opened, or -1 (an
+ * exception: nothing appended) */
+static Py_ssize_t open_packet(role_t *r, PyObject *invalid_tag, const unsigned char *data, Py_ssize_t n,
+                              Py_ssize_t nrec, const int64_t *row, PyObject *rows, PyObject *out) {
+    (void)n;
+    Py_ssize_t opened = 0, ret = -1, start = 0;
+    PyObject **texts = PyMem_Calloc((size_t)nrec, sizeof(PyObject *));
+    Py_ssize_t *ends = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)nrec);
+    if (texts == NULL || ends == NULL) {
         PyErr_NoMemory();
         goto done;
     }
-    /* open the leading records that are plain application data */
-    const unsigned char *ivb = (const unsigned char *)PyBytes_AS_STRING(iv);
-    Py_ssize_t start = 0;
-    for (Py_ssize_t i = 0; i < nrec; i++) {
+    for (Py_ssize_t i = 0; i < nrec && opened == i; i++) { /* (none after the first that does not open) */
         Py_ssize_t end = start + HEADER + (Py_ssize_t)(((unsigned)data[start + 3] << 8) | data[start + 4]);
         ends[i] = end;
-        if (opened == i) { /* (none after the first that does not open) */
-            PyObject *inner = open_one(decrypt, invalid_tag, ivb, (uint64_t)(seq + i), data + start, end - start);
-            if (inner == NULL && PyErr_Occurred())
-                goto done;
-            if (inner != NULL) {
-                texts[i] = inner;
-                opened++;
-            }
+        PyObject *inner = open_one(r->decrypt, invalid_tag, r->iv, (uint64_t)(r->seq + i), data + start, end - start);
+        if (inner == NULL && PyErr_Occurred())
+            goto done;
+        if (inner != NULL) {
+            texts[i] = inner;
+            opened++;
         }
         start = end;
     }
     /* hand the plaintext on: nothing was appended before every call had returned */
+    int64_t at = r->at;
     for (Py_ssize_t i = 0; i < opened; i++) {
         Py_ssize_t len = PyBytes_GET_SIZE(texts[i]) - 1; /* less the inner content type */
         if (len == 0)
             continue;
-        int64_t row[RUN_NCOLS];
+        int64_t plain[RUN_NCOLS];
         Py_ssize_t placed = PyByteArray_GET_SIZE(out);
-        row[RUN_DIRECTION] = direction;
-        row[RUN_TS_NS] = ts;
-        row[RUN_FRAME_NO] = frame_no;
-        row[RUN_STREAM_OFFSET] = at;
-        row[RUN_START] = placed;
-        row[RUN_END] = placed + len;
-        if (append(out, PyBytes_AS_STRING(texts[i]), len) < 0 || append(rows, row, sizeof row) < 0)
+        plain[RUN_DIRECTION] = row[RUN_DIRECTION];
+        plain[RUN_TS_NS] = row[RUN_TS_NS];
+        plain[RUN_FRAME_NO] = row[RUN_FRAME_NO];
+        plain[RUN_STREAM_OFFSET] = at;
+        plain[RUN_START] = placed;
+        plain[RUN_END] = placed + len;
+        if (append(out, PyBytes_AS_STRING(texts[i]), len) < 0 || append(rows, plain, sizeof plain) < 0)
             goto done;
         at += len;
-        if (append_long(plain_ends, at) < 0 || append_long(tcp_ends, offset + ends[i]) < 0)
+        if (append_long(r->plain_ends, at) < 0 || append_long(r->tcp_ends, row[RUN_STREAM_OFFSET] + ends[i]) < 0)
             goto done;
     }
-    result = Py_BuildValue("(nnLL)", nrec, opened, (long long)(seq + opened), (long long)at);
+    r->at = at;
+    r->seq += opened;
+    ret = opened;
 done:
     if (texts != NULL) {
         for (Py_ssize_t i = 0; i < nrec; i++)
@@ -184,15 +175,111 @@ done:
         PyMem_Free(texts);
     }
     PyMem_Free(ends);
-    PyBuffer_Release(&view);
+    return ret;
+}
+
+static int pair(PyObject *o, const char *what) {
+    if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 2)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "open_run: %s must be a pair", what);
+    return -1;
+}
+
+static PyObject *open_run(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "open_run takes 14 arguments");
+        return NULL;
+    }
+    Py_ssize_t first = PyLong_AsSsize_t(args[1]);
+    int64_t client_dir;
+    if ((first == -1 && PyErr_Occurred()) || as_i64(args[3], &client_dir))
+        return NULL;
+    PyObject *decrypts = args[4], *ivs = args[5], *seqs = args[6], *bases = args[7], *ats = args[8];
+    PyObject *invalid_tag = args[9], *out_rows = args[10], *out = args[11], *plain_ends = args[12], *tcp_ends = args[13];
+    if (pair(decrypts, "decrypts") || pair(ivs, "ivs") || pair(seqs, "seqs") || pair(bases, "bases") ||
+        pair(ats, "ats") || pair(plain_ends, "plain_ends") || pair(tcp_ends, "tcp_ends"))
+        return NULL;
+    if (!PyByteArray_Check(out_rows) || !PyByteArray_Check(out)) {
+        PyErr_SetString(PyExc_TypeError, "open_run: the run's rows and bytes must be bytearrays");
+        return NULL;
+    }
+    role_t roles[2];
+    for (int k = 0; k < 2; k++) {
+        role_t *r = &roles[k];
+        memset(r, 0, sizeof *r);
+        PyObject *decrypt = PyTuple_GET_ITEM(decrypts, k), *iv = PyTuple_GET_ITEM(ivs, k);
+        r->plain_ends = PyTuple_GET_ITEM(plain_ends, k);
+        r->tcp_ends = PyTuple_GET_ITEM(tcp_ends, k);
+        if (as_i64(PyTuple_GET_ITEM(seqs, k), &r->seq) || as_i64(PyTuple_GET_ITEM(bases, k), &r->base) ||
+            as_i64(PyTuple_GET_ITEM(ats, k), &r->at))
+            return NULL;
+        if (decrypt == Py_None)
+            continue;
+        if (!PyBytes_Check(iv) || PyBytes_GET_SIZE(iv) != IV_LEN || !PyList_Check(r->plain_ends) ||
+            !PyList_Check(r->tcp_ends)) {
+            PyErr_SetString(PyExc_TypeError, "open_run: an iv must be 12 bytes, the ends lists");
+            return NULL;
+        }
+        r->decrypt = decrypt;
+        r->iv = (const unsigned char *)PyBytes_AS_STRING(iv);
+    }
+    Py_buffer rv, bv;
+    if (PyObject_GetBuffer(args[0], &rv, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[2], &bv, PyBUF_SIMPLE) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t nrows = rv.len / (Py_ssize_t)(RUN_NCOLS * sizeof(int64_t));
+    if (rv.len % (Py_ssize_t)(RUN_NCOLS * sizeof(int64_t)) != 0 || first < 0 || first > nrows) {
+        PyErr_SetString(PyExc_ValueError, "open_run: rows are not a ChunkRun's, or first is out of range");
+        goto done;
+    }
+    const int64_t *rows = (const int64_t *)rv.buf;
+    const unsigned char *buf = (const unsigned char *)bv.buf;
+    Py_ssize_t i = first, left_records = -1, left_opened = -1;
+    for (; i < nrows; i++) {
+        const int64_t *row = rows + i * RUN_NCOLS;
+        role_t *r = &roles[row[RUN_DIRECTION] == client_dir ? 0 : 1];
+        int64_t a = row[RUN_START], z = row[RUN_END];
+        if (r->decrypt == NULL || row[RUN_STREAM_OFFSET] != r->base)
+            break;
+        if (a < 0 || z < a || z > bv.len) {
+            PyErr_SetString(PyExc_ValueError, "open_run: a row's bytes are not within the buffer");
+            goto done;
+        }
+        Py_ssize_t nrec = cut_records(buf + a, (Py_ssize_t)(z - a));
+        if (nrec == 0)
+            break;
+        Py_ssize_t opened = open_packet(r, invalid_tag, buf + a, (Py_ssize_t)(z - a), nrec, row, out_rows, out);
+        if (opened < 0)
+            goto done;
+        r->base = row[RUN_STREAM_OFFSET] + (z - a);
+        r->cut += nrec;
+        r->opened += opened;
+        if (opened < nrec) { /* the rest of this packet's records: the caller reads them */
+            left_records = nrec;
+            left_opened = opened;
+            break;
+        }
+    }
+    result = Py_BuildValue("(nnn(LL)(LL)(LL)(LL)(LL))", i, left_records, left_opened, (long long)roles[0].seq,
+                           (long long)roles[1].seq, (long long)roles[0].base, (long long)roles[1].base,
+                           (long long)roles[0].at, (long long)roles[1].at, (long long)roles[0].cut,
+                           (long long)roles[1].cut, (long long)roles[0].opened, (long long)roles[1].opened);
+done:
+    PyBuffer_Release(&rv);
+    PyBuffer_Release(&bv);
     return result;
 }
 
 static PyMethodDef methods[] = {
-    {"open_whole", (PyCFunction)(void (*)(void))open_whole, METH_FASTCALL,
-     "open_whole(decrypt, invalid_tag, iv, seq, buf, a, z, direction, ts_ns, frame_no, offset, at, rows, out, "
-     "plain_ends, tcp_ends): (records, opened, next seq, next plaintext offset) when buf[a:z] is whole application "
-     "data records, its leading plain ones opened and their plaintext appended; else None."},
+    {"open_run", (PyCFunction)(void (*)(void))open_run, METH_FASTCALL,
+     "open_run(rows, first, buf, client_dir, decrypts, ivs, seqs, bases, ats, invalid_tag, out_rows, out, plain_ends, "
+     "tcp_ends): (stop, records left, opened, seqs, bases, ats, cut, opened by role) after opening the packets of whole "
+     "application data records from row first on (see the module's comment)."},
     {NULL, NULL, 0, NULL},
 };
 
