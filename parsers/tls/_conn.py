@@ -101,28 +101,38 @@ class TlsConnection:
         (parsers/tls/_onepass.py), their plaintext added to ``plain`` there; the rest goes
         to :attr:`plaintext`, which the caller gathers into the same run, in order (the same
         records, sequence numbers, plaintext and offsets as :meth:`feed` gives)."""
+        listed: list | None = None  # the rows as tuples, made when Python first reads one
         i, n = 0, len(rows)
         while i < n:
-            if self.status == "decrypting":
+            if listed is None:
+                d, ts, fno, off, a, z = rows[i].tolist()
+            else:
+                d, ts, fno, off, a, z = listed[i]
+            if self._one_pass_reads(d, off):
                 read = self._one_pass(rows, i, mv, plain)
                 if read > i:
                     i = read
                     continue
-            d, ts, fno, off, a, z = rows[i].tolist()
             self.feed(d, bytes(mv[a:z]), ts, fno, off, 0)
             i += 1
+            if listed is None and i < n:
+                listed = rows.tolist()
+
+    def _one_pass_reads(self, d: int, offset: int) -> bool:
+        """Whether the one pass may read a packet of TCP direction ``d`` at direction offset
+        ``offset``: its direction is being decrypted, TLS 1.3, its record sequence and
+        framing followed, the packet starting at its next record."""
+        role = 0 if d == self.client_dir else 1
+        cipher, stream = self.ciphers[role], self.streams[role]
+        return (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
+                and not self.plain_gap[role] and stream.between_records() and offset == stream.base)
 
     def _one_pass(self, rows: np.ndarray, first: int, mv: memoryview, plain: RunBuilder) -> int:
         """The rows from ``first`` on that the one pass reads; returns the first it left."""
-        ciphers: list[RecordCipher | None] = [
-            c if c is not None and c.tls13 and not c.unsure and not self.plain_gap[role]
-            and self.streams[role].between_records() else None
-            for role, c in enumerate(self.ciphers)
-        ]  # fmt: skip
-        if ciphers == [None, None]:
-            return first
-        live = next(c for c in ciphers if c is not None)
-        streams = self.streams
+        streams, directions = self.streams, (self.client_dir, 1 - self.client_dir)  # (each role's)
+        ciphers = [c if self._one_pass_reads(d, s.base) else None
+                   for c, d, s in zip(self.ciphers, directions, streams, strict=True)]  # fmt: skip
+        live = next(c for c in ciphers if c is not None)  # (the first row's, at least)
         stop, records, opened, seqs, bases, ats, cut, opened_by = _onepass.open_run(
             rows, first, mv, self.client_dir, tuple(c and c.aead.decrypt for c in ciphers),
             tuple(c and c.iv for c in ciphers), tuple(c.seq if c else 0 for c in ciphers),
