@@ -23,7 +23,8 @@
   without it: the same rows, TTFT point and facts;
 * ``json_top``: a JSON body (cut in two where the input's first byte says) read by
   parsers.llm.jsonscan.TopLevelJson with the C pass over its strings and nested values
-  (parsers/llm/_speedups.c) and without it: the same top-level values and end.
+  (parsers/llm/_speedups.c; a body whole in its first feed, a cut at its start or end, read
+  in C at once) and without it: the same top-level values and end.
 """
 
 from __future__ import annotations

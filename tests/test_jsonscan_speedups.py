@@ -61,6 +61,46 @@ def test_every_cut_of_a_body_reads_the_same():
         assert read_json_top([body[:cut], body[cut:]], True, _KEYS) == want, cut
 
 
+@pytest.mark.parametrize("seed", range(300))
+def test_bodies_whole_in_one_feed_read_in_c_as_streamed(seed: int, monkeypatch):
+    """A body that comes whole in its first feed is read by top_level_whole at once: the
+    same values and end as the streamed reading of the same bytes, in one piece or cut."""
+    rng = random.Random(seed)
+    body = _body(rng) + rng.choice([b"", b"", b" ", b"\n  ", b"} more"])
+    bounds = rng.choice([{}, {}, {"value_cap": rng.randint(0, 40)}, {"limit": rng.randint(1, len(body) + 2)}])
+    whole = jsonscan._speedups.top_level_whole
+    taken: list = []
+    monkeypatch.setattr(jsonscan._speedups, "top_level_whole", lambda *a: taken.append(whole(*a)) or taken[-1])
+    got = read_json_top([body], True, _KEYS, **bounds)
+    assert got == read_json_top([body], False, _KEYS, **bounds)
+    if "limit" not in bounds:  # (a limit stops a streamed reading at the end of a feed)
+        cut = rng.randint(0, len(body))
+        assert got == read_json_top([body[:cut], body[cut:]], False, _KEYS, **bounds)
+    if len(body) < bounds.get("limit", 8 << 20) and body.strip():
+        assert len(taken) == 1 and (taken[0] is not None) == got[1]  # (done: whole, else streamed)
+
+
+@pytest.mark.parametrize(
+    ("body", "cap"),
+    [
+        (b'{"model": "abcd"}', 7),  # a value of exactly value_cap bytes is kept (" \"abcd\"")
+        (b'{"model": "abcde"}', 7),  # one more is not
+        (b'{"x": 1, ["model"]: 2}', 99),  # a string below the top level is no key
+        (b'{"x": 1, {"model": 0}: 2, "model": [1, "]", {"a": "}"}], "usage" : 7 }', 99),
+        (b'{"a" "model": 3, "model" : 4 : 5}', 99),  # a second string is no key; ':' again
+        (b'{"mo\\\"del": "esc", "usage": {"k": "\\\\"}}', 99),  # escapes in keys and values
+        (b' \t{ "model"\n:\x0b 1\x0c ,}', 99),  # whitespace stripped as bytes.strip strips it
+        (b'{"model": 1', 99),  # goes on: streamed
+        (b'  ', 99),
+        (b'[{"model": 1}]', 99),
+    ],
+)
+def test_whole_bodies_at_the_edges(body: bytes, cap: int):
+    got = read_json_top([body], True, _KEYS, value_cap=cap)
+    assert got == read_json_top([body], False, _KEYS, value_cap=cap)
+    assert jsonscan._speedups.top_level_whole(body, _KEYS, cap) == (got[0] if got[1] else None)
+
+
 @pytest.mark.parametrize(
     ("data", "state", "after"),
     [

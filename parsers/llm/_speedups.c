@@ -38,6 +38,13 @@
  * with the scanner's depth and string state, it follows strings (and their escapes) and
  * brackets until it is at depth 1 outside a string, or the data ends; returns
  * (i, depth, in_str, esc).
+ *
+ * top_level_whole(data, keys, value_cap) reads a JSON body that comes whole in one feed (a
+ * request's, the usual case) as TopLevelJson.feed reads it from its start: when data,
+ * after whitespace, is not an object, {}; when it holds a whole top-level object, the raw
+ * values (stripped) of its top-level keys in `keys` (a key as the bytes between its quotes),
+ * those of at most value_cap bytes, a later one of a key replacing an earlier one; else
+ * (the object goes on past data, or there is only whitespace) None, for the streamed reading.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -231,6 +238,104 @@ static PyObject *skip_nested(PyObject *self, PyObject *args) {
     return Py_BuildValue("(nnOO)", i, depth, in_str ? Py_True : Py_False, esc ? Py_True : Py_False);
 }
 
+/* the position after the string whose first byte (after its opening quote) is at i, or -1
+ * when it goes on past n */
+static Py_ssize_t after_string(const unsigned char *b, Py_ssize_t i, Py_ssize_t n) {
+    while (i < n) {
+        if (b[i] == '\\') {
+            i += 2;
+        } else if (b[i] == '"') {
+            return i + 1;
+        } else {
+            i++;
+        }
+    }
+    return -1;
+}
+
+static inline int json_ws(unsigned char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
+
+/* bytes.strip()'s whitespace */
+static inline int strip_ws(unsigned char c) { return json_ws(c) || c == '\v' || c == '\f'; }
+
+static PyObject *top_level_whole(PyObject *self, PyObject *args) {
+    Py_buffer bv;
+    PyObject *keys, *values = NULL, *key = NULL, *captured = NULL;
+    Py_ssize_t cap;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*On", &bv, &keys, &cap)) return NULL;
+    const unsigned char *b = (const unsigned char *)bv.buf;
+    Py_ssize_t n = bv.len, i = 0, mark = 0, depth = 1;
+    int want_key = 1;
+    while (i < n && json_ws(b[i])) i++;
+    if (i == n) goto streamed;
+    values = PyDict_New();
+    if (values == NULL) goto fail;
+    if (b[i] != '{') goto done; /* not a JSON object */
+    if ((key = PyBytes_FromStringAndSize("", 0)) == NULL) goto fail;
+    for (i++; i < n;) {
+        unsigned char c = b[i];
+        if (c == '"') {
+            Py_ssize_t end = after_string(b, i + 1, n);
+            if (end < 0) goto streamed;
+            if (depth == 1 && want_key) { /* a key: the bytes between its quotes */
+                want_key = 0;
+                Py_SETREF(key, PyBytes_FromStringAndSize((const char *)b + i + 1, end - 1 - (i + 1)));
+                if (key == NULL) goto fail;
+            }
+            i = end;
+            continue;
+        }
+        i++;
+        if (c == '{' || c == '[') {
+            depth++;
+        } else if (depth > 1) {
+            if (c == '}' || c == ']') depth--;
+        } else if (c == ':') { /* a value begins: kept when its key is wanted */
+            int wanted = PySet_Contains(keys, key);
+            if (wanted < 0) goto fail;
+            if (wanted) {
+                Py_INCREF(key);
+                Py_XSETREF(captured, key);
+                mark = i;
+            }
+        } else if (c == ',' || c == '}') { /* the value ends */
+            if (captured != NULL) {
+                Py_ssize_t a = mark, z = i - 1;
+                if (z - a <= cap) {
+                    while (a < z && strip_ws(b[a])) a++;
+                    while (z > a && strip_ws(b[z - 1])) z--;
+                    PyObject *raw = PyBytes_FromStringAndSize((const char *)b + a, z - a);
+                    if (raw == NULL || PyDict_SetItem(values, captured, raw) < 0) {
+                        Py_XDECREF(raw);
+                        goto fail;
+                    }
+                    Py_DECREF(raw);
+                }
+                Py_CLEAR(captured);
+            }
+            Py_SETREF(key, PyBytes_FromStringAndSize("", 0));
+            if (key == NULL) goto fail;
+            if (c == '}') goto done;
+            want_key = 1;
+        }
+    }
+streamed:
+    Py_CLEAR(values);
+    values = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(key);
+    Py_XDECREF(captured);
+    PyBuffer_Release(&bv);
+    return values;
+fail:
+    Py_XDECREF(values);
+    Py_XDECREF(key);
+    Py_XDECREF(captured);
+    PyBuffer_Release(&bv);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"sse_chunks", sse_chunks, METH_VARARGS,
      "sse_chunks(data, ts_ns, offset): [(ts_ns, data, size, end_offset)] of the chunks when data is whole "
@@ -241,6 +346,9 @@ static PyMethodDef methods[] = {
     {"shaped_events", shaped_events, METH_VARARGS,
      "shaped_events(raw, first, before, after, flags, out): appends (ts_ns, size, flags, end_offset) of the "
      "framed events from raw[first] whose data is before + plain text + after; returns the index it stopped at."},
+    {"top_level_whole", top_level_whole, METH_VARARGS,
+     "top_level_whole(data, keys, value_cap): the wanted top-level values of the JSON object data holds whole "
+     "({} when data is not an object), or None when it does not hold it whole."},
     {"skip_nested", skip_nested, METH_VARARGS,
      "skip_nested(data, i, depth, in_str, esc): (i, depth, in_str, esc) after passing over the JSON below "
      "the top level from data[i], up to depth 1 outside a string or the end of data."},

@@ -13,7 +13,9 @@ import re
 
 from parsers._native import speedups
 
-_speedups = speedups("parsers.llm")  # skip_nested: the loop below in strings and nested values
+# top_level_whole: a body whole in its first feed; skip_nested: the loop below in strings and
+# nested values
+_speedups = speedups("parsers.llm")
 _OUTSIDE = re.compile(rb'["{}\[\],:]')  # what matters outside strings
 # what matters inside a nested value: not its commas and colons (an embedding's thousands
 # of numbers are passed over in one search, not one a comma)
@@ -52,6 +54,14 @@ class TopLevelJson:
         if self._done:
             return
         b = bytes(b)
+        if not self._seen and _speedups is not None and len(b) < self.limit:
+            # the usual body, whole in its first feed: read in C at once (None: it goes on)
+            whole = _speedups.top_level_whole(b, self.keys, self.value_cap)
+            if whole is not None:
+                self._seen = len(b)
+                self.values.update(whole)
+                self._done = True
+                return
         self._seen += len(b)
         n = len(b)
         i = 0
