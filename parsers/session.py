@@ -62,11 +62,17 @@ class SessionResult:
     protocol: str
     flipped: bool
     requests: list[RequestRecord] = field(default_factory=list)
-    messages: list[MessageRecord] = field(default_factory=list)
     h2_events: list[H2Event] = field(default_factory=list)
     issues: list[DecodeIssue] = field(default_factory=list)
-    message_rows: list[MessageRow] = field(default_factory=list)  # ``messages`` as tuples
+    message_rows: list[MessageRow] = field(default_factory=list)  # the messages, as tuples
     tls: dict | None = None  # a TLS connection's facts (TlsConnection.facts)
+    conn_key: int = 0  # the connection's (its messages')
+
+    @property
+    def messages(self) -> list[MessageRecord]:
+        """:attr:`message_rows` as records, made when asked (the pipeline reads the rows:
+        a record each is ~1.5 us, 60,000 of them at the end of a keyless TLS connection)."""
+        return [message_from_row(self.conn_key, row) for row in self.message_rows]
 
 
 def _rows_of(msgs: list[MessageRecord]) -> list[MessageRow]:
@@ -486,9 +492,8 @@ class AppSession:
         if self._mode == "broken":
             reqs, cols, evs = self.take_columns()
             rows = [tuple(r) for r in cols.tolist()]
-            msgs = [message_from_row(self.conn_key, row) for row in rows]
-            self._finished = SessionResult(self.protocol, self._flipped, reqs, msgs, evs, list(self._issues), rows,
-                                           self._broken_tls)  # fmt: skip
+            self._finished = SessionResult(self.protocol, self._flipped, reqs, evs, list(self._issues), rows,
+                                           self._broken_tls, self.conn_key)  # fmt: skip
             return self._finished
         reqs = self._requests
         rows = _rows_of(self._messages)
@@ -512,9 +517,7 @@ class AppSession:
             extra = len(issues) - _ISSUE_CAP
             issues = issues[:_ISSUE_CAP]
             issues.append(DecodeIssue("issues_truncated", 0, f"{extra} more issues not kept"))
-        ck = self.conn_key
-        msgs = [message_from_row(ck, row) for row in rows]
-        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows)
+        self._finished = SessionResult(self.protocol, self.flipped, reqs, evs, issues, rows, conn_key=self.conn_key)
         return self._finished
 
     # -- sniffing --------------------------------------------------------------------
@@ -705,9 +708,7 @@ class AppSession:
         if krows:
             cols = np.concatenate([cols, _cols_of(krows)]) if len(cols) else _cols_of(krows)
         rows = [tuple(r) for r in cols.tolist()]
-        ck = self.conn_key
-        msgs = [message_from_row(ck, row) for row in rows]
-        self._finished = SessionResult(self.protocol, self.flipped, reqs, msgs, evs, issues, rows, tls.facts())
+        self._finished = SessionResult(self.protocol, self.flipped, reqs, evs, issues, rows, tls.facts(), self.conn_key)
         # the TLS connection's plaintext callback is this session's bound method: a cycle
         # that only the cycle collector would free; a finished session takes no more bytes
         tls.plaintext = _finished_plaintext
