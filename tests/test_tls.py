@@ -424,8 +424,10 @@ def _sessions(capture, keylog, as_runs: bool) -> list:
     from parsers.session import AppSession
     from parsers.tcp import TcpAnalyzer
 
-    keys = KeyLog()
-    keys.add_text(keylog.read_text())
+    keys = None
+    if keylog is not None:
+        keys = KeyLog()
+        keys.add_text(keylog.read_text())
     dec, tcp, sessions = CaptureDecoder(), TcpAnalyzer(), {}
     for batch in dec.feed(capture.read_bytes()) + dec.close():
         for item in tcp.feed_runs(decode_segments(batch, DecodeStats(), [])):
@@ -456,3 +458,18 @@ def test_decrypted_connections_read_from_runs_as_chunk_by_chunk(capture, keylog)
     chunks = _sessions(CAPTURES / capture, CAPTURES / keylog, as_runs=False)
     assert runs == chunks
     assert any(r.tls and r.tls["tls_decrypted"] and r.requests for r in runs)
+
+
+@pytest.mark.skipif(not CAPTURES.is_dir(), reason=f"shared captures not found at {CAPTURES}")
+@pytest.mark.parametrize("capture", [
+    "http2-google-tls13-dsb.pcapng", "firefox-tls13-facebook-dsb.pcapng",
+    "grpc_person_search_protobuf_and_json_tls.pcapng", "http2-16-ssl.pcapng",
+])  # fmt: skip
+def test_connections_without_keys_read_from_runs_as_chunk_by_chunk(capture):
+    """The same captures without their key logs: a session handed runs (a packet of whole
+    application data records to the estimates without a record made each) gives the
+    estimated requests, response chunks, issues and facts it gives chunk by chunk."""
+    runs = _sessions(CAPTURES / capture, None, as_runs=True)
+    chunks = _sessions(CAPTURES / capture, None, as_runs=False)
+    assert runs == chunks
+    assert any(r.tls and not r.tls["tls_decrypted"] and r.requests for r in runs)

@@ -113,7 +113,8 @@ class TlsConnection:
                 if read > i:
                     i = read
                     continue
-            self.feed(d, bytes(mv[a:z]), ts, fno, off, 0)
+            if self.status != "keyless" or not self._keyless_app_data(d, mv[a:z], ts, off):
+                self.feed(d, bytes(mv[a:z]), ts, fno, off, 0)
             i += 1
             if listed is None and i < n:
                 listed = rows.tolist()
@@ -126,6 +127,30 @@ class TlsConnection:
         cipher, stream = self.ciphers[role], self.streams[role]
         return (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
                 and not self.plain_gap[role] and stream.between_records() and offset == stream.base)
+
+    def _keyless_app_data(self, d: int, data: memoryview, ts: int, offset: int) -> bool:
+        """A packet of a connection read without keys that is whole application data
+        records from its direction's next record on (the usual one), to the estimator as
+        :meth:`feed` hands its records on, without a Record or a copy of its bytes each;
+        False, nothing done, for any other packet."""
+        role = 0 if d == self.client_dir else 1
+        stream = self.streams[role]
+        if offset != stream.base or not stream.between_records():
+            return False
+        cut = _whole_records(data)
+        if cut is None:
+            return False
+        for ctype, _version, _end in cut:
+            if ctype != APPLICATION_DATA:
+                return False
+        stream.cut_outside(offset + len(data), len(cut))
+        self.encrypted_seen = True
+        self._seen_protected[role] = True
+        estimator, hello, start = self.keyless, self.hello, 0
+        for _ctype, _version, end in cut:
+            estimator.app_data(role, end - start - 5, ts, offset + end, hello)
+            start = end
+        return True
 
     def _one_pass(self, rows: np.ndarray, first: int, mv: memoryview, plain: RunBuilder) -> int:
         """The rows from ``first`` on that the one pass reads; returns the first it left."""

@@ -65,7 +65,10 @@ def _maybe_h2(hello: Hello | None) -> bool:
         return False
     if hello.alpn is not None:
         return hello.alpn.startswith("h2")
-    return any(p.startswith("h2") for p in hello.alpn_offered)
+    for protocol in hello.alpn_offered:  # (a loop: this runs a record)
+        if protocol.startswith("h2"):
+            return True
+    return False
 
 
 @dataclass
@@ -94,8 +97,13 @@ class KeylessEstimator:
 
     def record(self, role: int, rec: Record, hello: Hello | None) -> None:
         self.hello = hello
-        if rec.content_type != APPLICATION_DATA:
-            return
+        if rec.content_type == APPLICATION_DATA:
+            self.app_data(role, len(rec.payload), rec.ts_ns, rec.end_offset, hello)
+
+    def app_data(self, role: int, payload_len: int, ts_ns: int, end_offset: int, hello: Hello | None) -> None:
+        """A protected application data record of ``role``: ``payload_len`` bytes after its
+        header, completed at ``ts_ns``, ending at direction offset ``end_offset``."""
+        self.hello = hello
         tls13 = hello is not None and hello.version == 0x0304
         if role == 0:
             self.client_protected += 1
@@ -104,7 +112,7 @@ class KeylessEstimator:
         elif tls13 and self.client_protected == 0:
             return  # the server's encrypted handshake
         self.records += 1
-        size = plaintext_estimate(len(rec.payload), hello)
+        size = plaintext_estimate(payload_len, hello)
         h2 = _maybe_h2(hello)
         cur = self.estimates[-1] if self.estimates else None
         if role == 0:
@@ -116,12 +124,12 @@ class KeylessEstimator:
             if h2 and size < REQUEST_MIN_BYTES:
                 return
             if (tls13 and cur is not None and self.server_flights == 1 and len(cur.flights) == 1
-                    and rec.ts_ns - cur.flights[0][0] < TICKET_SPLIT_NS):
+                    and ts_ns - cur.flights[0][0] < TICKET_SPLIT_NS):
                 cur.flights.clear()  # that flight was the session tickets, not an answer
             if cur is None or cur.flights:
-                self.estimates.append(_Estimate(rec.ts_ns, rec.ts_ns, size))
+                self.estimates.append(_Estimate(ts_ns, ts_ns, size))
             else:
-                cur.request_end = rec.ts_ns
+                cur.request_end = ts_ns
                 cur.request_bytes += size
             return
         if h2 and not self.server_preface and CONTROL_MAX_BYTES <= size < PREFACE_MAX_BYTES:
@@ -138,11 +146,11 @@ class KeylessEstimator:
             return
         if cur is None or (h2 and size < CONTROL_MAX_BYTES):
             return  # before any request (a session ticket), or HTTP/2 control
-        if cur.flights and cur.flights[-1][0] == rec.ts_ns:
+        if cur.flights and cur.flights[-1][0] == ts_ns:
             ts, b, _end = cur.flights[-1]
-            cur.flights[-1] = (ts, b + size, rec.end_offset)
+            cur.flights[-1] = (ts, b + size, end_offset)
         else:
-            cur.flights.append((rec.ts_ns, size, rec.end_offset))
+            cur.flights.append((ts_ns, size, end_offset))
             self.server_flights += 1
 
     def take(self) -> tuple[list[RequestRecord], list[MessageRow]]:

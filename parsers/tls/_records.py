@@ -26,7 +26,7 @@ class Record:
     end_offset: int  # direction byte offset just after the record
 
 
-def _header(buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
+def _header(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int] | None:
     """(content type, version, length) of the record header at ``pos`` (5 bytes there), or
     None when it is not a plausible one."""
     ctype, version, length = RECORD_HEADER.unpack_from(buf, pos)
@@ -35,7 +35,7 @@ def _header(buf: bytes | bytearray, pos: int) -> tuple[int, int, int] | None:
     return None
 
 
-def _whole_records(data: bytes) -> list[tuple[int, int, int]] | None:
+def _whole_records(data: bytes | memoryview) -> list[tuple[int, int, int]] | None:
     """(content type, version, end in ``data``) of each record when ``data`` is whole
     plausible records and nothing else; else None."""
     cut: list[tuple[int, int, int]] = []
