@@ -79,6 +79,13 @@ class Head:
 
 def parse_head(raw: bytes, is_request: bool) -> Head | None:
     """Parse a message head (start line + header lines, without the blank line)."""
+    if _speedups is not None:  # (the same reading in C: tests/test_http1_heads.py compares them)
+        got = _speedups.parse_head(raw, is_request)
+        if got is None:
+            return None
+        h = Head()
+        h.method, h.target, h.version, h.status, h.headers = got
+        return h
     lines = raw.replace(b"\r\n", b"\n").split(b"\n")
     h = Head()
     first = lines[0].rstrip()

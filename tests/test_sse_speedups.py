@@ -26,6 +26,9 @@ class _Counting:
     def __init__(self, real) -> None:
         self.real, self.taken, self.feeds = real, 0, 0
 
+    def __getattr__(self, name: str):  # (its other functions, as they are)
+        return getattr(self.real, name)
+
     def sse_chunk_run(self, rows, buf, first, direction):
         stop, events = self.real.sse_chunk_run(rows, buf, first, direction)
         self.taken += stop - first

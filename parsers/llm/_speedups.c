@@ -45,6 +45,10 @@
  * values (stripped) of its top-level keys in `keys` (a key as the bytes between its quotes),
  * those of at most value_cap bytes, a later one of a key replacing an earlier one; else
  * (the object goes on past data, or there is only whitespace) None, for the streamed reading.
+ *
+ * parse_head(raw, is_request) reads an HTTP/1.1 message head (start line and header lines,
+ * without the blank line) as parse_head (parsers/http1.py) does: (method, target, version,
+ * status, headers) of what it would return, or None where it returns None.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -336,6 +340,104 @@ fail:
     return NULL;
 }
 
+/* the position of the first '\n' in b[i:n], or n */
+static Py_ssize_t line_end(const unsigned char *b, Py_ssize_t i, Py_ssize_t n) {
+    const unsigned char *nl = memchr(b + i, '\n', (size_t)(n - i));
+    return nl == NULL ? n : nl - b;
+}
+
+static inline int is_upper(unsigned char c) { return c >= 'A' && c <= 'Z'; }
+static inline int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+
+/* the start line: (method, target, version, status) as parse_head's regular expressions
+ * read it (b[0:n] rstripped), or NULL with no exception when they do not match */
+static PyObject *start_line(const unsigned char *b, Py_ssize_t n, int is_request) {
+    Py_ssize_t p = 0;
+    if (is_request) { /* ([A-Z][A-Z0-9_-]{0,19}) (\S+) HTTP/(1\.[01]) */
+        if (n == 0 || !is_upper(b[0])) return NULL;
+        while (p < n && (is_upper(b[p]) || is_digit(b[p]) || b[p] == '_' || b[p] == '-')) p++;
+        Py_ssize_t method_end = p;
+        if (method_end > 20 || p >= n || b[p] != ' ') return NULL;
+        Py_ssize_t t = ++p;
+        while (p < n && !strip_ws(b[p])) p++;
+        Py_ssize_t target_end = p;
+        if (target_end == t || n - p != 9 || memcmp(b + p, " HTTP/1.", 8) != 0 || (b[p + 8] != '0' && b[p + 8] != '1'))
+            return NULL;
+        return Py_BuildValue("(NNNO)", PyUnicode_DecodeASCII((const char *)b, method_end, NULL),
+                             PyUnicode_DecodeLatin1((const char *)b + t, target_end - t, NULL),
+                             PyUnicode_DecodeASCII((const char *)b + p + 6, 3, NULL), Py_None);
+    }
+    /* HTTP/(1\.[01]) (\d{3})(?: (.*))? */
+    if (n < 12 || memcmp(b, "HTTP/1.", 7) != 0 || (b[7] != '0' && b[7] != '1') || b[8] != ' ' || !is_digit(b[9]) ||
+        !is_digit(b[10]) || !is_digit(b[11]) || (n > 12 && b[12] != ' '))
+        return NULL;
+    return Py_BuildValue("(OONN)", Py_None, Py_None, PyUnicode_DecodeASCII((const char *)b + 5, 3, NULL),
+                         PyLong_FromLong((b[9] - '0') * 100 + (b[10] - '0') * 10 + (b[11] - '0')));
+}
+
+static PyObject *parse_head(PyObject *self, PyObject *args) {
+    Py_buffer bv;
+    int is_request;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "y*p", &bv, &is_request)) return NULL;
+    const unsigned char *b = (const unsigned char *)bv.buf;
+    Py_ssize_t n = bv.len;
+    PyObject *line = NULL, *headers = NULL, *result = NULL;
+    /* lines: split at '\n' (the '\r' raw.replace(b"\r\n", b"\n") drops before it is
+     * whitespace every part of a line is stripped of) */
+    Py_ssize_t eol = line_end(b, 0, n), fe = eol;
+    while (fe > 0 && strip_ws(b[fe - 1])) fe--; /* (rstrip) */
+    line = start_line(b, fe, is_request);
+    if (line == NULL) {
+        if (!PyErr_Occurred()) result = Py_NewRef(Py_None);
+        goto done;
+    }
+    if ((headers = PyDict_New()) == NULL) goto done;
+    for (Py_ssize_t i = eol + 1; i <= n && eol < n; i = eol + 1) {
+        eol = line_end(b, i, n);
+        Py_ssize_t e = eol;
+        if (e == i) continue; /* an empty line */
+        const unsigned char *colon = memchr(b + i, ':', (size_t)(e - i));
+        if (colon == NULL) continue;
+        Py_ssize_t a = i, z = colon - b, va = z + 1, vz = e;
+        while (a < z && strip_ws(b[a])) a++;
+        while (z > a && strip_ws(b[z - 1])) z--;
+        while (va < vz && strip_ws(b[va])) va++;
+        while (vz > va && strip_ws(b[vz - 1])) vz--;
+        char small[256], *lower = z - a <= (Py_ssize_t)sizeof small ? small : PyMem_Malloc((size_t)(z - a));
+        if (lower == NULL) {
+            PyErr_NoMemory();
+            goto done;
+        }
+        for (Py_ssize_t j = a; j < z; j++) lower[j - a] = (char)(is_upper(b[j]) ? b[j] + 32 : b[j]);
+        PyObject *k = PyUnicode_DecodeLatin1(lower, z - a, NULL);
+        if (lower != small) PyMem_Free(lower);
+        if (k == NULL) goto done;
+        PyObject *v = PyUnicode_DecodeLatin1((const char *)b + va, vz - va, NULL);
+        if (v == NULL) {
+            Py_DECREF(k);
+            goto done;
+        }
+        PyObject *had = PyDict_GetItemWithError(headers, k);
+        if (had != NULL) { /* a repeated field: its values joined as parse_head joins them */
+            PyObject *both = PyUnicode_FromFormat("%U, %U", had, v);
+            Py_DECREF(v);
+            v = both;
+        }
+        int bad = v == NULL || PyErr_Occurred() || PyDict_SetItem(headers, k, v) < 0;
+        Py_DECREF(k);
+        Py_XDECREF(v);
+        if (bad) goto done;
+    }
+    result = Py_BuildValue("(OOOOO)", PyTuple_GET_ITEM(line, 0), PyTuple_GET_ITEM(line, 1), PyTuple_GET_ITEM(line, 2),
+                           PyTuple_GET_ITEM(line, 3), headers);
+done:
+    Py_XDECREF(line);
+    Py_XDECREF(headers);
+    PyBuffer_Release(&bv);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"sse_chunks", sse_chunks, METH_VARARGS,
      "sse_chunks(data, ts_ns, offset): [(ts_ns, data, size, end_offset)] of the chunks when data is whole "
@@ -346,6 +448,9 @@ static PyMethodDef methods[] = {
     {"shaped_events", shaped_events, METH_VARARGS,
      "shaped_events(raw, first, before, after, flags, out): appends (ts_ns, size, flags, end_offset) of the "
      "framed events from raw[first] whose data is before + plain text + after; returns the index it stopped at."},
+    {"parse_head", parse_head, METH_VARARGS,
+     "parse_head(raw, is_request): (method, target, version, status, headers) of an HTTP/1.1 message head, "
+     "or None where parsers.http1.parse_head returns None."},
     {"top_level_whole", top_level_whole, METH_VARARGS,
      "top_level_whole(data, keys, value_cap): the wanted top-level values of the JSON object data holds whole "
      "({} when data is not an object), or None when it does not hold it whole."},
