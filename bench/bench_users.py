@@ -49,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TAILTAP = str(Path(sys.executable).parent / "tailtap")
 SIZES = {"200k": 200_000, "1m": 1_000_000, "10m": 10_000_000}
 LAB = ("loss_burst", "throttle_shaper", "mixed")
+# what tailtap warns when a connection's decoder raised (parsers/session.py)
+DECODER_FAILED = "decoding of this connection stopped"
 
 
 @dataclass
@@ -68,14 +70,20 @@ class Timing:
 
 
 def run(argv: list[str], timing: Timing, stdout: int = subprocess.DEVNULL) -> None:
-    """Run a command to its end; add its CPU, wall time and peak RSS (with its children)."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=stdout, stderr=subprocess.DEVNULL,
-                            env={**os.environ, "COLUMNS": "120"})
-    _pid, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
+    """Run a command to its end; add its CPU, wall time and peak RSS (with its children).
+    A run in which a decoder failed (tailtap warns and reads on without that connection)
+    did less than the work being timed: it stops the benchmark."""
+    with tempfile.TemporaryFile() as err:
+        started = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=stdout, stderr=err, env={**os.environ, "COLUMNS": "120"})
+        _pid, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        err.seek(0)
+        failed = [line for line in err.read().decode(errors="replace").splitlines() if DECODER_FAILED in line]
     if os.waitstatus_to_exitcode(status) not in (0,):
         raise RuntimeError(f"{' '.join(argv)} exited with {os.waitstatus_to_exitcode(status)}")
+    if failed:
+        raise RuntimeError(f"{' '.join(argv)}: {len(failed)} connections not decoded ({failed[0]})")
     timing.add(usage.ru_utime + usage.ru_stime, wall, usage.ru_maxrss)
 
 
