@@ -38,6 +38,7 @@ from ._records import (
     HANDSHAKE,
     Record,
     RecordStream,
+    _app_data_ends,
     _whole_records,
 )
 
@@ -137,17 +138,14 @@ class TlsConnection:
         stream = self.streams[role]
         if offset != stream.base or not stream.between_records():
             return False
-        cut = _whole_records(data)
-        if cut is None:
+        ends = _app_data_ends(data)
+        if ends is None:
             return False
-        for ctype, _version, _end in cut:
-            if ctype != APPLICATION_DATA:
-                return False
-        stream.cut_outside(offset + len(data), len(cut))
+        stream.cut_outside(offset + len(data), len(ends))
         self.encrypted_seen = True
         self._seen_protected[role] = True
         estimator, hello, start = self.keyless, self.hello, 0
-        for _ctype, _version, end in cut:
+        for end in ends:
             estimator.app_data(role, end - start - 5, ts, offset + end, hello)
             start = end
         return True

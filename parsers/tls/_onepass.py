@@ -15,7 +15,7 @@ import numpy as np
 from parsers._native import speedups
 from parsers.records import add_run_row
 
-from ._records import APPLICATION_DATA, _whole_records
+from ._records import APPLICATION_DATA, _app_data_ends
 
 _speedups = speedups("parsers.tls")
 
@@ -26,7 +26,7 @@ def open_whole_records(
     rows: bytearray, out: bytearray, plain_ends: list[int], tcp_ends: list[int],
 ) -> tuple[int, int, int, int] | None:  # fmt: skip
     """``buf[a:z]`` (a packet's bytes, at direction offset ``offset``) when it is whole
-    application data records and nothing else (cut as :func:`_whole_records` cuts): its
+    application data records and nothing else (cut as :func:`_app_data_ends` cuts): its
     leading records opened at sequence numbers ``seq`` on (``decrypt``: the AEAD's, nonce =
     ``iv`` XOR the sequence number, the header as additional data) until one raises
     ``invalid_tag`` or holds another inner content type (padding too). Each opened record's
@@ -35,13 +35,13 @@ def open_whole_records(
     and ``tcp_ends``. Returns (records, opened, next sequence number, next plaintext
     offset); None, with nothing changed, when the packet is anything else."""
     data = bytes(buf[a:z])
-    cut = _whole_records(data)
-    if cut is None or any(ctype != APPLICATION_DATA for ctype, _version, _end in cut):
+    ends = _app_data_ends(data)
+    if ends is None:
         return None
     iv_number = int.from_bytes(iv, "big")
     texts: list[tuple[bytes, int]] = []  # each opened record's plaintext and end in data
     start = 0
-    for _ctype, _version, end in cut:
+    for end in ends:
         nonce = (iv_number ^ (seq + len(texts))).to_bytes(12, "big")
         try:
             inner = decrypt(nonce, data[start + 5 : end], data[start : start + 5])
@@ -57,7 +57,7 @@ def open_whole_records(
             at += len(text)
             plain_ends.append(at)
             tcp_ends.append(offset + end)
-    return len(cut), len(texts), seq + len(texts), at
+    return len(ends), len(texts), seq + len(texts), at
 
 
 Pair = tuple  # (the client's, the server's)

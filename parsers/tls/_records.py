@@ -52,6 +52,19 @@ def _whole_records(data: bytes | memoryview) -> list[tuple[int, int, int]] | Non
     return cut or None
 
 
+def _app_data_ends(data: bytes | memoryview) -> list[int] | None:
+    """The end in ``data`` of each record when ``data`` is whole plausible application
+    data records and nothing else (the usual packet once a connection is protected);
+    else None."""
+    cut = _whole_records(data)
+    if cut is None:
+        return None
+    for ctype, _version, _end in cut:
+        if ctype != APPLICATION_DATA:
+            return None
+    return [end for _ctype, _version, end in cut]
+
+
 def _plausible(buf: bytes | bytearray, pos: int) -> bool:
     return _header(buf, pos) is not None
 
