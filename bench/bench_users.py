@@ -10,7 +10,8 @@ process and its children, from wait4; wall; peak RSS), median over ``--runs`` ru
 * tshark: ``-d tcp.port==50051,http2 -o tcp.reassemble_out_of_order:TRUE -Y grpc -T fields``
   (for the SSE rows, its HTTP/1.1 dissection, ``-d tcp.port==50051,http -Y http``, chunked
   bodies reassembled; over h2c its HTTP/2 one, ``-Y http2``; over TLS the same one inside
-  TLS decrypted with the run's key log, which tailtap gets too: ``--keylog``).
+  TLS decrypted with the run's key log, which tailtap gets too: ``--keylog``; without the
+  key log, tshark's TLS records, ``-d tcp.port==50051,tls -Y tls``).
 
 Inputs: the realistic generator (bench/gen_realistic.py) at 200k, 1M and 10M packets, and
 at 1M with 2,000 connections instead of 200 (``--many-connections N``: as many as asked)
@@ -19,7 +20,8 @@ the lab's captures (real kernel TCP), an OpenAI-compatible SSE service (the lab'
 40 requests a second for 30 s, one token event a segment, real kernel TCP) over HTTP/1.1
 (uvicorn), over HTTP/2 cleartext (hypercorn), over TLS 1.3 (uvicorn; key log kept) and over
 HTTP/2 over TLS 1.3 (hypercorn), and the lab's gRPC service over TLS 1.3 (grpcio, called by
-httpx, which writes the key log), each made once with ``tailtap lab run``, which needs root
+httpx, which writes the key log), the two TLS services' captures also without their key
+logs (what a user without the keys runs), each made once with ``tailtap lab run``, which needs root
 (``--no-sse`` leaves them out), and
 the ideal capture of bench/gen_grpc_capture.py as one row, labelled the best case. The ratios
 are tshark CPU / tailtap CPU of the same row.
@@ -120,6 +122,13 @@ def tshark_tls_h2_argv(capture: Path) -> list[str]:
     return _in_tls(tshark_h2_argv(capture), capture)
 
 
+def tshark_tls_records_argv(capture: Path) -> list[str]:
+    """TLS without its key log: what tshark reads of it then, its records."""
+    return ["tshark", "-n", "-r", str(capture), "-d", "tcp.port==50051,tls", "-o", "tcp.reassemble_out_of_order:TRUE",
+            "-Y", "tls", "-T", "fields", "-e", "frame.time_epoch", "-e", "tls.record.content_type", "-e",
+            "tls.record.length"]  # fmt: skip
+
+
 def bench_input(label: str, capture: Path, runs: int, tshark: bool,
                 peer: Callable[[Path], list[str]] = tshark_argv, options: tuple[str, ...] = ()) -> dict[str, object]:  # fmt: skip
     """``options``: given to ``tailtap analyze`` too (a key log)."""
@@ -197,17 +206,23 @@ def many_connections(cache: Path, connections: int) -> Path:
 
 
 # the rows of the lab's services made here (SSE, and gRPC over TLS): (label, folder in the
-# cache, `tailtap lab run` protocol options, tshark)
+# cache, `tailtap lab run` protocol options, tshark, whether both get the run's key log)
 SSE_RUNS = (
     ("lab SSE over HTTP/1.1 (vs tshark's HTTP)", "lab-openai-http1-40rps-seed3", ("--protocol", "openai-http1"),
-     tshark_http_argv),
-    ("lab SSE over h2c (vs tshark's HTTP/2)", "lab-openai-h2c-40rps-seed3", ("--protocol", "openai-h2c"), tshark_h2_argv),
+     tshark_http_argv, True),
+    ("lab SSE over h2c (vs tshark's HTTP/2)", "lab-openai-h2c-40rps-seed3", ("--protocol", "openai-h2c"), tshark_h2_argv,
+     True),
     ("lab SSE over TLS, key log (vs tshark's HTTP in TLS)", "lab-openai-http1-tls-40rps-seed3",
-     ("--protocol", "openai-http1", "--tls"), tshark_tls_http_argv),
+     ("--protocol", "openai-http1", "--tls"), tshark_tls_http_argv, True),
     ("lab SSE over HTTP/2 over TLS, key log (vs tshark's HTTP/2 in TLS)", "lab-openai-h2c-tls-40rps-seed3",
-     ("--protocol", "openai-h2c", "--tls"), tshark_tls_h2_argv),
+     ("--protocol", "openai-h2c", "--tls"), tshark_tls_h2_argv, True),
     ("lab gRPC over TLS, key log (vs tshark's gRPC in TLS)", "lab-grpc-tls-40rps-seed3",
-     ("--protocol", "grpc", "--tls"), tshark_tls_argv),
+     ("--protocol", "grpc", "--tls"), tshark_tls_argv, True),
+    # users without the keys: tailtap estimates from the records, tshark reads the records
+    ("lab SSE over TLS, no key log (vs tshark's TLS records)", "lab-openai-http1-tls-40rps-seed3",
+     ("--protocol", "openai-http1", "--tls"), tshark_tls_records_argv, False),
+    ("lab gRPC over TLS, no key log (vs tshark's TLS records)", "lab-grpc-tls-40rps-seed3",
+     ("--protocol", "grpc", "--tls"), tshark_tls_records_argv, False),
 )  # fmt: skip
 
 
@@ -258,14 +273,14 @@ def main() -> None:
         for name in LAB:
             rows.append(bench_input(f"lab {name}", ROOT / "samples" / name / "capture.pcap", args.runs, tshark=True))
             print(table(rows[-1:]), flush=True)
-    for label, folder, protocol, peer in () if args.no_sse else SSE_RUNS:
+    for label, folder, protocol, peer, with_keys in () if args.no_sse else SSE_RUNS:
         if os.geteuid() != 0 and not (args.cache / folder / "capture.pcap").exists():
             print(f"{label} needs root once, to make its capture in network namespaces: left out", flush=True)
             continue
         capture = sse_lab(args.cache, folder, protocol)
         keys = capture.parent / "keys.txt"
         rows.append(bench_input(label, capture, args.runs, tshark=True, peer=peer,
-                                options=("--keylog", str(keys)) if keys.exists() else ()))  # fmt: skip
+                                options=("--keylog", str(keys)) if with_keys and keys.exists() else ()))  # fmt: skip
         print(table(rows[-1:]), flush=True)
     if not args.no_ideal:
         rows.append(bench_input("ideal 1M (best case)", ideal(args.cache), args.runs, tshark=True))
