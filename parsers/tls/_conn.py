@@ -122,12 +122,16 @@ class TlsConnection:
 
     def _one_pass_reads(self, d: int, offset: int) -> bool:
         """Whether the one pass may read a packet of TCP direction ``d`` at direction offset
-        ``offset``: its direction is being decrypted, TLS 1.3, its record sequence and
-        framing followed, the packet starting at its next record."""
+        ``offset``: its role's (:meth:`_one_pass_role`), starting at its next record."""
         role = 0 if d == self.client_dir else 1
-        cipher, stream = self.ciphers[role], self.streams[role]
+        return offset == self.streams[role].base and self._one_pass_role(role)
+
+    def _one_pass_role(self, role: int) -> bool:
+        """Whether the one pass may read ``role``'s packets: being decrypted, TLS 1.3, its
+        record sequence and framing followed."""
+        cipher = self.ciphers[role]
         return (self.status == "decrypting" and cipher is not None and cipher.tls13 and not cipher.unsure
-                and not self.plain_gap[role] and stream.between_records() and offset == stream.base)
+                and not self.plain_gap[role] and self.streams[role].between_records())
 
     def _keyless_app_data(self, d: int, data: memoryview, ts: int, offset: int) -> bool:
         """A packet of a connection read without keys that is whole application data
@@ -152,9 +156,8 @@ class TlsConnection:
 
     def _one_pass(self, rows: np.ndarray, first: int, mv: memoryview, plain: RunBuilder) -> int:
         """The rows from ``first`` on that the one pass reads; returns the first it left."""
-        streams, directions = self.streams, (self.client_dir, 1 - self.client_dir)  # (each role's)
-        ciphers = [c if self._one_pass_reads(d, s.base) else None
-                   for c, d, s in zip(self.ciphers, directions, streams, strict=True)]  # fmt: skip
+        streams = self.streams
+        ciphers = [c if self._one_pass_role(role) else None for role, c in enumerate(self.ciphers)]
         live = next(c for c in ciphers if c is not None)  # (the first row's, at least)
         stop, records, opened, seqs, bases, ats, cut, opened_by = _onepass.open_run(
             rows, first, mv, self.client_dir, tuple(c and c.aead.decrypt for c in ciphers),
