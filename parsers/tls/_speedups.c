@@ -120,12 +120,11 @@ typedef struct {
     PyObject *plain_ends, *tcp_ends;
 } role_t;
 
-/* open the nrec records of data[0:n] (cut by cut_records), the leading ones that open as
- * plain application data, and append their plaintext: the number opened, or -1 (an
+/* open the nrec records at data (a packet cut by cut_records), the leading ones that open
+ * as plain application data, and append their plaintext: the number opened, or -1 (an
  * exception: nothing appended) */
-static Py_ssize_t open_packet(role_t *r, PyObject *invalid_tag, const unsigned char *data, Py_ssize_t n,
-                              Py_ssize_t nrec, const int64_t *row, PyObject *rows, PyObject *out) {
-    (void)n;
+static Py_ssize_t open_packet(role_t *r, PyObject *invalid_tag, const unsigned char *data, Py_ssize_t nrec,
+                              const int64_t *row, PyObject *rows, PyObject *out) {
     Py_ssize_t opened = 0, ret = -1, start = 0;
     PyObject **texts = PyMem_Calloc((size_t)nrec, sizeof(PyObject *));
     Py_ssize_t *ends = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)nrec);
@@ -253,7 +252,7 @@ static PyObject *open_run(PyObject *self, PyObject *const *args, Py_ssize_t narg
         Py_ssize_t nrec = cut_records(buf + a, (Py_ssize_t)(z - a));
         if (nrec == 0)
             break;
-        Py_ssize_t opened = open_packet(r, invalid_tag, buf + a, (Py_ssize_t)(z - a), nrec, row, out_rows, out);
+        Py_ssize_t opened = open_packet(r, invalid_tag, buf + a, nrec, row, out_rows, out);
         if (opened < 0)
             goto done;
         r->base = row[RUN_STREAM_OFFSET] + (z - a);
